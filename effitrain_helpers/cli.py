@@ -1,0 +1,108 @@
+"""The ``effitrain`` command line: the lessons' measurements without opening a notebook.
+
+    effitrain devices [--json]
+    effitrain bench [--sizes 256,512,1024] [--dtypes float32,bfloat16] [--device cpu|cuda|mps|all]
+                    [--repeats 5] [--json] [--plot FILE.png] [--best]
+    effitrain model [NAME] [--json]
+
+Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (and exit code 2)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse hook
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _devices(args) -> int:
+    from .devices import hardware_summary
+
+    summary = hardware_summary()
+    print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.describe())
+    return 0
+
+
+def _bench(args) -> int:
+    from . import bench
+
+    results, notes = bench.run_benchmark(args.sizes, args.dtypes, args.device, args.repeats, progress=not args.json)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        for r in results:
+            print(json.dumps(r.to_dict()))
+    else:
+        print(bench.results_table(results))
+        for row in bench.speedups(results):
+            print(f"{row['device']} over cpu, {row['dtype']}, n={row['size']}: {row['speedup']:.1f}x")
+    if args.best:
+        for dev in sorted({r.device for r in results}):
+            for dt in sorted({r.dtype for r in results if r.device == dev}):
+                sweep = bench.best_achievable(dev, dt)
+                eff = f", {sweep.efficiency:.0%} of {sweep.peak_gflops:.0f} ({sweep.peak_source})" if sweep.peak_gflops else ""
+                line = {"device": dev, "dtype": dt, "best_gflops": sweep.best_gflops, "best_size": sweep.best_size,
+                        "median_gflops": sweep.median_gflops, "peak_gflops": sweep.peak_gflops}
+                print(json.dumps(line) if args.json else
+                      f"best achievable {dev} {dt}: {sweep.best_gflops:.1f} GFLOP/s at n={sweep.best_size}{eff}")
+    if args.plot:
+        from .plots import plot_gflops
+
+        plot_gflops(results).savefig(args.plot, dpi=120)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _model(args) -> int:
+    from .models import choose_model
+
+    choice = choose_model(args.name)
+    if args.json:
+        print(json.dumps({"path": choice.path, "source": choice.source, "reason": choice.reason}))
+    else:
+        print(choice)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="effitrain", description="Efficient AI model training workbook: measurements from a terminal.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("devices", help="what hardware this machine has")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=_devices)
+    p = sub.add_parser("bench", help="matrix-multiplication throughput over sizes x dtypes x devices")
+    p.add_argument("--sizes", default="256,512,1024", help="comma-separated matrix sizes (default 256,512,1024)")
+    p.add_argument("--dtypes", default="float32", help="comma-separated: float32,bfloat16,float16")
+    p.add_argument("--device", default="all", help="cpu, cuda, cuda:N, mps or all (default)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")
+    p.add_argument("--json", action="store_true", help="one JSON record per measurement")
+    p.add_argument("--plot", metavar="FILE.png", help="also save a GFLOP/s plot")
+    p.add_argument("--best", action="store_true", help="also sweep sizes for the best achievable rate")
+    p.set_defaults(func=_bench)
+    p = sub.add_parser("model", help="which model the lessons would load, and why")
+    p.add_argument("name", nargs="?", default=None, help="a local folder or Hub id (default: the course's model)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``effitrain`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as err:
+        print(f"effitrain {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

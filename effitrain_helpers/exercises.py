@@ -1,0 +1,115 @@
+"""Check, hint and solution for the "Let's practice" sections (in the spirit of Kaggle Learn).
+
+A lesson's exercises live in ``effitrain_helpers.checks.lesson_X_Y`` as :class:`Exercise` objects:
+
+- ``q1.check(answer, ...)`` shows *Correct*, *Incorrect* (with a message that helps) or *Not attempted*;
+  it never raises, whatever the learner passes;
+- ``q1.hint()`` shows the next hint (graded: the first is gentle, the last nearly gives it away);
+- ``q1.solution()`` shows the solution code.
+
+``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests).
+``____`` is the blank that starter code leaves for the learner to fill in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
+_ICONS = {CORRECT: "✅ Correct", INCORRECT: "❌ Incorrect", NOT_ATTEMPTED: "⏳ Not attempted"}
+
+
+class Blank:
+    """The placeholder ``____`` in starter code; checking it reports 'not attempted'."""
+
+    def __repr__(self) -> str:
+        return "____"
+
+
+____ = Blank()
+
+
+class Incorrect(Exception):
+    """Raised by a checker with a message for the learner (why the answer is wrong, what to look at)."""
+
+
+@dataclass
+class CheckResult:
+    """What ``check`` found: ``status`` is 'correct', 'incorrect' or 'not attempted'."""
+
+    exercise: str
+    status: str
+    message: str = ""
+
+    def __bool__(self) -> bool:
+        return self.status == CORRECT
+
+    def __repr__(self) -> str:
+        return f"{_ICONS[self.status]} ({self.exercise})" + (f": {self.message}" if self.message else "")
+
+    def _repr_markdown_(self) -> str:
+        color = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#9a6700"}[self.status]
+        text = f" {self.message}" if self.message else ""
+        return f'<span style="color:{color}">**{_ICONS[self.status]}** ({self.exercise}).</span>{text}'
+
+
+def _show(obj: Any) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is not None:
+            display(obj)
+            return
+    except ImportError:
+        pass
+    print(repr(obj) if not isinstance(obj, str) else obj)
+
+
+def _is_blank(value: Any) -> bool:
+    return isinstance(value, Blank) or value is Ellipsis
+
+
+@dataclass
+class Exercise:
+    """One exercise: a checker that raises :class:`Incorrect` for a wrong answer, hints, a solution."""
+
+    name: str
+    checker: Callable[..., None]
+    hints: list[str] = field(default_factory=list)
+    solution_code: str = ""
+    _hints_shown: int = 0
+
+    def evaluate(self, *answers: Any, **context: Any) -> CheckResult:
+        """Judge ``answers`` without displaying anything; never raises."""
+        if not answers or any(_is_blank(a) for a in answers):
+            return CheckResult(self.name, NOT_ATTEMPTED, "replace ____ with your answer, then run the cell again.")
+        try:
+            self.checker(*answers, **context)
+        except Incorrect as err:
+            return CheckResult(self.name, INCORRECT, str(err))
+        except Exception as err:  # the learner's answer broke the checker: say how, don't crash the notebook
+            return CheckResult(self.name, INCORRECT, f"checking your answer raised {type(err).__name__}: {err}")
+        return CheckResult(self.name, CORRECT)
+
+    def check(self, *answers: Any, **context: Any) -> None:
+        """Show Correct / Incorrect / Not attempted for ``answers``."""
+        _show(self.evaluate(*answers, **context))
+
+    def hint(self, n: int | None = None) -> None:
+        """Show hint ``n`` (1-based), or the next one not seen yet."""
+        if not self.hints:
+            _show("No hints for this one: re-read the cell above the exercise.")
+            return
+        if n is None:
+            self._hints_shown = min(self._hints_shown + 1, len(self.hints))
+            n = self._hints_shown
+        if not isinstance(n, int) or not 1 <= n <= len(self.hints):
+            _show(f"Hint number {n!r} does not exist: this exercise has hints 1 to {len(self.hints)}.")
+            return
+        _show(f"Hint {n} of {len(self.hints)}: {self.hints[n - 1]}")
+
+    def solution(self) -> None:
+        """Show the solution code."""
+        _show(f"Solution ({self.name}):\n\n{self.solution_code.strip()}")

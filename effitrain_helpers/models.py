@@ -1,0 +1,239 @@
+"""Which pre-trained model do I load, and from where? (lesson 1.1 onwards)
+
+``choose_model(name)`` resolves, in this order:
+
+1. ``name`` given by the user: a local folder, else a Hub id that is cached, else one the Hub can serve now;
+2. the course's model, ``distilbert-base-cased``, from the Hugging Face cache;
+3. the same model from the Hub, when it answers within a few seconds (never when ``HF_HUB_OFFLINE=1``);
+4. otherwise a small DistilBERT checkpoint the workbook builds once (config, random weights and a
+   WordPiece tokenizer trained on the workbook's own text) and saves under the cache folder.
+
+Whatever the source, the model is loaded through the real ``from_pretrained`` path. ``load_classifier``
+does the loading for later lessons and prints one line saying which model it used and why.
+``trust_remote_code`` is never enabled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .settings import SETTINGS
+
+DEFAULT_MODEL = "distilbert-base-cased"
+OFFLINE_MODEL_DIR = "distilbert-tiny-cased-v1"
+HUB_TIMEOUT_S = 3.0
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+_TRUE = {"1", "on", "yes", "true"}
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Where a model comes from: ``path`` is what to pass to ``from_pretrained``."""
+
+    path: str
+    source: str  # "local", "cache", "hub" or "offline-build"
+    reason: str
+
+    @property
+    def local_files_only(self) -> bool:
+        return self.source != "hub"
+
+    def __str__(self) -> str:
+        return f"Model: {self.path} ({self.source}): {self.reason}"
+
+
+def hub_offline_requested() -> bool:
+    """True when the user asked for no network (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``)."""
+    return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Whether the Hugging Face Hub accepts a connection within ``timeout`` seconds.
+
+    Runs in a daemon thread, so a DNS lookup that hangs cannot block the caller for longer.
+    """
+    if hub_offline_requested():
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    parsed = urlparse(endpoint)
+    host, port = parsed.hostname or "huggingface.co", parsed.port or (443 if parsed.scheme != "http" else 80)
+    answer: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answer and answer[0])
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment at call time."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The folder of ``repo_id`` in the Hugging Face cache if its config is there, else None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hf_cache_dir())
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def cached_model_ids() -> list[str]:
+    """Model ids present in the Hugging Face cache (empty when there is no cache)."""
+    root = hf_cache_dir()
+    if not root.is_dir():
+        return []
+    return sorted(
+        p.name[len("models--"):].replace("--", "/") for p in root.iterdir() if p.name.startswith("models--")
+    )
+
+
+def offline_checkpoint_dir() -> Path:
+    """Where the workbook's own small DistilBERT checkpoint lives (built on first use)."""
+    return SETTINGS.cache_dir / "models" / OFFLINE_MODEL_DIR
+
+
+def _not_found_message(name: str) -> str:
+    cached = ", ".join(cached_model_ids()) or "none"
+    return (
+        f"model {name!r} is neither a local folder nor a cached Hub model, and the Hub cannot be reached "
+        f"(offline). Allowed: a folder with a config.json, a cached model id (cached here: {cached}), or "
+        f"name=None for the workbook's own model. Fix: on a machine with network run `hf download {name}` "
+        "(or set HF_HUB_OFFLINE=0 when online), or pass the path of a local copy."
+    )
+
+
+def _choose_named(name: str) -> ModelChoice:
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"model folder {name!r} has no config.json; allowed: a folder written by save_pretrained. "
+                "Fix: point to the folder that holds config.json and the weights."
+            )
+        return ModelChoice(str(path), "local", "you gave a local folder")
+    if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
+        raise ValueError(
+            f"model {name!r} is not an existing folder and not a Hub id like 'distilbert-base-cased' or "
+            "'owner/name'. Fix: check the spelling of the path, or pass a Hub id."
+        )
+    snapshot = cached_snapshot(name)
+    if snapshot is not None:
+        return ModelChoice(str(snapshot), "cache", f"{name} is in the Hugging Face cache")
+    if hub_reachable():
+        return ModelChoice(name, "hub", f"{name} is not cached; the Hub is reachable, downloading it")
+    raise ValueError(_not_found_message(name))
+
+
+def choose_model(name: str | None = None) -> ModelChoice:
+    """Decide which checkpoint to load (see the module docstring for the order). Never downloads."""
+    if name is not None:
+        if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
+            raise TypeError(f"name={name!r} must be a non-empty string (a folder or a Hub id) or None.")
+        return _choose_named(str(name))
+    snapshot = cached_snapshot(DEFAULT_MODEL)
+    if snapshot is not None:
+        return ModelChoice(str(snapshot), "cache", f"the course's model {DEFAULT_MODEL} is in the Hugging Face cache")
+    if hub_reachable():
+        return ModelChoice(DEFAULT_MODEL, "hub", f"the course's model; the Hub is reachable")
+    why = "HF_HUB_OFFLINE is set" if hub_offline_requested() else "the Hub cannot be reached"
+    path = build_offline_checkpoint()
+    return ModelChoice(
+        str(path),
+        "offline-build",
+        f"{DEFAULT_MODEL} is not cached and {why}: using the workbook's small DistilBERT "
+        "(same architecture, random weights, its own WordPiece vocabulary)",
+    )
+
+
+def _train_vocabulary(vocab_size: int) -> dict[str, int]:
+    """A cased WordPiece vocabulary trained on the workbook's own sentences."""
+    import string
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    from .corpus import corpus_sentences
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        initial_alphabet=list(string.ascii_letters + string.digits + string.punctuation),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus_sentences(), trainer)
+    return tok.get_vocab()
+
+
+def build_offline_checkpoint(force: bool = False) -> Path:
+    """Build (once) and return the folder of the workbook's small DistilBERT checkpoint.
+
+    Written to a temporary folder and moved into place, so processes that build at the same time
+    never see a half-written checkpoint.
+    """
+    target = offline_checkpoint_dir()
+    if (target / "config.json").is_file() and not force:
+        return target
+    import torch
+    from transformers import DistilBertConfig, DistilBertModel, DistilBertTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    tmp.chmod(0o755)
+    try:
+        tokenizer = DistilBertTokenizer(vocab=_train_vocabulary(4000), do_lower_case=False, model_max_length=512)
+        config = DistilBertConfig(
+            vocab_size=len(tokenizer), dim=128, n_layers=2, n_heads=4, hidden_dim=512,
+            max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,
+        )
+        torch.manual_seed(0)
+        DistilBertModel(config).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if force and target.exists():
+            shutil.rmtree(target)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished first: keep its checkpoint
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_classifier(name: str | None = None, num_labels: int = 2, verbose: bool = True):
+    """Return ``(model, tokenizer)`` for sequence classification, loaded with ``from_pretrained``.
+
+    Prints one line saying which model was used and why (unless ``verbose=False``).
+    """
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ValueError(f"num_labels={num_labels!r} must be a whole number >= 1 (2 for paraphrase / not).")
+    choice = choose_model(name)
+    if verbose:
+        print(choice)
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    opts = {"local_files_only": choice.local_files_only, "trust_remote_code": False}
+    model = AutoModelForSequenceClassification.from_pretrained(choice.path, num_labels=num_labels, **opts)
+    tokenizer = AutoTokenizer.from_pretrained(choice.path, **opts)
+    return model, tokenizer

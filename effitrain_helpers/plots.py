@@ -1,0 +1,86 @@
+"""The lessons' figures, drawn large enough for a projector.
+
+- ``plot_gflops``: matrix-product throughput against size, one line per device and dtype (lesson 1.1)
+- ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
+
+    from .bench import MatmulResult
+
+FONT = 13
+
+
+def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None) -> "Figure":
+    """GFLOP/s against matrix size (log-log), one line per (device, dtype), with min-max error bars."""
+    import matplotlib.pyplot as plt
+
+    if not results:
+        raise ValueError("no results to plot; run run_benchmark(...) first and pass its results.")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig = ax.figure
+    series: dict[tuple[str, str], list] = {}
+    for r in results:
+        series.setdefault((r.device, r.dtype), []).append(r)
+    for (device, dtype), rows in series.items():
+        rows.sort(key=lambda r: r.size)
+        x = [r.size for r in rows]
+        y = [r.gflops for r in rows]
+        low = [r.gflops - 2 * r.size**3 / r.seconds_max / 1e9 for r in rows]
+        high = [2 * r.size**3 / r.seconds_min / 1e9 - r.gflops for r in rows]
+        ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=3, label=f"{device} {dtype}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("matrix size n (n x n times n x n)", fontsize=FONT)
+    ax.set_ylabel("GFLOP/s (2n^3 / median time)", fontsize=FONT)
+    ax.set_title(title or f"Matrix product throughput on {results[0].device_name}", fontsize=FONT)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=FONT - 2)
+    fig.tight_layout()
+    return fig
+
+
+def _box(ax, x, y, w, h, text, color):
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", fc=color, ec="black", lw=1))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=FONT - 2)
+
+
+def _arrow(ax, start, end, text=""):
+    ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "lw": 1.5})
+    if text:
+        ax.text((start[0] + end[0]) / 2 + 0.05, (start[1] + end[1]) / 2, text, fontsize=FONT - 4)
+
+
+def plot_four_steps(num_devices: int = 2) -> "Figure":
+    """The four steps of one data-parallel training step, drawn for ``num_devices`` devices."""
+    import matplotlib.pyplot as plt
+
+    if not isinstance(num_devices, int) or not 2 <= num_devices <= 4:
+        raise ValueError(f"num_devices={num_devices!r}: draw between 2 and 4 devices.")
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 6)
+    ax.axis("off")
+    _box(ax, 3.5, 5.2, 3, 0.6, "global batch (all samples)", "#dddddd")
+    width = 8 / num_devices
+    for i in range(num_devices):
+        x = 1 + i * width
+        _arrow(ax, (5, 5.2), (x + width * 0.4, 4.55), "1. shard" if i == 0 else "")
+        _box(ax, x, 4.0, width * 0.8, 0.5, f"shard {i}", "#cfe8ff")
+        _box(ax, x, 2.8, width * 0.8, 0.8, f"device {i}\nmodel copy (2. replicate)", "#ffe7b3")
+        _arrow(ax, (x + width * 0.4, 4.0), (x + width * 0.4, 3.6))
+        _box(ax, x, 1.8, width * 0.8, 0.5, f"gradients {i}", "#ffd0d0")
+        _arrow(ax, (x + width * 0.4, 2.8), (x + width * 0.4, 2.3))
+        _arrow(ax, (x + width * 0.4, 1.8), (5, 1.1), "3. aggregate" if i == 0 else "")
+    _box(ax, 3.0, 0.4, 4, 0.7, "averaged gradient -> one update\n4. synchronise: same weights everywhere", "#d5f5d5")
+    ax.set_title("One step of data-parallel training", fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig

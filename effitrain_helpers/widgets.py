@@ -1,0 +1,51 @@
+"""Interactive controls for demos (lesson 1.1): re-run the matrix benchmark with other settings.
+
+``benchmark_widget()`` returns an ipywidgets box: choose sizes, dtypes and device, press *Run*,
+and the table and plot below it are redrawn from a fresh measurement.
+"""
+
+from __future__ import annotations
+
+from .bench import DTYPES, results_table, run_benchmark
+from .devices import available_devices
+
+
+def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
+    """An ipywidgets control that re-runs ``run_benchmark`` on demand; ``.run()`` runs it without a click."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    from .plots import plot_gflops
+
+    size_box = w.SelectMultiple(options=list(sizes), value=tuple(sizes[:3]), description="sizes", rows=len(sizes))
+    dtype_box = w.SelectMultiple(options=list(DTYPES), value=("float32",), description="dtypes", rows=3)
+    families = ["cpu"] + sorted({d.split(":")[0] for d in available_devices() if d != "cpu"}) + ["all"]
+    device_box = w.Dropdown(options=families, value="all", description="device")
+    button = w.Button(description="Run", button_style="primary", icon="play")
+    out = w.Output()
+
+    def run(_=None) -> None:
+        out.clear_output()
+        with out:
+            if not size_box.value or not dtype_box.value:
+                print("Pick at least one size and one dtype.")
+                return
+            print("measuring ...")
+            try:
+                results, notes = run_benchmark(size_box.value, dtype_box.value, device_box.value)
+            except ValueError as err:  # e.g. a dtype the chosen GPU cannot run
+                out.clear_output()
+                print(f"Cannot run that: {err}")
+                return
+            out.clear_output()
+            for note in notes:
+                print(note)
+            print(results_table(results))
+            fig = plot_gflops(results)
+            plt.show(fig)
+
+    button.on_click(run)
+    box = w.VBox([w.HBox([size_box, dtype_box, w.VBox([device_box, button])]), out])
+    box.run = run  # lets tests and scripted demos trigger a run
+    box.output = out
+    return box
