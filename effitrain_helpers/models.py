@@ -164,25 +164,37 @@ def choose_model(name: str | None = None) -> ModelChoice:
     )
 
 
-def _train_vocabulary(vocab_size: int) -> dict[str, int]:
-    """A cased WordPiece vocabulary trained on the workbook's own sentences."""
-    import string
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+def _train_vocabulary(vocab_size: int) -> dict[str, int]:
+    """A cased WordPiece vocabulary learnt from the workbook's own sentences, the same on every machine.
+
+    Frequency-based, like WordPiece training but without its tie-breaking by hash order (the
+    ``tokenizers`` trainer gives a slightly different vocabulary on each run): special tokens, every
+    character alone and as a continuation ``##c``, then the most frequent whole words, word starts and
+    ``##`` word endings, ties broken alphabetically.
+    """
+    import string
+    from collections import Counter
+
+    from tokenizers.pre_tokenizers import BertPreTokenizer
 
     from .corpus import corpus_sentences
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-        initial_alphabet=list(string.ascii_letters + string.digits + string.punctuation),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus_sentences(), trainer)
-    return tok.get_vocab()
+    split = BertPreTokenizer().pre_tokenize_str
+    words = Counter(w for text in corpus_sentences() for w, _ in split(text))
+    pieces: Counter[str] = Counter()
+    for word, count in words.items():
+        pieces[word] += 2 * count  # whole words first
+        for k in range(2, min(len(word), 6)):
+            pieces[word[:k]] += count
+            pieces["##" + word[-k:]] += count
+    alphabet = sorted(set(string.ascii_letters + string.digits + string.punctuation) | set("".join(words)))
+    vocab = SPECIAL_TOKENS + alphabet + ["##" + c for c in alphabet]
+    ranked = sorted((p for p in pieces if p not in vocab), key=lambda p: (-pieces[p], p))
+    vocab += ranked[: max(0, vocab_size - len(vocab))]
+    return {token: i for i, token in enumerate(vocab)}
 
 
 def build_offline_checkpoint(force: bool = False) -> Path:
@@ -201,7 +213,7 @@ def build_offline_checkpoint(force: bool = False) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     tmp.chmod(0o755)
     try:
-        tokenizer = DistilBertTokenizer(vocab=_train_vocabulary(4000), do_lower_case=False, model_max_length=512)
+        tokenizer = DistilBertTokenizer(vocab=_train_vocabulary(3000), do_lower_case=False, model_max_length=512)
         config = DistilBertConfig(
             vocab_size=len(tokenizer), dim=128, n_layers=2, n_heads=4, hidden_dim=512,
             max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,

@@ -14,6 +14,7 @@ def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
     """An ipywidgets control that re-runs ``run_benchmark`` on demand; ``.run()`` runs it without a click."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
+    from IPython.display import display
 
     from .plots import plot_gflops
 
@@ -24,25 +25,28 @@ def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
     button = w.Button(description="Run", button_style="primary", icon="play")
     out = w.Output()
 
-    def run(_=None) -> None:
+    def run(_=None) -> list | None:
+        """Measure with the current choices, show table and plot; returns the results (None if nothing ran)."""
         out.clear_output()
         with out:
             if not size_box.value or not dtype_box.value:
                 print("Pick at least one size and one dtype.")
-                return
+                return None
             print("measuring ...")
             try:
                 results, notes = run_benchmark(size_box.value, dtype_box.value, device_box.value)
             except ValueError as err:  # e.g. a dtype the chosen GPU cannot run
                 out.clear_output()
                 print(f"Cannot run that: {err}")
-                return
+                return None
             out.clear_output()
             for note in notes:
                 print(note)
             print(results_table(results))
             fig = plot_gflops(results)
-            plt.show(fig)
+            display(fig)
+            plt.close(fig)
+        return results
 
     button.on_click(run)
     box = w.VBox([w.HBox([size_box, dtype_box, w.VBox([device_box, button])]), out])

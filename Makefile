@@ -1,0 +1,51 @@
+# Two commands set everything up (see README):
+#   make lab    create the environment and open JupyterLab on notebooks/
+#   make test   create the environment and run the whole test suite (what CI runs)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+TORCH_VERSION   ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+STAMP  := $(VENV)/.effitrain-installed
+
+.PHONY: env lab test bench notebooks clean
+
+env: $(STAMP)
+
+# torch first: the CPU wheel on machines without an NVIDIA GPU (never a multi-GB CUDA build there),
+# the default PyPI build (CUDA on Linux) where nvidia-smi finds a GPU. Then the package and its test extras.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	@if $(BIN)/python -c "import torch" 2>/dev/null; then \
+		echo "torch already installed: $$($(BIN)/python -c 'import torch; print(torch.__version__)')"; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "NVIDIA GPU found: installing the CUDA build of torch $(TORCH_VERSION)"; \
+		$(BIN)/pip install "torch==$(TORCH_VERSION)"; \
+	elif [ "$$(uname -s)" = "Linux" ]; then \
+		echo "no NVIDIA GPU: installing the CPU build of torch $(TORCH_VERSION)"; \
+		$(BIN)/pip install --no-deps --no-index "torch==$(TORCH_VERSION)+cpu" 2>/dev/null \
+		|| $(BIN)/pip install --no-deps "torch==$(TORCH_VERSION)+cpu" --index-url $(TORCH_CPU_INDEX); \
+	else \
+		$(BIN)/pip install "torch==$(TORCH_VERSION)"; \
+	fi
+	$(BIN)/pip install -e ".[test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (effitrain)" >/dev/null
+	@touch $(STAMP)
+
+lab: env
+	$(BIN)/jupyter lab notebooks/
+
+test: env
+	@start=$$(date +%s); \
+	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python -m pytest; status=$$?; \
+	echo "test suite took $$(( $$(date +%s) - start )) s"; exit $$status
+
+bench: env
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/run_benchmarks.py
+
+# Re-execute every notebook offline and store only the outputs the policy keeps (README, Contributing).
+notebooks: env
+	$(BIN)/python tools/notebook_outputs.py notebooks/*.ipynb
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,66 @@
+"""The `effitrain` command line, run as a learner would run it (a real subprocess)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "effitrain_helpers.cli", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_devices_json():
+    out = run("devices", "--json")
+    assert out.returncode == 0
+    data = json.loads(out.stdout)
+    assert data["logical_cores"] >= 1 and "gpus" in data
+
+
+def test_bench_json_has_one_record_per_measurement(tmp_path):
+    plot = tmp_path / "bench.png"
+    out = run("bench", "--sizes", "32,64", "--dtypes", "float32,bfloat16", "--device", "cpu", "--repeats", "2",
+              "--json", "--plot", str(plot))
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["dtype"], r["size"]) for r in records] == [("float32", 32), ("float32", 64), ("bfloat16", 32), ("bfloat16", 64)]
+    for r in records:
+        assert {"device", "dtype", "size", "seconds", "gflops"} <= set(r) and r["gflops"] > 0
+    assert plot.stat().st_size > 1000
+
+
+def test_bench_text_and_best():
+    out = run("bench", "--sizes", "32", "--device", "all", "--repeats", "1", "--best")
+    assert out.returncode == 0, out.stderr
+    assert "GFLOP/s" in out.stdout and "best achievable cpu float32" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["bench", "--sizes", "0"], "size '0' is not allowed"),
+        (["bench", "--sizes", "-5"], "size '-5' is not allowed"),
+        (["bench", "--sizes", "abc"], "size 'abc' is not allowed"),
+        (["bench", "--dtypes", "int8"], "dtype 'int8' is not allowed"),
+        (["bench", "--device", "tpu"], "device 'tpu' is not allowed"),
+        (["bench", "--repeats", "0"], "repeats=0"),
+        (["bench", "--repeats", "x"], "invalid int value: 'x'"),
+        (["model", "no-such-model-anywhere"], "'no-such-model-anywhere' is neither a local folder"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(args, words):
+    out = run(*args)
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], out.stderr
+    assert out.stdout == ""
+
+
+def test_model_reports_the_offline_build():
+    out = run("model", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["source"] in {"offline-build", "cache"}

@@ -1,0 +1,40 @@
+import pytest
+
+from effitrain_helpers import bench, plots
+from effitrain_helpers.widgets import benchmark_widget
+
+
+def test_gflops_plot_has_one_line_per_device_and_dtype():
+    results, _ = bench.run_benchmark([32, 64], ["float32", "bfloat16"], "cpu", repeats=1)
+    fig = plots.plot_gflops(results)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["cpu float32", "cpu bfloat16"]
+
+
+def test_gflops_plot_needs_results():
+    with pytest.raises(ValueError, match="no results"):
+        plots.plot_gflops([])
+
+
+def test_four_steps_figure_names_each_step():
+    fig = plots.plot_four_steps(2)
+    text = " ".join(t.get_text() for t in fig.axes[0].texts)
+    for word in ("shard", "replicate", "aggregate", "synchronise"):
+        assert word in text
+    with pytest.raises(ValueError, match="num_devices=9"):
+        plots.plot_four_steps(9)
+
+
+def test_widget_reruns_the_benchmark_with_its_choices(capsys):
+    box = benchmark_widget(sizes=(32, 64, 128))
+    results = box.run()
+    assert [(r.size, r.dtype) for r in results] == [(32, "float32"), (64, "float32"), (128, "float32")]
+    assert "GFLOP/s" in capsys.readouterr().out  # outside a kernel the Output widget lets prints through
+
+
+def test_widget_with_nothing_selected_says_so(capsys):
+    box = benchmark_widget(sizes=(32, 64))
+    size_box = box.children[0].children[0]
+    size_box.value = ()
+    assert box.run() is None
+    assert "Pick at least one size" in capsys.readouterr().out

@@ -1,0 +1,80 @@
+"""The project's promises about itself: set-up files agree, notebooks follow the outputs policy,
+importing the helpers is cheap, nothing trusts remote code."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import notebook_outputs  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _normal(requirement: str) -> str:
+    return requirement.replace(" ", "").lower().replace("_", "-")
+
+
+def test_environment_yml_matches_pyproject():
+    import yaml
+
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["name"] == "effitrain"
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda_pkgs = {_normal(d).replace("pytorch", "torch", 1) for d in conda if _name(d) not in {"python", "pip"}}
+    pip_pkgs = {_normal(d) for d in pip if not d.startswith("-")}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_normal(d) for d in project["dependencies"] + project["optional-dependencies"]["test"]}
+    assert conda_pkgs | pip_pkgs == wanted
+    assert "--editable ." in pip
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make lab" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_follows_outputs_policy(path):
+    assert notebook_outputs.problems(nbformat.read(path, as_version=4), path.name) == []
+
+
+def test_policy_catches_a_notebook_that_checks_nothing():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    found = notebook_outputs.problems(nb, "empty.ipynb")
+    assert any("nothing would be compared" in f for f in found) and any("no assert" in f for f in found)
+
+
+def test_every_lesson_of_chapter_one_is_numbered():
+    assert any(p.name.startswith("1_1_") for p in NOTEBOOKS)
+
+
+def test_importing_the_helpers_does_not_import_heavy_libraries():
+    code = (
+        "import sys, effitrain_helpers, effitrain_helpers.settings, effitrain_helpers.models, "
+        "effitrain_helpers.exercises, effitrain_helpers.plots, effitrain_helpers.cli\n"
+        "heavy = [m for m in ('transformers', 'accelerate', 'datasets', 'matplotlib') if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
+def test_nothing_trusts_remote_code():
+    pattern = re.compile(r"trust_remote_code\s*=\s*True")
+    files = list((ROOT / "effitrain_helpers").rglob("*.py")) + NOTEBOOKS + list((ROOT / "benchmarks").glob("*.py"))
+    assert [f.name for f in files if pattern.search(f.read_text())] == []
