@@ -29,18 +29,15 @@ def is_checked(cell) -> bool:
 
 
 def clean(nb) -> None:
-    """Drop outputs and execution counts of untagged cells; tagged cells keep their outputs."""
+    """Drop outputs and execution counts of untagged cells; tagged cells keep theirs (nbval skips a
+    cell whose stored execution count is empty, treating it as never run)."""
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        cell.execution_count = None
         cell.metadata.pop("execution", None)
         if not is_checked(cell):
             cell.outputs = []
-        else:
-            for out in cell.outputs:
-                if "execution_count" in out:
-                    out["execution_count"] = None
+            cell.execution_count = None
 
 
 def problems(nb, name: str) -> list[str]:
@@ -53,6 +50,8 @@ def problems(nb, name: str) -> list[str]:
     if not any(re.search(r"^\s*assert\b", c.source, re.M) for c in code):
         found.append(f"{name}: no assert statement: the notebook checks nothing itself")
     for i, cell in enumerate(code):
+        if is_checked(cell) and cell.execution_count is None:
+            found.append(f"{name}: code cell {i} is tagged but has no execution count: nbval would skip it")
         if cell.outputs and not is_checked(cell):
             found.append(f"{name}: code cell {i} is untagged but has stored outputs (run this tool to clean it)")
         for out in cell.outputs:

@@ -1,0 +1,128 @@
+"""Measure the workbook's performance claims and write a report (JSON and a readable table).
+
+    python benchmarks/run_benchmarks.py [--out benchmarks/results] [--skip-notebooks]
+
+Targets (checked here, never in timed tests):
+
+1. the helper's matmul GFLOP/s agree with ``torch.utils.benchmark`` on the same shapes in the same run:
+   ratio >= 0.95 (the harness adds no overhead);
+2. every lesson notebook, executed headless in the default size, takes under 60 s on a 2-core CPU;
+3. ``import effitrain_helpers`` imports neither transformers, accelerate nor datasets.
+
+Exit code 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS_RATIO_MIN = 0.95
+NOTEBOOK_MAX_S = 60.0
+
+
+def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 3) -> list[dict]:
+    """Helper GFLOP/s over torch.utils.benchmark GFLOP/s, same product, interleaved rounds, median ratio."""
+    import torch
+    from torch.utils import benchmark as tb
+
+    from effitrain_helpers.bench import gflops, time_matmul
+
+    rows = []
+    for n in sizes:
+        a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+        timer = tb.Timer("torch.mm(a, b, out=out)", globals={"torch": torch, "a": a, "b": b, "out": out},
+                         num_threads=torch.get_num_threads())
+        ours, ref = [], []
+        for _ in range(rounds):
+            ours.append(time_matmul(n, "float32", "cpu", repeats=5).gflops)
+            ref.append(gflops(n, timer.blocked_autorange(min_run_time=0.3).median))
+        ratio = statistics.median(o / r for o, r in zip(ours, ref))
+        rows.append({"size": n, "dtype": "float32", "device": "cpu", "helper_gflops": statistics.median(ours),
+                     "torch_benchmark_gflops": statistics.median(ref), "ratio": ratio,
+                     "ok": ratio >= HARNESS_RATIO_MIN})
+    return rows
+
+
+def notebook_times() -> list[dict]:
+    """Wall time of each lesson notebook executed headless, offline, in the small size."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    env = {"HF_HUB_OFFLINE": "1", "EFFITRAIN_SIZE": "small"}
+    os.environ.update(env)
+    rows = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": tmp}}).execute()
+            seconds = time.perf_counter() - start
+        rows.append({"notebook": path.name, "seconds": seconds, "ok": seconds < NOTEBOOK_MAX_S})
+    return rows
+
+
+def import_cost() -> dict:
+    """Time to import the package alone and with the lesson-1.1 helpers, and which heavy libraries came along."""
+    code = (
+        "import time, sys\nt = time.perf_counter()\nimport effitrain_helpers\nbare = time.perf_counter() - t\n"
+        "import effitrain_helpers.models, effitrain_helpers.exercises, effitrain_helpers.bench, effitrain_helpers.cli\n"
+        "full = time.perf_counter() - t\n"
+        "heavy = [m for m in ('transformers', 'accelerate', 'datasets') if m in sys.modules]\n"
+        "print(bare, full, ','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    heavy = out[2].split(",") if len(out) > 2 else []
+    return {"package_s": float(out[0]), "with_lesson_helpers_s": float(out[1]), "heavy_imported": heavy,
+            "ok": not heavy}
+
+
+def write_report(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    lines = [f"# effitrain benchmarks ({report['hardware']})", "", "## Matmul harness vs torch.utils.benchmark", "",
+             "| size | helper GFLOP/s | torch.utils.benchmark GFLOP/s | ratio | target >= 0.95 |", "|---|---|---|---|---|"]
+    for r in report["harness"]:
+        lines.append(f"| {r['size']} | {r['helper_gflops']:.1f} | {r['torch_benchmark_gflops']:.1f} | "
+                     f"{r['ratio']:.3f} | {'ok' if r['ok'] else 'MISSED'} |")
+    lines += ["", "## Notebooks, headless, small size", "", "| notebook | seconds | target < 60 s |", "|---|---|---|"]
+    for r in report["notebooks"]:
+        lines.append(f"| {r['notebook']} | {r['seconds']:.1f} | {'ok' if r['ok'] else 'MISSED'} |")
+    imp = report["import"]
+    lines += ["", "## Import cost", "",
+              f"`import effitrain_helpers`: {imp['package_s'] * 1e3:.1f} ms; with the lesson 1.1 helpers "
+              f"(torch included): {imp['with_lesson_helpers_s']:.2f} s; heavy libraries imported: "
+              f"{', '.join(imp['heavy_imported']) or 'none'} ({'ok' if imp['ok'] else 'MISSED'})"]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Measure the workbook's performance claims.")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--skip-notebooks", action="store_true", help="skip executing the notebooks")
+    args = parser.parse_args(argv)
+    from effitrain_helpers.devices import hardware_summary
+
+    hw = hardware_summary()
+    report = {
+        "hardware": f"{hw.cpu_model}, {hw.logical_cores} logical cores, torch {hw.torch_version}",
+        "harness": harness_vs_torch_benchmark(),
+        "notebooks": [] if args.skip_notebooks else notebook_times(),
+        "import": import_cost(),
+    }
+    write_report(report, args.out)
+    print((args.out / "report.md").read_text())
+    missed = [r for r in report["harness"] + report["notebooks"] if not r["ok"]] + ([] if report["import"]["ok"] else [1])
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
