@@ -31,20 +31,14 @@ NOTEBOOK_MAX_S = 60.0
 
 def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 3) -> list[dict]:
     """Helper GFLOP/s over torch.utils.benchmark GFLOP/s, same product, interleaved rounds, median ratio."""
-    import torch
-    from torch.utils import benchmark as tb
-
-    from effitrain_helpers.bench import gflops, time_matmul
+    from effitrain_helpers.bench import gflops, time_matmul, torch_benchmark_seconds
 
     rows = []
     for n in sizes:
-        a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
-        timer = tb.Timer("torch.mm(a, b, out=out)", globals={"torch": torch, "a": a, "b": b, "out": out},
-                         num_threads=torch.get_num_threads())
         ours, ref = [], []
         for _ in range(rounds):
             ours.append(time_matmul(n, "float32", "cpu", repeats=5).gflops)
-            ref.append(gflops(n, timer.blocked_autorange(min_run_time=0.3).median))
+            ref.append(gflops(n, torch_benchmark_seconds(n, "float32", "cpu", min_run_time=0.3)))
         ratio = statistics.median(o / r for o, r in zip(ours, ref))
         rows.append({"size": n, "dtype": "float32", "device": "cpu", "helper_gflops": statistics.median(ours),
                      "torch_benchmark_gflops": statistics.median(ref), "ratio": ratio,

@@ -22,9 +22,20 @@ from .devices import available_devices, cpu_model_name
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICE_CHOICES = ("cpu", "cuda", "mps", "all")
 MAX_SIZE = 32768
-TARGET_REPEAT_S = 0.02  # each repeat runs the product enough times to last about this long
+TARGET_REPEAT_S = 0.1  # each repeat runs the product enough times to last about this long
+WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least twice)
 
-# Dense tensor-core peaks (GFLOP/s, no sparsity) of common GPUs, from their makers' data sheets.
+# Sizes a lesson measures by default: (small setting, full setting). A CPU without bf16/fp16 units runs
+# 16-bit products about 100x slower than float32, so its 16-bit sizes stay small.
+DEFAULT_SIZES = {
+    ("cpu", "float32"): ([128, 256, 512], [256, 512, 1024, 2048]),
+    ("cpu", "16-bit"): ([128, 256, 512], [128, 256, 512]),
+    ("gpu", "float32"): ([256, 1024, 2048], [1024, 2048, 4096, 8192]),
+    ("gpu", "16-bit"): ([256, 1024, 2048], [1024, 2048, 4096, 8192]),
+}
+
+# Dense peaks (GFLOP/s, no sparsity; SXM boards where there are several) of common GPUs, from their makers'
+# data sheets. float32 is the plain (non-tensor-core) rate. A missing dtype means no fast path for it.
 GPU_PEAK_GFLOPS = {
     ("H200", "bfloat16"): 989_000, ("H200", "float16"): 989_000, ("H200", "float32"): 67_000,
     ("H100", "bfloat16"): 989_000, ("H100", "float16"): 989_000, ("H100", "float32"): 67_000,
@@ -50,6 +61,11 @@ class MatmulResult:
     number: int
     gflops: float
 
+    @property
+    def gflops_best(self) -> float:
+        """Throughput of the fastest repeat (the least disturbed by other work on the machine)."""
+        return gflops(self.size, self.seconds_min)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -57,6 +73,14 @@ class MatmulResult:
 def gflops(size: int, seconds: float) -> float:
     """Throughput of one n x n by n x n product: 2 n^3 floating-point operations in ``seconds``."""
     return 2 * size**3 / seconds / 1e9
+
+
+def default_sizes(device: str, dtype: str, size: str = "small") -> list[int]:
+    """The sizes a lesson measures on ``device`` in ``dtype`` for the ``small`` or ``full`` setting."""
+    kind = "cpu" if device == "cpu" else "gpu"
+    width = "float32" if dtype == "float32" else "16-bit"
+    small, full = DEFAULT_SIZES[(kind, width)]
+    return list(full if size == "full" else small)
 
 
 # ---------------------------------------------------------------- validating what the user asked for
@@ -187,8 +211,10 @@ def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats:
     def product() -> None:
         torch.mm(a, b, out=out)
 
-    first = _time_loop(product, device, 1)  # warm-up: kernels chosen, caches filled
-    first = min(first, _time_loop(product, device, 1))
+    first, spent, calls = float("inf"), 0.0, 0  # warm-up: kernels chosen, caches and clocks settled
+    while calls < 2 or spent < WARMUP_S:
+        took = _time_loop(product, device, 1)
+        first, spent, calls = min(first, took), spent + took, calls + 1
     number = max(1, math.ceil(TARGET_REPEAT_S / max(first, 1e-7)))
     per_call = [_time_loop(product, device, number) / number for _ in range(repeats)]
     median = statistics.median(per_call)
@@ -199,8 +225,20 @@ def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats:
     )
 
 
+def torch_benchmark_seconds(size: int, dtype: str = "float32", device: str = "cpu", min_run_time: float = 0.5) -> float:
+    """Median seconds of the same product timed by ``torch.utils.benchmark`` (the reference to agree with)."""
+    from torch.utils import benchmark as tb
+
+    (size,) = parse_sizes([size])
+    a = torch.randn(size, size, device=device, dtype=DTYPES[parse_dtypes([dtype])[0]])
+    b, out = torch.randn_like(a), torch.empty_like(a)
+    timer = tb.Timer("torch.mm(a, b, out=out)", globals={"torch": torch, "a": a, "b": b, "out": out},
+                     num_threads=torch.get_num_threads())  # its default is 1 thread: not what the helper measures
+    return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
 def run_benchmark(
-    sizes: str | Iterable[int] = (256, 512, 1024),
+    sizes: str | Iterable[int] | None = None,
     dtypes: str | Iterable[str] = ("float32",),
     device: str = "all",
     repeats: int = 5,
@@ -208,17 +246,20 @@ def run_benchmark(
 ) -> tuple[list[MatmulResult], list[str]]:
     """Measure every size x dtype x device; return the results and notes (missing hardware, skips).
 
-    A dtype the device cannot run is an error when a single device was asked for, and a
-    reported skip when ``device='all'``.
+    ``sizes=None`` uses each device's ``default_sizes`` for the current ``SETTINGS.size``. A dtype the
+    device cannot run is an error when a single device was asked for, and a reported skip when ``device='all'``.
     """
-    sizes, dtypes = parse_sizes(sizes), parse_dtypes(dtypes)
+    from .settings import SETTINGS
+
+    dtypes = parse_dtypes(dtypes)
+    fixed = None if sizes is None else parse_sizes(sizes)
     _check_repeats(repeats)
     devices, notes = resolve_devices(device)
     plan = []
     for dev in devices:
         for dt in dtypes:
             if dtype_supported(dev, dt):
-                plan += [(dev, dt, n) for n in sizes]
+                plan += [(dev, dt, n) for n in (fixed or default_sizes(dev, dt, SETTINGS.size))]
             elif device == "all":
                 notes.append(f"{dt} is not supported on {dev}: skipped")
             else:
@@ -267,15 +308,22 @@ class SweepResult:
 def theoretical_peak_gflops(device: str, dtype: str) -> tuple[float | None, str]:
     """The device's theoretical peak for ``dtype`` and where that figure comes from (None when unknown).
 
-    GPUs: data-sheet figures for common models. CPUs (float32 only): cores x clock x FLOPs per cycle
-    (two FMA units: 32 with AVX2, 64 with AVX-512), from the clock the OS reports.
+    GPUs: data-sheet figures for common models. CPUs (float32 only), an estimate: cores x clock x FLOPs
+    per cycle, assuming two FMA units per core (32 FLOPs per cycle with AVX2, 64 with AVX-512; CPUs with
+    one unit reach half), with the highest clock the OS reports (turbo, else the current clock).
     """
     if device.startswith("cuda"):
+        import re
+
         name = torch.cuda.get_device_name(device)
-        for (model, dt), peak in GPU_PEAK_GFLOPS.items():
-            if model in name and dt == dtype:
-                return float(peak), f"{model} data sheet, dense"
-        return None, "unknown GPU model"
+        models = {m for m, _ in GPU_PEAK_GFLOPS if re.search(rf"\b{m}\b", name)}
+        if not models:
+            return None, f"no data-sheet peak stored for {name}"
+        model = max(models, key=len)
+        peak = GPU_PEAK_GFLOPS.get((model, dtype))
+        if peak is None:
+            return None, f"{model} has no fast {dtype} path on its data sheet"
+        return float(peak), f"{model} data sheet, dense"
     if device == "cpu" and dtype == "float32":
         import psutil
 
@@ -285,7 +333,10 @@ def theoretical_peak_gflops(device: str, dtype: str) -> tuple[float | None, str]
         isa = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()
         per_cycle = 64 if "AVX512" in isa else 32 if "AVX2" in isa else None
         if mhz and per_cycle:
-            return cores * mhz / 1000 * per_cycle, f"{cores} cores x {mhz / 1000:.2f} GHz x {per_cycle} FLOP/cycle"
+            clock = "max" if freq.max else "current"
+            return cores * mhz / 1000 * per_cycle, (
+                f"estimate: {cores} cores x {mhz / 1000:.2f} GHz ({clock} clock) x {per_cycle} FLOP/cycle"
+            )
     return None, "no published peak for this device and dtype"
 
 
@@ -294,7 +345,7 @@ def best_achievable(
 ) -> SweepResult:
     """Sweep square sizes and report the best and median GFLOP/s reached (mamf-finder style)."""
     if sizes is None:
-        sizes = range(256, 1537, 256) if device == "cpu" else range(1024, 8193, 1024)
+        sizes = range(256, 1281, 256) if device == "cpu" else range(1024, 8193, 1024)
     results, _ = run_benchmark(list(sizes), [dtype], device, repeats)
     best = max(results, key=lambda r: r.gflops)
     peak, source = theoretical_peak_gflops(best.device, dtype)

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_devices)
     p = sub.add_parser("bench", help="matrix-multiplication throughput over sizes x dtypes x devices")
-    p.add_argument("--sizes", default="256,512,1024", help="comma-separated matrix sizes (default 256,512,1024)")
+    p.add_argument("--sizes", default=None, help="comma-separated matrix sizes (default: each device's lesson sizes)")
     p.add_argument("--dtypes", default="float32", help="comma-separated: float32,bfloat16,float16")
     p.add_argument("--device", default="all", help="cpu, cuda, cuda:N, mps or all (default)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")

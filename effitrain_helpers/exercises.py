@@ -13,6 +13,7 @@ A lesson's exercises live in ``effitrain_helpers.checks.lesson_X_Y`` as :class:`
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -77,6 +78,7 @@ class Exercise:
 
     name: str
     checker: Callable[..., None]
+    usage: str  # how to call check, e.g. "q1.check(answer, model.config)"
     hints: list[str] = field(default_factory=list)
     solution_code: str = ""
     _hints_shown: int = 0
@@ -85,6 +87,10 @@ class Exercise:
         """Judge ``answers`` without displaying anything; never raises."""
         if not answers or any(_is_blank(a) for a in answers):
             return CheckResult(self.name, NOT_ATTEMPTED, "replace ____ with your answer, then run the cell again.")
+        try:
+            inspect.signature(self.checker).bind(*answers, **context)
+        except TypeError:
+            return CheckResult(self.name, INCORRECT, f"call it as `{self.usage}`.")
         try:
             self.checker(*answers, **context)
         except Incorrect as err:

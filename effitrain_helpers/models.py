@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlparse
 
+from .cache import build_once
 from .settings import SETTINGS
 
 DEFAULT_MODEL = "distilbert-base-cased"
-OFFLINE_MODEL_DIR = "distilbert-tiny-cased-v1"
+OFFLINE_MODEL = {"dim": 128, "n_layers": 2, "n_heads": 4, "hidden_dim": 512, "max_position_embeddings": 512}
+VOCAB_SIZE = 3000
 HUB_TIMEOUT_S = 3.0
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _TRUE = {"1", "on", "yes", "true"}
@@ -41,13 +42,14 @@ class ModelChoice:
     path: str
     source: str  # "local", "cache", "hub" or "offline-build"
     reason: str
+    what: str = "model"
 
     @property
     def local_files_only(self) -> bool:
         return self.source != "hub"
 
     def __str__(self) -> str:
-        return f"Model: {self.path} ({self.source}): {self.reason}"
+        return f"{self.what[0].upper() + self.what[1:]}: {self.path} ({self.source}): {self.reason}"
 
 
 def hub_offline_requested() -> bool:
@@ -88,12 +90,24 @@ def hf_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
-def cached_snapshot(repo_id: str) -> Path | None:
-    """The folder of ``repo_id`` in the Hugging Face cache if its config is there, else None."""
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def cached_snapshot(repo_id: str, marker: str = "config.json", needs_one_of: tuple[str, ...] = ()) -> Path | None:
+    """The folder of ``repo_id`` in the Hugging Face cache if ``marker`` and one of ``needs_one_of`` are there.
+
+    A half-finished download (a config without weights) does not count as cached.
+    """
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hf_cache_dir())
-    return Path(found).parent if isinstance(found, str) else None
+    found = try_to_load_from_cache(repo_id, marker, cache_dir=hf_cache_dir())
+    if not isinstance(found, str):
+        return None
+    if needs_one_of and not any(
+        isinstance(try_to_load_from_cache(repo_id, f, cache_dir=hf_cache_dir()), str) for f in needs_one_of
+    ):
+        return None
+    return Path(found).parent
 
 
 def cached_model_ids() -> list[str]:
@@ -106,61 +120,65 @@ def cached_model_ids() -> list[str]:
     )
 
 
-def offline_checkpoint_dir() -> Path:
-    """Where the workbook's own small DistilBERT checkpoint lives (built on first use)."""
-    return SETTINGS.cache_dir / "models" / OFFLINE_MODEL_DIR
-
-
-def _not_found_message(name: str) -> str:
+def _not_found_message(name: str, what: str) -> str:
     cached = ", ".join(cached_model_ids()) or "none"
     return (
-        f"model {name!r} is neither a local folder nor a cached Hub model, and the Hub cannot be reached "
-        f"(offline). Allowed: a folder with a config.json, a cached model id (cached here: {cached}), or "
-        f"name=None for the workbook's own model. Fix: on a machine with network run `hf download {name}` "
+        f"{what} {name!r} is neither a local folder nor in the Hugging Face cache, and the Hub cannot be reached "
+        f"(offline). Allowed: a folder written by save_pretrained, a cached id (cached here: {cached}), or "
+        f"None for the workbook's own. Fix: on a machine with network run `hf download {name}` "
         "(or set HF_HUB_OFFLINE=0 when online), or pass the path of a local copy."
     )
 
 
-def _choose_named(name: str) -> ModelChoice:
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ValueError(
-                f"model folder {name!r} has no config.json; allowed: a folder written by save_pretrained. "
-                "Fix: point to the folder that holds config.json and the weights."
-            )
-        return ModelChoice(str(path), "local", "you gave a local folder")
-    if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
-        raise ValueError(
-            f"model {name!r} is not an existing folder and not a Hub id like 'distilbert-base-cased' or "
-            "'owner/name'. Fix: check the spelling of the path, or pass a Hub id."
-        )
-    snapshot = cached_snapshot(name)
-    if snapshot is not None:
-        return ModelChoice(str(snapshot), "cache", f"{name} is in the Hugging Face cache")
-    if hub_reachable():
-        return ModelChoice(name, "hub", f"{name} is not cached; the Hub is reachable, downloading it")
-    raise ValueError(_not_found_message(name))
+def resolve_checkpoint(
+    name: str | None, *, default_id: str, marker: str, build_offline: Callable[[], Path], what: str, offline_desc: str,
+    needs_one_of: tuple[str, ...] = (),
+) -> ModelChoice:
+    """The resolution order of the module docstring, for any kind of checkpoint. Choosing never downloads
+    (``from_pretrained`` on a ``hub`` choice does).
 
-
-def choose_model(name: str | None = None) -> ModelChoice:
-    """Decide which checkpoint to load (see the module docstring for the order). Never downloads."""
+    ``marker`` is the file that proves a folder holds one (``config.json`` for a model,
+    ``preprocessor_config.json`` for a processor), ``needs_one_of`` the files of which one must be there
+    too (the weights); ``build_offline`` makes the workbook's own.
+    """
     if name is not None:
         if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
             raise TypeError(f"name={name!r} must be a non-empty string (a folder or a Hub id) or None.")
-        return _choose_named(str(name))
-    snapshot = cached_snapshot(DEFAULT_MODEL)
+        name = str(name)
+        path = Path(name).expanduser()
+        if path.is_dir():
+            if not (path / marker).is_file():
+                raise ValueError(
+                    f"{what} folder {name!r} has no {marker}; allowed: a folder written by save_pretrained. "
+                    f"Fix: point to the folder that holds {marker}."
+                )
+            return ModelChoice(str(path), "local", "you gave a local folder", what)
+        if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
+            raise ValueError(
+                f"{what} {name!r} is not an existing folder and not a Hub id like '{default_id}' or "
+                "'owner/name'. Fix: check the spelling of the path, or pass a Hub id."
+            )
+        snapshot = cached_snapshot(name, marker, needs_one_of)
+        if snapshot is not None:
+            return ModelChoice(str(snapshot), "cache", f"{name} is in the Hugging Face cache", what)
+        if hub_reachable():
+            return ModelChoice(name, "hub", f"{name} is not cached; the Hub is reachable, downloading it", what)
+        raise ValueError(_not_found_message(name, what))
+    snapshot = cached_snapshot(default_id, marker, needs_one_of)
     if snapshot is not None:
-        return ModelChoice(str(snapshot), "cache", f"the course's model {DEFAULT_MODEL} is in the Hugging Face cache")
+        return ModelChoice(str(snapshot), "cache", f"the course's {what} {default_id} is in the Hugging Face cache", what)
     if hub_reachable():
-        return ModelChoice(DEFAULT_MODEL, "hub", f"the course's model; the Hub is reachable")
+        return ModelChoice(default_id, "hub", f"the course's {what}; the Hub is reachable", what)
     why = "HF_HUB_OFFLINE is set" if hub_offline_requested() else "the Hub cannot be reached"
-    path = build_offline_checkpoint()
-    return ModelChoice(
-        str(path),
-        "offline-build",
-        f"{DEFAULT_MODEL} is not cached and {why}: using the workbook's small DistilBERT "
-        "(same architecture, random weights, its own WordPiece vocabulary)",
+    return ModelChoice(str(build_offline()), "offline-build", f"{default_id} is not cached and {why}: {offline_desc}", what)
+
+
+def choose_model(name: str | None = None) -> ModelChoice:
+    """Decide which model checkpoint to load (see the module docstring for the order). Never downloads."""
+    return resolve_checkpoint(
+        name, default_id=DEFAULT_MODEL, marker="config.json", needs_one_of=WEIGHT_FILES,
+        build_offline=build_offline_checkpoint, what="model",
+        offline_desc="using the workbook's small DistilBERT (same architecture, random weights, its own vocabulary)",
     )
 
 
@@ -197,40 +215,30 @@ def _train_vocabulary(vocab_size: int) -> dict[str, int]:
     return {token: i for i, token in enumerate(vocab)}
 
 
-def build_offline_checkpoint(force: bool = False) -> Path:
-    """Build (once) and return the folder of the workbook's small DistilBERT checkpoint.
-
-    Written to a temporary folder and moved into place, so processes that build at the same time
-    never see a half-written checkpoint.
-    """
-    target = offline_checkpoint_dir()
-    if (target / "config.json").is_file() and not force:
-        return target
+def _write_offline_checkpoint(folder: Path) -> None:
     import torch
     from transformers import DistilBertConfig, DistilBertModel, DistilBertTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    tmp.chmod(0o755)
-    try:
-        tokenizer = DistilBertTokenizer(vocab=_train_vocabulary(3000), do_lower_case=False, model_max_length=512)
-        config = DistilBertConfig(
-            vocab_size=len(tokenizer), dim=128, n_layers=2, n_heads=4, hidden_dim=512,
-            max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,
-        )
-        torch.manual_seed(0)
-        DistilBertModel(config).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if force and target.exists():
-            shutil.rmtree(target)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished first: keep its checkpoint
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    tokenizer = DistilBertTokenizer(vocab=_train_vocabulary(VOCAB_SIZE), do_lower_case=False, model_max_length=512)
+    config = DistilBertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **OFFLINE_MODEL)
+    torch.manual_seed(0)
+    DistilBertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def offline_model_name() -> str:
+    """Folder name of the offline checkpoint: changes whenever its text or its settings change."""
+    import hashlib
+
+    from .corpus import corpus_sentences
+
+    recipe = repr((corpus_sentences(), sorted(OFFLINE_MODEL.items()), VOCAB_SIZE, SPECIAL_TOKENS))
+    return "distilbert-tiny-cased-" + hashlib.sha256(recipe.encode()).hexdigest()[:10]
+
+
+def build_offline_checkpoint(force: bool = False) -> Path:
+    """Build (once) and return the folder of the workbook's small DistilBERT checkpoint."""
+    return build_once(f"models/{offline_model_name()}", _write_offline_checkpoint, "config.json", force)
 
 
 def load_classifier(name: str | None = None, num_labels: int = 2, verbose: bool = True):

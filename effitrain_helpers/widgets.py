@@ -34,7 +34,7 @@ def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
                 return None
             print("measuring ...")
             try:
-                results, notes = run_benchmark(size_box.value, dtype_box.value, device_box.value)
+                results, notes = run_benchmark(size_box.value, dtype_box.value, device_box.value, progress=True)
             except ValueError as err:  # e.g. a dtype the chosen GPU cannot run
                 out.clear_output()
                 print(f"Cannot run that: {err}")

@@ -1,33 +1,38 @@
 """Every checker of lesson 1.1, with known right and known wrong answers."""
 
+import numpy as np
 import pytest
 import torch
 from transformers import DistilBertConfig
 
-from effitrain_helpers.checks.lesson_1_1 import FOUR_STEPS, q1, q2, q3, q4
+from effitrain_helpers.checks.lesson_1_1 import STEP_NAMES, q1, q2, q3, q4
 from effitrain_helpers.exercises import ____
 
-CONFIG = DistilBertConfig(n_layers=3, dim=64, n_heads=2, hidden_dim=128, vocab_size=100)
-
-
-def status(result):
-    return result.status
+CONFIG = DistilBertConfig(n_layers=3, dim=64, n_heads=4, hidden_dim=128, vocab_size=100)
 
 
 @pytest.mark.parametrize(
     "answer, expected, words",
     [
-        ((3, 64), "correct", ""),
-        ((64, 3), "incorrect", "swapped"),
-        ((6, 64), "incorrect", "n_layers"),
-        ((3, 768), "incorrect", "dim"),
-        (3, "incorrect", "tuple"),
+        (16, "correct", ""),
+        (16.0, "correct", ""),
+        (np.int64(16), "correct", ""),
+        (torch.tensor(16), "correct", ""),
+        (64, "incorrect", "whole token vector"),
+        (4, "incorrect", "number of heads"),
+        (8, "incorrect", "compare `dim` and `n_heads`"),
+        ("16", "incorrect", "should be a number"),
         (____, "not attempted", ""),
     ],
 )
-def test_q1_config(answer, expected, words):
+def test_q1_head_width(answer, expected, words):
     result = q1.evaluate(answer, CONFIG)
     assert result.status == expected and words in result.message
+
+
+def test_q1_forgotten_argument_says_how_to_call():
+    result = q1.evaluate(16)
+    assert result.status == "incorrect" and "q1.check(head_width, model.config)" in result.message
 
 
 MODEL = torch.nn.Linear(1000, 100)  # 100,100 parameters
@@ -37,15 +42,20 @@ COUNT = 100_100
 @pytest.mark.parametrize(
     "answer, expected, words",
     [
-        (COUNT * 4 / 2**20, "correct", ""),
-        (COUNT * 4 / 1e6, "incorrect", "megabytes"),
-        (COUNT / 2**20, "incorrect", "4 bytes"),
-        (COUNT * 2 / 2**20, "incorrect", "16-bit"),
-        (1.0, "incorrect", "float32 parameters"),
-        ("0.38", "incorrect", "number of MiB"),
+        (COUNT * 16 / 2**20, "correct", ""),
+        (round(COUNT * 16 / 2**20, 1), "correct", ""),
+        (np.float32(COUNT * 16 / 2**20), "correct", ""),
+        (COUNT * 16 / 1e6, "incorrect", "megabytes"),
+        (COUNT * 4 / 2**20, "incorrect", "only the weights"),
+        (COUNT * 8 / 2**20, "incorrect", "two moving averages"),
+        (COUNT * 12 / 2**20, "incorrect", "three of the four"),
+        (COUNT * 16, "incorrect", "that is bytes"),
+        (1.0, "incorrect", "is not what training"),
+        ("1.5", "incorrect", "should be a number"),
+        (torch.ones(3), "incorrect", "should be a number"),
     ],
 )
-def test_q2_param_memory(answer, expected, words):
+def test_q2_training_memory(answer, expected, words):
     result = q2.evaluate(answer, MODEL)
     assert result.status == expected and words in result.message
 
@@ -68,13 +78,17 @@ def test_q3_gflops(fn, expected, words):
     assert result.status == expected and words in result.message
 
 
+ORDER = ["data sharding", "model replication", "gradient aggregation", "parameter synchronization"]
+
+
 @pytest.mark.parametrize(
     "steps, expected, words",
     [
-        (list(FOUR_STEPS), "correct", ""),
+        (ORDER, "correct", ""),
         (["Data sharding", "model replication", "gradient aggregation", "parameter synchronisation"], "correct", ""),
-        (list(reversed(FOUR_STEPS)), "incorrect", "position 1"),
-        (["data sharding", "model replication", "parameter synchronization", "gradient aggregation"], "incorrect", "position 3"),
+        (list(STEP_NAMES), "incorrect", "position 2"),
+        (list(reversed(ORDER)), "incorrect", "position 1"),
+        (ORDER[:2] + ORDER[:1:-1], "incorrect", "position 3 is wrong: the gradients of all devices are combined"),
         (["data sharding"] * 4, "incorrect", "exactly once"),
         (["data sharding", "backprop", "gradient aggregation", "parameter synchronization"], "incorrect", "backprop"),
         ("data sharding", "incorrect", "list"),
@@ -85,6 +99,10 @@ def test_q4_steps(steps, expected, words):
     assert result.status == expected and words in result.message
 
 
-def test_every_exercise_has_hints_and_a_solution():
-    for q in (q1, q2, q3, q4):
-        assert q.hints and q.solution_code.strip()
+def test_step_names_do_not_give_the_order_away():
+    assert list(STEP_NAMES) != ORDER and sorted(STEP_NAMES) == sorted(ORDER)
+
+
+def test_every_exercise_has_hints_usage_and_a_solution():
+    for i, q in enumerate((q1, q2, q3, q4), start=1):
+        assert q.hints and q.solution_code.strip() and q.usage.startswith(f"q{i}.check(")

@@ -7,7 +7,7 @@ def _must_be_42(x):
 
 
 def make():
-    return Exercise("demo", _must_be_42, hints=["think deep", "six times seven"], solution_code="answer = 42")
+    return Exercise("demo", _must_be_42, "q.check(answer)", hints=["think deep", "six times seven"], solution_code="answer = 42")
 
 
 def test_statuses():
@@ -20,7 +20,7 @@ def test_statuses():
 
 
 def test_checker_crash_becomes_incorrect_not_an_exception():
-    q = Exercise("crash", lambda x: x.nope)
+    q = Exercise("crash", lambda x: x.nope, "q.check(x)")
     result = q.evaluate(3)
     assert result.status == INCORRECT and "AttributeError" in result.message
 
@@ -50,3 +50,8 @@ def test_solution_is_shown(capsys):
 
 def test_markdown_view_is_coloured():
     assert "color" in make().evaluate(42)._repr_markdown_()
+
+
+def test_wrong_number_of_answers_says_how_to_call(capsys):
+    result = make().evaluate(1, 2)
+    assert result.status == INCORRECT and "q.check(answer)" in result.message

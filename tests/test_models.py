@@ -19,6 +19,7 @@ def _fake_cached(cache: Path, repo_id: str) -> Path:
     snap = repo / "snapshots" / "abc123"
     snap.mkdir(parents=True)
     (snap / "config.json").write_text("{}")
+    (snap / "model.safetensors").write_text("")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("abc123")
     return snap
@@ -37,10 +38,16 @@ def test_cached_course_model_comes_before_the_offline_build(empty_hf_cache):
     assert models.cached_model_ids() == [models.DEFAULT_MODEL]
 
 
+def test_a_config_without_weights_is_not_cached(empty_hf_cache):
+    snap = _fake_cached(empty_hf_cache, models.DEFAULT_MODEL)
+    (snap / "model.safetensors").unlink()
+    assert models.choose_model().source == "offline-build"
+
+
 def test_named_cached_model_is_used(empty_hf_cache):
     snap = _fake_cached(empty_hf_cache, "someone/tiny-bert")
     assert models.choose_model("someone/tiny-bert") == models.ModelChoice(
-        str(snap), "cache", "someone/tiny-bert is in the Hugging Face cache"
+        str(snap), "cache", "someone/tiny-bert is in the Hugging Face cache", "model"
     )
 
 
