@@ -3,6 +3,7 @@
     effitrain devices [--json]
     effitrain bench [--sizes 256,512,1024] [--dtypes float32,bfloat16] [--device cpu|cuda|mps|all]
                     [--repeats 5] [--json] [--plot FILE.png] [--best]
+    effitrain shards [--processes N] [--samples M] [--batch-size B] [--uneven] [--json]
     effitrain model [NAME] [--json]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
@@ -71,6 +72,25 @@ def _model(args) -> int:
     return 0
 
 
+def _shards(args) -> int:
+    from .launch import launch
+    from .sharding import shard_indices, summarize_shards, validate_request
+
+    validate_request(args.samples, args.batch_size)
+    reports = launch(shard_indices, args.samples, args.batch_size, not args.uneven, num_processes=args.processes,
+                     cpu=args.cpu, quiet=args.json)
+    if args.json:
+        for r in reports:
+            print(json.dumps({k: r[k] for k in ("rank", "world_size", "indices")}))
+        return 0
+    for r in reports:
+        print(f"rank {r['rank']} of {r['world_size']}: {r['indices']}")
+    summary = summarize_shards(reports, args.samples)
+    print(f"disjoint: {summary.disjoint}; every sample seen: {summary.covers_all}; "
+          f"repeated to even out the batches: {summary.repeated or 'none'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="effitrain", description="Efficient AI model training workbook: measurements from a terminal.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -86,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="also save a GFLOP/s plot")
     p.add_argument("--best", action="store_true", help="also sweep sizes for the best achievable rate")
     p.set_defaults(func=_bench)
+    p = sub.add_parser("shards", help="which samples each of N real processes receives from accelerator.prepare")
+    p.add_argument("--processes", type=int, default=None, help="number of processes (default: every GPU, or 2)")
+    p.add_argument("--samples", type=int, default=10, help="dataset size (default 10)")
+    p.add_argument("--batch-size", type=int, default=2, help="batch size per process (default 2)")
+    p.add_argument("--uneven", action="store_true", help="even_batches=False: no samples repeated at the end")
+    p.add_argument("--cpu", action="store_true", help="run the processes on the CPU even with GPUs")
+    p.add_argument("--json", action="store_true", help="one JSON record per rank: rank, world_size, indices")
+    p.set_defaults(func=_shards)
     p = sub.add_parser("model", help="which model the lessons would load, and why")
     p.add_argument("name", nargs="?", default=None, help="a local folder or Hub id (default: the course's model)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")

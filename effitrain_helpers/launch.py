@@ -102,11 +102,12 @@ def _environment(rank: int, n: int, port: int, threads: int, use_gpu: bool, time
     return env
 
 
-def _relay(rank: int, stream, sink: list[str]) -> None:
-    """Print a worker's output line by line, prefixed with its rank (also kept for error reports)."""
+def _relay(rank: int, stream, sink: list[str], quiet: bool) -> None:
+    """Print a worker's output line by line, prefixed with its rank (always kept for error reports)."""
     for line in iter(stream.readline, ""):
         sink.append(line)
-        print(f"[rank {rank}] {line}", end="", flush=True)
+        if not quiet:
+            print(f"[rank {rank}] {line}", end="", flush=True)
     stream.close()
 
 
@@ -148,11 +149,13 @@ def launch(
     timeout: float = 300.0,
     threads_per_process: int | None = None,
     cpu: bool = False,
+    quiet: bool = False,
     **kwargs: Any,
 ) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` in ``num_processes`` real processes; return their values in rank order.
 
-    ``cpu=True`` forms a CPU group even on a GPU machine. Raises :class:`RankFailed` when a rank raises,
+    ``cpu=True`` forms a CPU group even on a GPU machine; ``quiet=True`` keeps the workers' prints to
+    error reports instead of relaying them. Raises :class:`RankFailed` when a rank raises,
     ``TimeoutError`` after ``timeout`` seconds, ``ValueError`` for bad arguments.
     """
     import cloudpickle
@@ -179,7 +182,7 @@ def launch(
                     [sys.executable, "-m", WORKER, tmp], env=_environment(rank, n, port, threads, bool(gpus), timeout),
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                 ))
-                relay = threading.Thread(target=_relay, args=(rank, procs[-1].stdout, outputs[rank]), daemon=True)
+                relay = threading.Thread(target=_relay, args=(rank, procs[-1].stdout, outputs[rank], quiet), daemon=True)
                 relay.start()
                 relays.append(relay)
             deadline = time.monotonic() + timeout

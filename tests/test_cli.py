@@ -50,6 +50,9 @@ def test_bench_text_and_best():
         (["bench", "--repeats", "x"], "invalid int value: 'x'"),
         (["model", "no-such-model-anywhere"], "'no-such-model-anywhere' is neither a local folder"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["shards", "--processes", "0"], "num_processes=0 is not allowed"),
+        (["shards", "--processes", "65"], "num_processes=65 is not allowed"),
+        (["shards", "--samples", "-3"], "samples=-3 must be a whole number"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, words):
@@ -64,3 +67,11 @@ def test_model_reports_the_offline_build():
     out = run("model", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["source"] in {"offline-build", "cache"}
+
+
+def test_shards_json_has_one_record_per_rank():
+    out = run("shards", "--processes", "2", "--samples", "7", "--batch-size", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["rank"], r["world_size"]) for r in records] == [(0, 2), (1, 2)]
+    assert set(records[0]["indices"]) | set(records[1]["indices"]) == set(range(7))
