@@ -21,6 +21,7 @@ from pathlib import Path
 from .corpus import OBJECTS, SUBJECTS, TAILS
 
 LABEL_NAMES = ["not_equivalent", "equivalent"]
+MRPC_SAMPLE = Path(__file__).parent / "sample_data" / "mrpc"  # 12 real GLUE MRPC rows (see its README)
 
 # A verb, its past participle and a synonym used in paraphrases.
 VERBS = {
@@ -107,7 +108,7 @@ def _normalise_labels(ds):
             f"the file has columns {ds.column_names}; missing {sorted(missing)}. Allowed: sentence1, sentence2, "
             "label (0/1 or equivalent/not_equivalent), optional idx. Fix: rename the columns in the file."
         )
-    if ds.features["label"].dtype == "string":
+    if ds.features["label"].dtype in ("string", "large_string"):
         bad = sorted(set(ds["label"]) - set(LABEL_NAMES))
         if bad:
             raise ValueError(f"label values {bad} are not allowed; use 0/1 or {LABEL_NAMES}.")
