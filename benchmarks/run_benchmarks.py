@@ -9,6 +9,9 @@ Targets (checked here, never in timed tests):
 2. every lesson notebook, executed headless in the default size, takes under 60 s on a 2-core CPU;
 3. ``import effitrain_helpers`` imports neither transformers, accelerate nor datasets.
 
+Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
+return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
+
 Exit code 1 when a target is missed.
 """
 
@@ -29,7 +32,7 @@ HARNESS_RATIO_MIN = 0.95
 NOTEBOOK_MAX_S = 60.0
 
 
-def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 3) -> list[dict]:
+def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 5) -> list[dict]:
     """Helper GFLOP/s over torch.utils.benchmark GFLOP/s, same product, interleaved rounds, median ratio."""
     from effitrain_helpers.bench import gflops, time_matmul, torch_benchmark_seconds
 
@@ -64,6 +67,29 @@ def notebook_times() -> list[dict]:
     return rows
 
 
+def _return_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank()
+
+
+def launch_overhead(rounds: int = 3) -> dict:
+    """Median wall time of launch() for 1 and 2 processes, beside a bare interpreter importing torch."""
+    from effitrain_helpers.launch import launch
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    bare = timed(lambda: subprocess.run([sys.executable, "-c", "import torch"], check=True))
+    rows = {n: timed(lambda n=n: launch(_return_rank, num_processes=n, quiet=True)) for n in (1, 2)}
+    return {"python_import_torch_s": bare, "launch_s": {str(n): s for n, s in rows.items()}}
+
+
 def import_cost() -> dict:
     """Time to import the package alone and with the lesson-1.1 helpers, and which heavy libraries came along."""
     code = (
@@ -90,6 +116,10 @@ def write_report(report: dict, out: Path) -> None:
     lines += ["", "## Notebooks, headless, small size", "", "| notebook | seconds | target < 60 s |", "|---|---|---|"]
     for r in report["notebooks"]:
         lines.append(f"| {r['notebook']} | {r['seconds']:.1f} | {'ok' if r['ok'] else 'MISSED'} |")
+    lo = report["launch"]
+    lines += ["", "## Launch overhead (no target)", "",
+              f"bare `python -c 'import torch'`: {lo['python_import_torch_s']:.2f} s; "
+              + "; ".join(f"launch with {n} process(es): {sec:.2f} s" for n, sec in lo["launch_s"].items())]
     imp = report["import"]
     lines += ["", "## Import cost", "",
               f"`import effitrain_helpers`: {imp['package_s'] * 1e3:.1f} ms; with the lesson 1.1 helpers "
@@ -103,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--skip-notebooks", action="store_true", help="skip executing the notebooks")
     args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from effitrain_helpers.devices import hardware_summary
 
     hw = hardware_summary()
@@ -110,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": f"{hw.cpu_model}, {hw.logical_cores} logical cores, torch {hw.torch_version}",
         "harness": harness_vs_torch_benchmark(),
         "notebooks": [] if args.skip_notebooks else notebook_times(),
+        "launch": launch_overhead(),
         "import": import_cost(),
     }
     write_report(report, args.out)

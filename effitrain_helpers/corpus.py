@@ -15,11 +15,15 @@ SUBJECTS = [
     "The Central Bank", "The city council", "Microsoft", "The hospital", "The startup", "Maria",
     "Joao", "Dennis", "The reviewer", "The committee", "The server", "Each process",
 ]
-VERBS = [
-    "trained", "evaluated", "released", "measured", "reported", "shared", "tested", "compared",
-    "updated", "loaded", "sharded", "synchronised", "approved", "rejected", "announced", "rebuilt",
-    "optimised", "downloaded", "prepared", "launched", "profiled", "described", "repaired", "sold",
-]
+# Verbs of the sentences (past tense = past participle) and the synonym a paraphrase may use instead.
+SYNONYMS = {
+    "trained": "taught", "evaluated": "assessed", "released": "published", "measured": "quantified",
+    "reported": "announced", "shared": "distributed", "tested": "checked", "compared": "contrasted",
+    "updated": "revised", "loaded": "opened", "approved": "accepted", "rejected": "refused",
+    "rebuilt": "reconstructed", "optimised": "tuned", "prepared": "readied", "launched": "started",
+    "profiled": "analysed", "described": "explained", "repaired": "fixed", "sold": "traded",
+}
+VERBS = list(SYNONYMS) + list(SYNONYMS.values())
 OBJECTS = [
     "the language model", "a new dataset", "the benchmark results", "the quarterly report",
     "the gradient checkpoints", "eight GPUs", "the loss curve", "the optimizer states",
@@ -81,11 +85,24 @@ NEWS = [
 ]
 
 
+def lower_first(phrase: str) -> str:
+    """``phrase`` as it reads inside a sentence ('The engineer' -> 'the engineer'; names keep their capital)."""
+    return phrase if phrase.split()[0] in {"Microsoft", "Maria", "Joao", "Dennis"} else phrase[0].lower() + phrase[1:]
+
+
+def clause(subject: str, verb: str, obj: str, passive: bool) -> str:
+    """'S verb O', or in the passive voice 'O was/were verb by S'."""
+    if passive:
+        be = "were" if obj.split()[-1].endswith("s") else "was"
+        return f"{obj[0].upper() + obj[1:]} {be} {verb} by {lower_first(subject)}"
+    return f"{subject} {verb} {obj}"
+
+
 def sentence(rng: random.Random) -> str:
-    """One sentence built from the workbook's word lists."""
+    """One sentence built from the workbook's word lists, active or passive."""
     tail = rng.choice(TAILS)
-    words = [rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS)] + ([tail] if tail else [])
-    return " ".join(words) + "."
+    text = clause(rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS), passive=rng.random() < 0.3)
+    return text + (f" {tail}" if tail else "") + "."
 
 
 def corpus_sentences(n: int = 4000, seed: int = 0) -> list[str]:

@@ -55,6 +55,16 @@ class CheckResult:
         return f'<span style="color:{color}">**{_ICONS[self.status]}** ({self.exercise}).</span>{text}'
 
 
+def as_number(answer: Any) -> float:
+    """A Python, NumPy or 0-d torch number as float, for checkers; anything else is :class:`Incorrect`."""
+    if not isinstance(answer, (bool, str)):
+        try:
+            return float(answer)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise Incorrect(f"answer should be a number; you gave {type(answer).__name__} {answer!r}.")
+
+
 def _show(obj: Any) -> None:
     try:
         from IPython import get_ipython

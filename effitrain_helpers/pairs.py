@@ -18,20 +18,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .corpus import OBJECTS, SUBJECTS, TAILS
+from .corpus import OBJECTS, SUBJECTS, SYNONYMS, TAILS, clause, lower_first
 
 LABEL_NAMES = ["not_equivalent", "equivalent"]
 MRPC_SAMPLE = Path(__file__).parent / "sample_data" / "mrpc"  # 12 real GLUE MRPC rows (see its README)
-
-# A verb, its past participle and a synonym used in paraphrases.
-VERBS = {
-    "trained": "taught", "evaluated": "assessed", "released": "published", "measured": "quantified",
-    "reported": "announced", "shared": "distributed", "tested": "checked", "compared": "contrasted",
-    "updated": "revised", "loaded": "opened", "approved": "accepted", "rejected": "refused",
-    "rebuilt": "reconstructed", "optimised": "tuned", "prepared": "readied", "launched": "started",
-    "profiled": "analysed", "described": "explained", "repaired": "fixed", "sold": "traded",
-}
-
 
 @dataclass(frozen=True)
 class DataChoice:
@@ -45,25 +35,16 @@ class DataChoice:
         return f"Data: {self.name} ({self.source}): {self.reason}"
 
 
-def _lower_first(phrase: str) -> str:
-    return phrase if phrase.split()[0] in {"Microsoft", "Maria", "Joao", "Dennis"} else phrase[0].lower() + phrase[1:]
-
-
-def _clause(subject: str, verb: str, obj: str, passive: bool) -> str:
-    if passive:
-        return f"{obj[0].upper() + obj[1:]} was {verb} by {_lower_first(subject)}"
-    return f"{subject} {verb} {obj}"
-
-
 def make_pair(rng: random.Random) -> tuple[str, str, int]:
     """One (sentence1, sentence2, label) pair; label 1 when sentence2 says the same thing."""
     subject, obj, tail = rng.choice(SUBJECTS), rng.choice(OBJECTS), rng.choice(TAILS)
-    verb = rng.choice(list(VERBS))
-    first = _clause(subject, verb, obj, passive=False)
+    verb = rng.choice(list(SYNONYMS))
+    first = clause(subject, verb, obj, passive=False)
     label = int(rng.random() < 0.55)
     passive = rng.random() < 0.5
     # a paraphrase always changes its wording: passive voice, or else the verb's synonym
-    s2_subject, s2_verb, s2_obj = subject, VERBS[verb] if label and not passive else rng.choice([verb, VERBS[verb]]), obj
+    s2_verb = SYNONYMS[verb] if label and not passive else rng.choice([verb, SYNONYMS[verb]])
+    s2_subject, s2_obj = subject, obj
     if not label:
         change = rng.choice(["subject", "object", "verb"])
         if change == "subject":
@@ -71,11 +52,11 @@ def make_pair(rng: random.Random) -> tuple[str, str, int]:
         elif change == "object":
             s2_obj = rng.choice([o for o in OBJECTS if o != obj])
         else:
-            s2_verb = rng.choice([v for v in VERBS if v != verb])
-    second = _clause(s2_subject, s2_verb, s2_obj, passive=passive)
+            s2_verb = rng.choice([v for v in SYNONYMS if v != verb])
+    second = clause(s2_subject, s2_verb, s2_obj, passive=passive)
     if tail:
         first += f" {tail}"
-        second = f"{tail[0].upper() + tail[1:]}, {_lower_first(second)}" if rng.random() < 0.3 else f"{second} {tail}"
+        second = f"{tail[0].upper() + tail[1:]}, {lower_first(second)}" if rng.random() < 0.3 else f"{second} {tail}"
     return first + ".", second + ".", label
 
 

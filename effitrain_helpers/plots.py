@@ -84,3 +84,69 @@ def plot_four_steps(num_devices: int = 2) -> "Figure":
     ax.set_title("One step of data-parallel training", fontsize=FONT + 1)
     fig.tight_layout()
     return fig
+
+
+def plot_image_before_after(image, pixel_values, mean, std) -> "Figure":
+    """An image as stored (any size) beside what the model receives (``pixel_values``, de-normalised to show)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    pixels = np.asarray(pixel_values, dtype=np.float32)
+    if pixels.ndim != 3 or pixels.shape[0] != 3:
+        raise ValueError(f"pixel_values of one image should have shape (3, H, W); got {pixels.shape}.")
+    shown = pixels.transpose(1, 2, 0) * np.asarray(std) + np.asarray(mean)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.2))
+    left.imshow(image)
+    left.set_title(f"stored: {image.size[0]} x {image.size[1]} pixels, uint8", fontsize=FONT)
+    right.imshow(np.clip(shown, 0, 1))
+    right.set_title(f"pixel_values: {pixels.shape[1]} x {pixels.shape[2]}, float32\n"
+                    f"values in [{pixels.min():.2f}, {pixels.max():.2f}]", fontsize=FONT)
+    for ax in (left, right):
+        ax.set_xlabel("width (pixels)")
+        ax.set_ylabel("height (pixels)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_resampling(wave, rate: int, resampled, target_rate: int, window_ms: float = 10.0) -> "Figure":
+    """The first ``window_ms`` milliseconds of a waveform before and after resampling, on one time axis."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for signal, sr, style, label in ((wave, rate, "o-", f"original, {rate} Hz"),
+                                     (resampled, target_rate, "x--", f"resampled, {target_rate} Hz")):
+        n = int(sr * window_ms / 1000)
+        ax.plot(np.arange(n) / sr * 1000, np.asarray(signal)[:n], style, markersize=4, label=f"{label} ({n} samples)")
+    ax.set_xlabel("time (ms)", fontsize=FONT)
+    ax.set_ylabel("amplitude", fontsize=FONT)
+    ax.set_title(f"Same sound, same duration, {target_rate / rate:.2f}x as many samples per second", fontsize=FONT)
+    ax.legend(fontsize=FONT - 2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_shards(reports: list[dict], num_samples: int, title: str = "") -> "Figure":
+    """Which sample (column) each rank (row) received; a darker cell marks a sample given more than once."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from collections import Counter
+
+    counts = Counter(i for r in reports for i in r["indices"])
+    grid = np.zeros((len(reports), num_samples))
+    for row, report in enumerate(reports):
+        for i in report["indices"]:
+            grid[row, i] = 2 if counts[i] > 1 else 1
+    fig, ax = plt.subplots(figsize=(max(6, num_samples * 0.55), 0.9 * len(reports) + 1.6))
+    ax.imshow(grid, cmap="Blues", vmin=0, vmax=2.4, aspect="auto")
+    for row, report in enumerate(reports):
+        for i in report["indices"]:
+            ax.text(i, row, str(i), ha="center", va="center", fontsize=FONT - 3,
+                    color="white" if counts[i] > 1 else "black")
+    ax.set_yticks(range(len(reports)), [f"rank {r['rank']}" for r in reports], fontsize=FONT - 1)
+    ax.set_xticks(range(num_samples))
+    ax.set_xlabel("sample index (dark: sent to more than one rank)", fontsize=FONT - 1)
+    ax.set_title(title or f"{num_samples} samples over {len(reports)} processes", fontsize=FONT)
+    fig.tight_layout()
+    return fig

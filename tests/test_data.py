@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from effitrain_helpers import media, pairs, processors
+from effitrain_helpers import corpus, media, pairs, processors
 
 
 def test_workbook_pairs_have_the_mrpc_layout():
@@ -32,7 +32,7 @@ def test_paraphrases_keep_who_did_what():
         s1, s2, label = pairs.make_pair(rng)
         subject = next(s for s in pairs.SUBJECTS if s1.startswith(s))
         if label:
-            assert pairs._lower_first(subject) in s2 or subject in s2
+            assert corpus.lower_first(subject) in s2 or subject in s2
 
 
 def test_the_real_mrpc_sample_loads_through_the_same_pipeline():

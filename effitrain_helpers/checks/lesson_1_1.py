@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..exercises import Exercise, Incorrect
+from ..exercises import Exercise, Incorrect, as_number
 
 _ORDER = ("data sharding", "model replication", "gradient aggregation", "parameter synchronization")
 STEP_NAMES = tuple(sorted(_ORDER))  # alphabetical: the order is the exercise
@@ -16,23 +16,13 @@ _WHY = {
 }
 
 
-def _as_number(answer) -> float:
-    """A Python, NumPy or 0-d torch number as float; anything else is an Incorrect with the type named."""
-    if not isinstance(answer, (bool, str)):
-        try:
-            return float(answer)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    raise Incorrect(f"answer should be a number; you gave {type(answer).__name__} {answer!r}.")
-
-
 def _close(answer: float, want: float) -> bool:
     """Equal up to 0.1 %, or to rounding at one decimal."""
     return math.isclose(answer, want, rel_tol=1e-3) or abs(answer - want) <= 0.05
 
 
 def _check_head_width(answer, config) -> None:
-    width = _as_number(answer)
+    width = as_number(answer)
     dim, heads = config.hidden_size, config.num_attention_heads
     if _close(width, dim):
         raise Incorrect(f"{dim} is the whole token vector; each of the {heads} heads works on a slice of it.")
@@ -43,7 +33,7 @@ def _check_head_width(answer, config) -> None:
 
 
 def _check_training_mib(answer, model) -> None:
-    mib = _as_number(answer)
+    mib = as_number(answer)
     count = sum(p.numel() for p in model.parameters())
     per_param = {4: "only the weights", 8: "weights and gradients, but not AdamW's two moving averages",
                  12: "three of the four float32 copies"}

@@ -1,0 +1,123 @@
+"""Every checker of lessons 1.2 and 1.3, with known right and known wrong answers."""
+
+import numpy as np
+import pytest
+from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer, DataCollatorWithPadding
+
+from effitrain_helpers.checks import lesson_1_2 as l12
+from effitrain_helpers.checks import lesson_1_3 as l13
+from effitrain_helpers.media import make_shapes, make_tones, resample
+from effitrain_helpers.models import choose_model
+from effitrain_helpers.pairs import make_pairs
+from effitrain_helpers.processors import choose_feature_extractor, choose_image_processor
+
+
+@pytest.fixture(scope="module")
+def image_processor():
+    return AutoImageProcessor.from_pretrained(choose_image_processor().path, backend="pil")
+
+
+@pytest.fixture(scope="module")
+def extractor():
+    return AutoFeatureExtractor.from_pretrained(choose_feature_extractor().path)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(choose_model().path)
+
+
+@pytest.mark.parametrize("answer, status, words", [
+    (40_000, "correct", ""), (40_000.0, "correct", ""),
+    (110_250, "incorrect", "length before resampling"),
+    (int(2.5 * 44_100 * 44_100 / 16_000), "incorrect", "upside down"),
+    (16_000, "incorrect", "duration (s) x new sampling rate"),
+])
+def test_1_2_q1(answer, status, words):
+    result = l12.q1.evaluate(answer)
+    assert result.status == status and words in result.message
+
+
+@pytest.mark.parametrize("answer, status, words", [
+    ((1.0, -1.0), "correct", ""), ((255, 0), "incorrect", "stored values"),
+    ((1.0, 0.0), "incorrect", "did not normalise"), ((0.5, -0.5), "incorrect", "is not what"),
+    (1.0, "incorrect", "pair"),
+])
+def test_1_2_q2(answer, status, words, image_processor):
+    result = l12.q2.evaluate(answer, image_processor)
+    assert result.status == status and words in result.message
+
+
+def test_1_2_q3(image_processor):
+    shapes = make_shapes(4, 1)["train"]
+
+    def right(batch):
+        return {"pixel_values": image_processor(batch["image"], size={"height": 64, "width": 64})["pixel_values"]}
+
+    def full_size(batch):
+        return {"pixel_values": image_processor(batch["image"])["pixel_values"]}
+
+    def wrong_key(batch):
+        return {"pixels": image_processor(batch["image"])["pixel_values"]}
+
+    assert l12.q3.evaluate(right, shapes).status == "correct"
+    assert "(3, 224, 224)" in l12.q3.evaluate(full_size, shapes).message
+    assert "'pixel_values'" in l12.q3.evaluate(wrong_key, shapes).message
+
+
+def test_1_2_q4(extractor):
+    sounds = make_tones(6, 1, seed=2)["train"]
+    assert len({a["sampling_rate"] for a in sounds["audio"]}) > 1
+
+    def right(batch):
+        waves = [resample(a["array"], a["sampling_rate"], 16_000) for a in batch["audio"]]
+        return extractor(waves, sampling_rate=16_000, max_length=8_000, truncation=True, padding="max_length")
+
+    def no_resampling(batch):
+        waves = [np.asarray(a["array"]) for a in batch["audio"]]
+        return extractor(waves, sampling_rate=16_000, max_length=8_000, truncation=True, padding="max_length")
+
+    def one_second(batch):
+        waves = [resample(a["array"], a["sampling_rate"], 16_000) for a in batch["audio"]]
+        return extractor(waves, sampling_rate=16_000, max_length=16_000, truncation=True, padding="max_length")
+
+    assert l12.q4.evaluate(right, sounds, extractor).status == "correct"
+    assert "resample it to 16 kHz" in l12.q4.evaluate(no_resampling, sounds, extractor).message
+    assert "8,000" in l12.q4.evaluate(one_second, sounds, extractor).message
+
+
+def test_1_3_q1(tokenizer):
+    split = make_pairs(8, 1)["train"]
+
+    def right(batch):
+        return tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=16)
+
+    def too_long(batch):
+        return tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=128)
+
+    def one_sentence(batch):
+        return tokenizer(batch["sentence1"], truncation=True, max_length=16)
+
+    assert l13.q1.evaluate(right, split, tokenizer).status == "correct"
+    assert "max_length=16" in l13.q1.evaluate(too_long, split, tokenizer).message
+    assert "two [SEP]" in l13.q1.evaluate(one_sentence, split, tokenizer).message
+
+
+@pytest.mark.parametrize("answer, status, words", [
+    ((4, 2), "correct", ""), ((4, 0), "incorrect", "how many more"), ((3, 2), "incorrect", "busiest"),
+    ([4, 2], "correct", ""), (4, "incorrect", "pair"),
+])
+def test_1_3_q2(answer, status, words):
+    result = l13.q2.evaluate(answer)
+    assert result.status == status and words in result.message
+
+
+def test_1_3_q3(tokenizer):
+    data = make_pairs(8, 1).map(lambda b: tokenizer(b["sentence1"], b["sentence2"]), batched=True,
+                                remove_columns=["sentence1", "sentence2"]).rename_column("label", "labels")
+    split = data["train"]
+    assert l13.q3.evaluate(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8), split).status == "correct"
+    plain = l13.q3.evaluate(DataCollatorWithPadding(tokenizer), split)
+    assert plain.status == "incorrect" and ("multiple of 8" in plain.message)
+    static = l13.q3.evaluate(DataCollatorWithPadding(tokenizer, padding="max_length", max_length=128), split)
+    assert "dynamically" in static.message
