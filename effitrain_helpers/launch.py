@@ -10,7 +10,9 @@
   GPU per rank on GPU machines, with the same ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` / ``MASTER_ADDR``
   variables ``accelerate launch`` and ``torchrun`` set; each worker checks the group's size and ranks, and
   that Accelerate (if ``fn`` used it) saw the same world, so a silent fall-back to one process fails loudly;
-- each process gets cores / N threads, a free loopback port and a timeout;
+- each process gets cores / N threads, a free loopback port and a timeout; a worker whose notebook kernel
+  dies ends itself;
+- GPUs are used when there are at least N of them; otherwise the N processes run on the CPU (said so);
 - results come back in rank order; prints appear live, prefixed with the rank;
 - when a rank raises, :class:`RankFailed` carries its exception type, message and traceback, the other ranks
   are ended, and no process is left behind.
@@ -57,8 +59,8 @@ def gpu_count() -> int:
 
 
 def default_num_processes() -> int:
-    """Every GPU on a GPU machine, 2 on a CPU-only one."""
-    return gpu_count() or 2
+    """Every GPU on a machine with 2 or more, else 2 (processes on the CPU)."""
+    return gpu_count() if gpu_count() >= 2 else 2
 
 
 def free_port() -> int:
@@ -93,9 +95,10 @@ def _environment(rank: int, n: int, port: int, threads: int, use_gpu: bool, time
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
         "EFFITRAIN_BACKEND": "nccl" if use_gpu else "gloo", "EFFITRAIN_TIMEOUT": str(timeout),
-        "PYTHONUNBUFFERED": "1",
-        "GLOO_SOCKET_IFNAME": "lo0" if sys.platform == "darwin" else "lo",
+        "PYTHONUNBUFFERED": "1", "EFFITRAIN_PARENT_PID": str(os.getpid()),
     })
+    if sys.platform.startswith("linux") or sys.platform == "darwin":
+        env["GLOO_SOCKET_IFNAME"] = "lo0" if sys.platform == "darwin" else "lo"
     if not use_gpu:
         env["ACCELERATE_USE_CPU"] = "1"  # otherwise Accelerate on a CPU machine runs N lone processes
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -103,32 +106,49 @@ def _environment(rank: int, n: int, port: int, threads: int, use_gpu: bool, time
 
 
 def _relay(rank: int, stream, sink: list[str], quiet: bool) -> None:
-    """Print a worker's output line by line, prefixed with its rank (always kept for error reports)."""
-    for line in iter(stream.readline, ""):
+    """Print a worker's output line by line, prefixed with its rank (always kept for error reports).
+
+    Reads bytes, so no output can stop the relay (undecodable bytes are replaced); a progress bar that
+    redraws itself with carriage returns shows its last state only.
+    """
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip("\n").split("\r")[-1] + "\n"
         sink.append(line)
         if not quiet:
             print(f"[rank {rank}] {line}", end="", flush=True)
     stream.close()
 
 
+def _signal(proc: subprocess.Popen, hard: bool) -> None:
+    """Stop a worker and what it started (its process group on POSIX; the process itself on Windows)."""
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL if hard else signal.SIGTERM)
+        elif hard:
+            proc.kill()
+        else:
+            proc.terminate()
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _end(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
-    """Terminate every worker still running (and anything it started), then kill what is left."""
+    """Terminate every worker still running, then kill what is left after ``grace`` seconds."""
     alive = [p for p in procs if p.poll() is None]
     for p in alive:
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _signal(p, hard=False)
     deadline = time.monotonic() + grace
     for p in alive:
         try:
             p.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _signal(p, hard=True)
             p.wait()
+
+
+def _last_lines(outputs: list[list[str]], n: int = 5) -> str:
+    return "".join(f"\n  rank {r}: " + ("".join(lines[-n:]).rstrip() or "(no output)").replace("\n", "\n    ")
+                   for r, lines in enumerate(outputs))
 
 
 def _failure(folder: Path, procs: list[subprocess.Popen], outputs: list[list[str]]) -> RankFailed:
@@ -163,11 +183,9 @@ def launch(
     n = default_num_processes() if num_processes is None else num_processes
     _validate(fn, n, timeout, threads_per_process)
     gpus = 0 if cpu else gpu_count()
-    if gpus and n > gpus:
-        raise ValueError(
-            f"num_processes={n} but this machine has {gpus} GPU(s); allowed: 1 to {gpus} with GPUs. "
-            "Fix: lower num_processes, or pass cpu=True to run the processes on the CPU."
-        )
+    if 0 < gpus < n:
+        print(f"this machine has {gpus} GPU(s) for {n} processes: running all {n} on the CPU instead")
+        gpus = 0
     threads = threads_per_process or max(1, usable_cores() // n)
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="effitrain-launch-") as tmp:
@@ -180,7 +198,7 @@ def launch(
             for rank in range(n):
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", WORKER, tmp], env=_environment(rank, n, port, threads, bool(gpus), timeout),
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=hasattr(os, "killpg"),
                 ))
                 relay = threading.Thread(target=_relay, args=(rank, procs[-1].stdout, outputs[rank], quiet), daemon=True)
                 relay.start()
@@ -190,9 +208,11 @@ def launch(
                 if any(p.poll() not in (None, 0) for p in procs):
                     raise _failure(folder, procs, outputs)
                 if time.monotonic() > deadline:
+                    running = [r for r, p in enumerate(procs) if p.poll() is None]
                     raise TimeoutError(
-                        f"the {n} processes did not finish within timeout={timeout} s; they were ended. "
-                        "Fix: pass a larger timeout, or make the work smaller."
+                        f"the {n} processes did not finish within timeout={timeout} s (still running: ranks "
+                        f"{running}); they were ended. Fix: pass a larger timeout, or make the work smaller. "
+                        f"Their last output:{_last_lines(outputs)}"
                     )
                 time.sleep(0.02)
             if any(p.returncode != 0 for p in procs):
@@ -201,4 +221,8 @@ def launch(
             _end(procs)
             for relay in relays:
                 relay.join(timeout=5)
+        missing = [r for r in range(n) if not (folder / f"rank{r}.result.pkl").is_file()]
+        if missing:
+            raise RankFailed(missing[0], "ProcessExit", "exited with code 0 without returning a result (os._exit?)",
+                             "".join(outputs[missing[0]][-20:]))
         return [cloudpickle.loads((folder / f"rank{r}.result.pkl").read_bytes()) for r in range(n)]

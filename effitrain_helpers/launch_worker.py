@@ -10,9 +10,25 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import threading
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
+
+
+def _watch_parent() -> None:
+    """End this worker if the process that launched it (the notebook kernel) dies."""
+    parent = int(os.environ.get("EFFITRAIN_PARENT_PID", "0"))
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    if parent:
+        threading.Thread(target=watch, daemon=True).start()
 
 
 def _join_group(rank: int, world: int) -> None:
@@ -20,10 +36,13 @@ def _join_group(rank: int, world: int) -> None:
     import torch.distributed as dist
 
     backend = os.environ.get("EFFITRAIN_BACKEND", "gloo")
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     timeout = timedelta(seconds=float(os.environ.get("EFFITRAIN_TIMEOUT", "300")))
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
     seen = [None] * world
     dist.all_gather_object(seen, rank)
     if seen != list(range(world)) or dist.get_world_size() != world:
@@ -46,6 +65,7 @@ def _check_accelerate(world: int) -> None:
 def main(folder: str) -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     out = Path(folder)
+    _watch_parent()
     try:
         import cloudpickle
         import torch

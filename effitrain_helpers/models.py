@@ -244,7 +244,8 @@ def build_offline_checkpoint(force: bool = False) -> Path:
 def load_classifier(name: str | None = None, num_labels: int = 2, verbose: bool = True):
     """Return ``(model, tokenizer)`` for sequence classification, loaded with ``from_pretrained``.
 
-    Prints one line saying which model was used and why (unless ``verbose=False``).
+    Prints one line saying which model was used and why; ``verbose=False`` prints nothing, not even the
+    library's loading report (for code that runs in every process of a group).
     """
     if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
         raise ValueError(f"num_labels={num_labels!r} must be a whole number >= 1 (2 for paraphrase / not).")
@@ -252,8 +253,18 @@ def load_classifier(name: str | None = None, num_labels: int = 2, verbose: bool 
     if verbose:
         print(choice)
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     opts = {"local_files_only": choice.local_files_only, "trust_remote_code": False}
-    model = AutoModelForSequenceClassification.from_pretrained(choice.path, num_labels=num_labels, **opts)
-    tokenizer = AutoTokenizer.from_pretrained(choice.path, **opts)
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    if not verbose:  # no loading report or progress bars (the one line above says what was loaded)
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(choice.path, num_labels=num_labels, **opts)
+        tokenizer = AutoTokenizer.from_pretrained(choice.path, **opts)
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
     return model, tokenizer

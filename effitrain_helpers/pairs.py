@@ -45,13 +45,13 @@ def make_pair(rng: random.Random) -> tuple[str, str, int]:
     # a paraphrase always changes its wording: passive voice, or else the verb's synonym
     s2_verb = SYNONYMS[verb] if label and not passive else rng.choice([verb, SYNONYMS[verb]])
     s2_subject, s2_obj = subject, obj
-    if not label:
-        change = rng.choice(["subject", "object", "verb"])
-        if change == "subject":
+    if not label:  # change two of who, what and to whom
+        keep = rng.choice(["subject", "object", "verb"])
+        if keep != "subject":
             s2_subject = rng.choice([s for s in SUBJECTS if s != subject])
-        elif change == "object":
+        if keep != "object":
             s2_obj = rng.choice([o for o in OBJECTS if o != obj])
-        else:
+        if keep != "verb":
             s2_verb = rng.choice([v for v in SYNONYMS if v != verb])
     second = clause(s2_subject, s2_verb, s2_obj, passive=passive)
     if tail:

@@ -124,10 +124,64 @@ def test_other_bad_arguments():
         launch(print, num_processes=2, threads_per_process=0)
 
 
-def test_more_processes_than_gpus_is_refused(monkeypatch):
+def test_more_processes_than_gpus_runs_on_the_cpu_and_says_so(monkeypatch, capsys):
     monkeypatch.setattr(launch_mod, "gpu_count", lambda: 1)
-    with pytest.raises(ValueError, match="has 1 GPU.*cpu=True"):
-        launch(print, num_processes=2)
+
+    def backend():
+        import torch.distributed as dist
+
+        return dist.get_backend()
+
+    assert launch(backend, num_processes=2) == ["gloo", "gloo"]
+    assert "1 GPU(s) for 2 processes: running all 2 on the CPU" in capsys.readouterr().out
+    assert launch_mod.default_num_processes() == 2
+
+
+def test_a_worker_ends_itself_when_its_parent_dies(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "from effitrain_helpers.launch import launch\n"
+        "def hang():\n    import time\n    time.sleep(120)\n"
+        "launch(hang, num_processes=2)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.monotonic() + 60
+    workers = []
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.5)
+        workers = [p for p in psutil.Process(parent.pid).children() if "launch_worker" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    time.sleep(3)  # let the workers start their watch
+    parent.kill()
+    parent.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=15)
+    assert not alive, "workers outlived the process that launched them"
+
+
+def test_output_with_carriage_returns_and_bad_bytes_is_relayed(capsys):
+    def noisy():
+        import sys
+
+        sys.stdout.buffer.write(b"10%\r50%\r100%\nbad byte \xff here\n")
+        sys.stdout.flush()
+        return "done"
+
+    assert launch(noisy, num_processes=1) == ["done"]
+    out = capsys.readouterr().out
+    assert "[rank 0] 100%\n" in out and "10%" not in out and "bad byte \ufffd here" in out
+
+
+def test_a_rank_that_exits_without_a_result_is_reported():
+    def vanish():
+        import os
+
+        os._exit(0)
+
+    with pytest.raises(RankFailed, match="without returning a result"):
+        launch(vanish, num_processes=1)
 
 
 @pytest.mark.parametrize("num_samples, even", [(12, True), (10, True), (10, False)])
