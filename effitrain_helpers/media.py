@@ -63,7 +63,8 @@ def make_shapes(n_train: int = 60, n_validation: int = 15, seed: int = 0):
 
 
 def synth_sound(kind: str, sampling_rate: int, seconds: float, rng: random.Random) -> np.ndarray:
-    """A float32 waveform in [-1, 1]: a steady tone, or a chirp rising an octave or more."""
+    """A float32 waveform in [-1, 1]: a steady tone, or a chirp rising an octave or more, with a little hiss
+    and a small DC offset, as a real recording has."""
     if kind not in SOUNDS:
         raise ValueError(f"sound {kind!r} is not allowed; choose from {SOUNDS}.")
     t = np.arange(int(sampling_rate * seconds)) / sampling_rate
@@ -74,7 +75,9 @@ def synth_sound(kind: str, sampling_rate: int, seconds: float, rng: random.Rando
         f1 = f0 * rng.uniform(2, 4)
         phase = 2 * math.pi * (f0 * t + (f1 - f0) * t**2 / (2 * seconds))
     fade = np.minimum(1, np.minimum(t, seconds - t) / 0.02)  # 20 ms fades: no clicks
-    return (0.6 * np.sin(phase) * fade).astype(np.float32)
+    noise = np.random.default_rng(rng.randrange(2**32)).normal(0, 0.01, len(t))  # microphone hiss
+    offset = rng.uniform(-0.05, 0.05)  # and the small DC offset real microphones have
+    return (0.5 * np.sin(phase) * fade + noise + offset).astype(np.float32)
 
 
 def make_tones(n_train: int = 40, n_validation: int = 10, seed: int = 0):

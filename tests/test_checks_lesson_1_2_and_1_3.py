@@ -64,6 +64,11 @@ def test_1_2_q3(image_processor):
     assert "(3, 224, 224)" in l12.q3.evaluate(full_size, shapes).message
     assert "'pixel_values'" in l12.q3.evaluate(wrong_key, shapes).message
 
+    def zeros(batch):
+        return {"pixel_values": [np.zeros((3, 64, 64), dtype=np.float32) for _ in batch["image"]]}
+
+    assert "values are not what" in l12.q3.evaluate(zeros, shapes).message
+
 
 def test_1_2_q4(extractor):
     sounds = make_tones(6, 1, seed=2)["train"]
@@ -113,11 +118,12 @@ def test_1_3_q2(answer, status, words):
 
 
 def test_1_3_q3(tokenizer):
-    data = make_pairs(8, 1).map(lambda b: tokenizer(b["sentence1"], b["sentence2"]), batched=True,
+    data = make_pairs(40, 1).map(lambda b: tokenizer(b["sentence1"], b["sentence2"]), batched=True,
                                 remove_columns=["sentence1", "sentence2"]).rename_column("label", "labels")
     split = data["train"]
     assert l13.q3.evaluate(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8), split).status == "correct"
     plain = l13.q3.evaluate(DataCollatorWithPadding(tokenizer), split)
-    assert plain.status == "incorrect" and ("multiple of 8" in plain.message)
+    assert plain.status == "incorrect" and "pad_to_multiple_of=8" in plain.message
+    assert "pad_to_multiple_of=8" in l13.q3.evaluate(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=16), split).message
     static = l13.q3.evaluate(DataCollatorWithPadding(tokenizer, padding="max_length", max_length=128), split)
     assert "dynamically" in static.message

@@ -45,6 +45,13 @@ def _check_image_map(fn, dataset) -> None:
     shape = np.asarray(out[0]["pixel_values"]).shape
     if shape != (3, 64, 64):
         raise Incorrect(f"one image became shape {shape}; expected (3, 64, 64): pass size={{'height': 64, 'width': 64}}.")
+    from transformers import ViTImageProcessorPil
+
+    reference = ViTImageProcessorPil(size={"height": 64, "width": 64}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    for row, got in zip(dataset.select(range(len(out))), out["pixel_values"]):
+        if not np.allclose(np.asarray(got), reference(row["image"])["pixel_values"][0], atol=1e-4):
+            raise Incorrect("the shape is right but the values are not what the image processor makes: "
+                            "call image_processor on each image (resize, rescale and normalise).")
 
 
 def _check_audio_map(fn, dataset, extractor) -> None:
