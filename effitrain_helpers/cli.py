@@ -4,6 +4,8 @@
     effitrain bench [--sizes 256,512,1024] [--dtypes float32,bfloat16] [--device cpu|cuda|mps|all]
                     [--repeats 5] [--json] [--plot FILE.png] [--best]
     effitrain shards [--processes N] [--samples M] [--batch-size B] [--uneven] [--json]
+    effitrain train [--epochs E] [--n-train N] [--learning-rate LR] ... [--json]
+    effitrain ddp-check [--processes N] [--json]
     effitrain model [NAME] [--json]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
@@ -91,6 +93,42 @@ def _shards(args) -> int:
     return 0
 
 
+def _ddp_check(args) -> int:
+    from .ddp_checks import four_steps, summarize_four_steps
+    from .launch import default_num_processes, launch
+    from .scaling import measure_scaling
+
+    n = default_num_processes() if args.processes is None else args.processes
+    if isinstance(n, int) and n < 2:
+        raise ValueError(f"--processes {n}: a data-parallel check needs at least 2 processes (e.g. --processes 2).")
+    summary = summarize_four_steps(launch(four_steps, global_batch=4 * n, num_processes=n, quiet=True), 4 * n)
+    scaled = launch(measure_scaling, num_processes=n, quiet=True)[0]
+    single = launch(measure_scaling, num_processes=1, quiet=True)[0]
+    result = {
+        "processes": n,
+        "checks": {k: summary[k] for k in ("data_sharding", "model_replication", "gradient_aggregation",
+                                           "parameter_synchronization")},
+        "max_differences": {k: summary[k] for k in ("max_grad_diff_vs_single_process", "max_grad_diff_across_ranks",
+                                                    "max_param_diff_across_ranks")},
+        "samples_per_second": {"workbook": scaled["workbook_samples_per_s"], "ddp": scaled["ddp_samples_per_s"],
+                               "one_process": single["workbook_samples_per_s"]},
+        "workbook_over_ddp": scaled["workbook_samples_per_s"] / scaled["ddp_samples_per_s"],
+        "communication_s_per_step": scaled["communication_s_per_step"],
+        "compute_s_per_step": scaled["compute_s_per_step"],
+        "allreduce_gb_per_s": scaled["allreduce_gb_per_s"],
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for name, ok in result["checks"].items():
+        print(f"{name.replace('_', ' '):<26} {'OK' if ok else 'FAILED'}")
+    print("max differences: " + ", ".join(f"{k} {v:.2e}" for k, v in result["max_differences"].items()))
+    sps = result["samples_per_second"]
+    print(f"samples/s: workbook loop {sps['workbook']:.0f} with {n} processes, plain DDP {sps['ddp']:.0f} "
+          f"(ratio {result['workbook_over_ddp']:.2f}), one process {sps['one_process']:.0f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="effitrain", description="Efficient AI model training workbook: measurements from a terminal.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -114,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", action="store_true", help="run the processes on the CPU even with GPUs")
     p.add_argument("--json", action="store_true", help="one JSON record per rank: rank, world_size, indices")
     p.set_defaults(func=_shards)
+    sub.add_parser("train", help="fine-tune with the chapter 2 Accelerate loop (see effitrain train --help)")
+    p = sub.add_parser("ddp-check", help="prove the four steps of data parallelism and measure scaling")
+    p.add_argument("--processes", type=int, default=None, help="number of processes (default: every GPU, or 2)")
+    p.add_argument("--json", action="store_true", help="one JSON record: the checks, differences, samples/s")
+    p.set_defaults(func=_ddp_check)
     p = sub.add_parser("model", help="which model the lessons would load, and why")
     p.add_argument("name", nargs="?", default=None, help="a local folder or Hub id (default: the course's model)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -123,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``effitrain`` console script; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:  # its options belong to the training script's own parser
+        from .train import main as train_main
+
+        return train_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -30,7 +30,7 @@ class TrainConfig:
     model: str | None = None  # a folder or Hub id; None: the course's model or the workbook's own
     data: str | None = None  # a local CSV/JSON file or folder in the MRPC layout; None: GLUE MRPC or the workbook's
     label_column: str = "label"
-    n_train: int = 800
+    n_train: int = 3000
     n_validation: int = 200
     batch_size: int = 16
     eval_batch_size: int = 64
@@ -39,6 +39,7 @@ class TrainConfig:
     warmup_steps: int = 10
     max_length: int = 128
     seed: int = 0
+    output_dir: str | None = None  # where rank 0 saves the fine-tuned model and tokenizer (None: not saved)
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_validation", "batch_size", "eval_batch_size", "epochs", "max_length"):
@@ -145,11 +146,12 @@ def evaluate_plain(model, loader, device) -> dict[str, float]:
     return accuracy_f1(torch.cat(predictions), torch.cat(labels))
 
 
-def evaluate(model, loader, accelerator) -> dict[str, float]:
+def evaluate(model, loader, accelerator, drop_repeats: bool = True) -> dict[str, float]:
     """Accuracy and F1 over the whole validation set, whatever the number of processes (lesson 2.3).
 
     ``gather_for_metrics`` collects every process's predictions and drops the samples Accelerate repeated to
-    even out the last batch, so each sample counts exactly once.
+    even out the last batch, so each sample counts exactly once. ``drop_repeats=False`` uses plain
+    ``gather`` instead, to show what goes wrong.
     """
     import torch
 
@@ -160,7 +162,8 @@ def evaluate(model, loader, accelerator) -> dict[str, float]:
     with torch.no_grad():
         for batch in loader:
             logits = model(**batch).logits
-            batch_predictions, batch_labels = accelerator.gather_for_metrics((logits.argmax(-1), batch["labels"]))
+            gather = accelerator.gather_for_metrics if drop_repeats else accelerator.gather
+            batch_predictions, batch_labels = gather((logits.argmax(-1), batch["labels"]))
             predictions.append(batch_predictions)
             labels.append(batch_labels)
     predictions, labels = torch.cat(predictions), torch.cat(labels)
@@ -197,8 +200,12 @@ def train_plain(config: TrainConfig) -> dict:
         history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
                         **evaluate_plain(model, eval_loader, device)})
     seconds = time.perf_counter() - start
-    return {"history": history, "seconds": seconds, "world_size": 1, "rank": 0,
-            "samples_per_second": config.epochs * len(data["train"]) / seconds, "fingerprint": weights_fingerprint(model)}
+    if config.output_dir:
+        model.save_pretrained(config.output_dir)
+        tokenizer.save_pretrained(config.output_dir)
+    return {"history": history, "seconds": seconds, "world_size": 1,
+            "rank": 0, "samples_per_second": config.epochs * len(data["train"]) / seconds,
+            "fingerprint": weights_fingerprint(model)}
 
 
 def train_accelerate(config: TrainConfig) -> dict:
@@ -232,15 +239,36 @@ def train_accelerate(config: TrainConfig) -> dict:
         history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
                         **evaluate(model, eval_loader, accelerator)})
     seconds = time.perf_counter() - start
+    if config.output_dir:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            accelerator.unwrap_model(model).save_pretrained(config.output_dir)
+            tokenizer.save_pretrained(config.output_dir)
     return {"history": history, "seconds": seconds, "world_size": accelerator.num_processes,
             "rank": accelerator.process_index, "samples_per_second": config.epochs * len(data["train"]) / seconds,
             "fingerprint": weights_fingerprint(accelerator.unwrap_model(model))}
 
 
+def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int = 64, drop_repeats: bool = True) -> dict:
+    """Lesson 2.3: evaluate a saved model on the first ``n_validation`` pairs, in this process's share."""
+    from accelerate import Accelerator
+
+    from .models import load_classifier
+
+    accelerator = Accelerator(cpu=cpu_group_requested())
+    config = TrainConfig(model=path, n_train=1, n_validation=n_validation, eval_batch_size=eval_batch_size)
+    model, tokenizer = load_classifier(path, verbose=False)
+    data, _ = build_data(config, tokenizer)
+    _, eval_loader = make_loaders(data, tokenizer, config)
+    model, eval_loader = accelerator.prepare(model, eval_loader)
+    return {"rank": accelerator.process_index, "world_size": accelerator.num_processes,
+            "batches_here": len(eval_loader), **evaluate(model, eval_loader, accelerator, drop_repeats)}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for name, value in asdict(TrainConfig()).items():
-        kind = float if name == "learning_rate" else int if isinstance(value, int) else str
+        kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # None defaults: str
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name)
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON summary")
     return parser
@@ -257,7 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"effitrain train: error: {err}", file=sys.stderr)
         return 2
-    result = train_accelerate(config)
+    try:
+        result = train_accelerate(config)
+    except ValueError as err:  # bad data (label column, one class): said before any step runs
+        print(f"effitrain train: error: {err}", file=sys.stderr)
+        return 2
     fingerprints = gather_object([result["fingerprint"]])
     if result["rank"] == 0:
         summary = {"world_size": result["world_size"], "history": result["history"],
