@@ -28,7 +28,8 @@ from .cache import build_once
 from .settings import SETTINGS
 
 DEFAULT_MODEL = "distilbert-base-cased"
-OFFLINE_MODEL = {"dim": 128, "n_layers": 2, "n_heads": 4, "hidden_dim": 512, "max_position_embeddings": 512}
+OFFLINE_MODEL = {"dim": 128, "n_layers": 2, "n_heads": 4, "hidden_dim": 512, "max_position_embeddings": 512,
+                 "dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0}  # tiny and trained from scratch: no dropout
 VOCAB_SIZE = 3000
 HUB_TIMEOUT_S = 3.0
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
@@ -221,8 +222,9 @@ def _write_offline_checkpoint(folder: Path) -> None:
 
     tokenizer = DistilBertTokenizer(vocab=_train_vocabulary(VOCAB_SIZE), do_lower_case=False, model_max_length=512)
     config = DistilBertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **OFFLINE_MODEL)
-    torch.manual_seed(0)
-    DistilBertModel(config).save_pretrained(folder)
+    with torch.random.fork_rng(devices=[]):  # the caller's random state stays untouched
+        torch.manual_seed(0)
+        DistilBertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 
