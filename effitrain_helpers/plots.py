@@ -150,3 +150,26 @@ def plot_shards(reports: list[dict], num_samples: int, title: str = "") -> "Figu
     ax.set_title(title or f"{num_samples} samples over {len(reports)} processes", fontsize=FONT)
     fig.tight_layout()
     return fig
+
+
+def plot_scaling(one: dict, many: dict) -> "Figure":
+    """Samples per second (left) and time per step split into compute and communication (right)."""
+    import matplotlib.pyplot as plt
+
+    n = many["world_size"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = ["1 process", f"{n} processes\nworkbook loop", f"{n} processes\nplain DDP"]
+    values = [one["workbook_samples_per_s"], many["workbook_samples_per_s"], many["ddp_samples_per_s"]]
+    left.bar(labels, values, color=["#999999", "#1f77b4", "#ff7f0e"])
+    left.set_ylabel("samples per second (all processes)", fontsize=FONT - 1)
+    left.set_title("Training throughput", fontsize=FONT)
+    for k, (label, data) in enumerate((("1 process", one), (f"{n} processes", many))):
+        compute, comm = data["compute_s_per_step"] * 1e3, data["communication_s_per_step"] * 1e3
+        right.bar(k, compute, color="#2ca02c", label="compute" if k == 0 else None)
+        right.bar(k, comm, bottom=compute, color="#d62728", label="communication" if k == 0 else None)
+    right.set_xticks([0, 1], ["1 process", f"{n} processes"])
+    right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
+    right.set_title("Where a step's time goes", fontsize=FONT)
+    right.legend(fontsize=FONT - 3)
+    fig.tight_layout()
+    return fig

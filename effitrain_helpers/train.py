@@ -256,7 +256,7 @@ def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int
     from .models import load_classifier
 
     accelerator = Accelerator(cpu=cpu_group_requested())
-    config = TrainConfig(model=path, n_train=1, n_validation=n_validation, eval_batch_size=eval_batch_size)
+    config = TrainConfig(model=path, n_train=20, n_validation=n_validation, eval_batch_size=eval_batch_size)
     model, tokenizer = load_classifier(path, verbose=False)
     data, _ = build_data(config, tokenizer)
     _, eval_loader = make_loaders(data, tokenizer, config)
