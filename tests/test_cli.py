@@ -53,6 +53,9 @@ def test_bench_text_and_best():
         (["shards", "--processes", "0"], "num_processes=0 is not allowed"),
         (["shards", "--processes", "65"], "num_processes=65 is not allowed"),
         (["shards", "--samples", "-3"], "samples=-3 must be a whole number"),
+        (["ddp-check", "--processes", "1"], "needs at least 2 processes"),
+        (["ddp-check", "--processes", "0"], "needs at least 2 processes"),
+        (["train", "--batch-size", "0"], "batch_size=0 must be a whole number"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, words):
@@ -75,3 +78,13 @@ def test_shards_json_has_one_record_per_rank():
     records = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(r["rank"], r["world_size"]) for r in records] == [(0, 2), (1, 2)]
     assert set(records[0]["indices"]) | set(records[1]["indices"]) == set(range(7))
+
+
+def test_ddp_check_json_reports_the_four_checks_and_throughput():
+    out = run("ddp-check", "--processes", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["checks"] == {"data_sharding": True, "model_replication": True, "gradient_aggregation": True,
+                                "parameter_synchronization": True}
+    assert result["max_differences"]["max_grad_diff_vs_single_process"] <= 1e-5
+    assert set(result["samples_per_second"]) == {"workbook", "ddp", "one_process"}
