@@ -7,7 +7,9 @@ Targets (checked here, never in timed tests):
 1. the helper's matmul GFLOP/s agree with ``torch.utils.benchmark`` on the same shapes in the same run:
    ratio >= 0.95 (the harness adds no overhead);
 2. every lesson notebook, executed headless in the default size, takes under 60 s on a 2-core CPU;
-3. ``import effitrain_helpers`` imports neither transformers, accelerate nor datasets.
+3. ``import effitrain_helpers`` imports neither transformers, accelerate nor datasets;
+4. the workbook's sharded Accelerate loop reaches at least 0.9 x the samples per second of a plain PyTorch
+   ``DistributedDataParallel`` loop with the same number of processes (same model, data and threads).
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -30,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
 NOTEBOOK_MAX_S = 60.0
+DDP_RATIO_MIN = 0.9
 
 
 def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 5) -> list[dict]:
@@ -90,6 +93,17 @@ def launch_overhead(rounds: int = 3) -> dict:
     return {"python_import_torch_s": bare, "launch_s": {str(n): s for n, s in rows.items()}}
 
 
+def ddp_ratio(processes: int = 2) -> dict:
+    """Workbook loop over plain DDP, samples per second, with ``processes`` processes (long run, 5 rounds)."""
+    from effitrain_helpers.launch import launch
+    from effitrain_helpers.scaling import measure_scaling
+
+    r = launch(measure_scaling, steps=16, rounds=5, num_processes=processes, quiet=True)[0]
+    ratio = r["workbook_samples_per_s"] / r["ddp_samples_per_s"]
+    return {"processes": processes, "threads_per_process": r["threads"], "workbook_samples_per_s": r["workbook_samples_per_s"],
+            "ddp_samples_per_s": r["ddp_samples_per_s"], "ratio": ratio, "ok": ratio >= DDP_RATIO_MIN}
+
+
 def import_cost() -> dict:
     """Time to import the package alone and with the lesson-1.1 helpers, and which heavy libraries came along."""
     code = (
@@ -116,6 +130,11 @@ def write_report(report: dict, out: Path) -> None:
     lines += ["", "## Notebooks, headless, small size", "", "| notebook | seconds | target < 60 s |", "|---|---|---|"]
     for r in report["notebooks"]:
         lines.append(f"| {r['notebook']} | {r['seconds']:.1f} | {'ok' if r['ok'] else 'MISSED'} |")
+    d = report["ddp"]
+    lines += ["", "## Workbook loop vs plain DDP", "",
+              f"{d['processes']} processes x {d['threads_per_process']} thread(s): workbook {d['workbook_samples_per_s']:.0f} "
+              f"samples/s, plain DDP {d['ddp_samples_per_s']:.0f} samples/s, ratio {d['ratio']:.3f} "
+              f"(target >= {DDP_RATIO_MIN}: {'ok' if d['ok'] else 'MISSED'})"]
     lo = report["launch"]
     lines += ["", "## Launch overhead (no target)", "",
               f"bare `python -c 'import torch'`: {lo['python_import_torch_s']:.2f} s; "
@@ -142,11 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         "harness": harness_vs_torch_benchmark(),
         "notebooks": [] if args.skip_notebooks else notebook_times(),
         "launch": launch_overhead(),
+        "ddp": ddp_ratio(),
         "import": import_cost(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
-    missed = [r for r in report["harness"] + report["notebooks"] if not r["ok"]] + ([] if report["import"]["ok"] else [1])
+    checks = report["harness"] + report["notebooks"] + [report["ddp"], report["import"]]
+    missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 
 
