@@ -31,6 +31,25 @@ class Blank:
 ____ = Blank()
 
 
+class Spy:
+    """Wraps ``target`` and records, in ``calls``, each call of a method named in ``watch`` (for checkers that
+    must know *how* an answer worked, e.g. whether it used ``accelerator.backward``)."""
+
+    def __init__(self, target: Any, watch: tuple[str, ...]):
+        self._target, self._watch, self.calls = target, set(watch), []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if name not in self._watch or not callable(attr):
+            return attr
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return recorded
+
+
 class Incorrect(Exception):
     """Raised by a checker with a message for the learner (why the answer is wrong, what to look at)."""
 

@@ -4,23 +4,9 @@ from __future__ import annotations
 
 import math
 
-from ..exercises import Exercise, Incorrect
+from ..exercises import Exercise, Incorrect, Spy
 
 CHECKS = ("data_sharding", "model_replication", "gradient_aggregation", "parameter_synchronization")
-
-
-class _SpyAccelerator:
-    """Wraps a real Accelerator and records whether ``backward`` was called through it."""
-
-    def __init__(self, accelerator):
-        self._accelerator, self.backward_calls = accelerator, 0
-
-    def backward(self, loss, **kwargs):
-        self.backward_calls += 1
-        return self._accelerator.backward(loss, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._accelerator, name)
 
 
 def _check_step_fn(fn) -> None:
@@ -32,7 +18,7 @@ def _check_step_fn(fn) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    spy = _SpyAccelerator(Accelerator())
+    spy = Spy(Accelerator(), watch=("backward",))
     model, optimizer = spy.prepare(model, optimizer)
     before = [p.detach().clone() for p in model.parameters()]
     batch = {"x": torch.randn(8, 4), "y": torch.randint(0, 2, (8,))}
@@ -45,7 +31,7 @@ def _check_step_fn(fn) -> None:
         return Out(torch.nn.functional.cross_entropy(model(x), y))
 
     fn(forward, batch, optimizer, spy)
-    if spy.backward_calls == 0:
+    if "backward" not in spy.calls:
         raise Incorrect("your step never called accelerator.backward(loss); loss.backward() skips what Accelerate adds "
                         "(gradient scaling, accumulation, synchronisation).")
     if all(torch.equal(a, b) for a, b in zip(before, model.parameters())):

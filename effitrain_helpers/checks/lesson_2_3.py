@@ -4,25 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..exercises import Exercise, Incorrect, as_number
-
-
-class _Spy:
-    """A real Accelerator that records which gather method the learner called."""
-
-    def __init__(self, accelerator):
-        self._accelerator, self.calls = accelerator, []
-
-    def gather_for_metrics(self, *args, **kwargs):
-        self.calls.append("gather_for_metrics")
-        return self._accelerator.gather_for_metrics(*args, **kwargs)
-
-    def gather(self, *args, **kwargs):
-        self.calls.append("gather")
-        return self._accelerator.gather(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._accelerator, name)
+from ..exercises import Exercise, Incorrect, Spy, as_number
 
 
 def _check_eval_fn(fn) -> None:
@@ -45,7 +27,7 @@ def _check_eval_fn(fn) -> None:
 
     model = Tiny()
     want = float((model(x).logits.argmax(-1) == y).float().mean())
-    spy = _Spy(Accelerator())
+    spy = Spy(Accelerator(), watch=("gather", "gather_for_metrics"))
     loader = DataLoader(TensorDataset(x, y), batch_size=8, collate_fn=lambda rows: {
         "inputs": torch.stack([r[0] for r in rows]), "labels": torch.stack([r[1] for r in rows])})
     model, loader = spy.prepare(model, loader)

@@ -1,0 +1,154 @@
+"""Every checker of chapter 2, with known right and known wrong answers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import TrainingArguments
+
+from effitrain_helpers.checks import lesson_2_1 as l21
+from effitrain_helpers.checks import lesson_2_2 as l22
+from effitrain_helpers.checks import lesson_2_3 as l23
+from effitrain_helpers.exercises import Spy
+
+
+def _args(tmp_path, **changes):
+    base = dict(output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=8, eval_strategy="epoch",
+                logging_strategy="epoch", save_strategy="no", use_cpu=True, report_to="none")
+    return TrainingArguments(**{**base, **changes})
+
+
+def test_2_1_q1(tmp_path):
+    assert l21.q1.evaluate(_args(tmp_path)).status == "correct"
+    assert "eval_strategy" in l21.q1.evaluate(_args(tmp_path, eval_strategy="no")).message
+    assert "per_device_train_batch_size is 16" in l21.q1.evaluate(_args(tmp_path, per_device_train_batch_size=16)).message
+    assert "TrainingArguments object" in l21.q1.evaluate({"eval_strategy": "epoch"}).message
+
+
+def test_2_1_q2():
+    def right(eval_pred):
+        logits, labels = eval_pred
+        return {"accuracy": float((logits.argmax(-1) == labels).mean())}
+
+    def count(eval_pred):
+        logits, labels = eval_pred
+        return {"accuracy": int((logits.argmax(-1) == labels).sum())}
+
+    def argmin(eval_pred):
+        logits, labels = eval_pred
+        return {"accuracy": float((logits.argmin(-1) == labels).mean())}
+
+    assert l21.q2.evaluate(right).status == "correct"
+    assert "number of correct rows" in l21.q2.evaluate(count).message
+    assert "argmax" in l21.q2.evaluate(argmin).message
+    assert "'accuracy' key" in l21.q2.evaluate(lambda e: 0.75).message
+
+
+@pytest.mark.parametrize("answer, words", [((0.6, 0.75), ""), ((0.6, 0.6), "precision"), ((0.4, 0.75), "accuracy"),
+                                          ((0.6, 0.5), "F1")])
+def test_2_1_q3(answer, words):
+    labels = [1] * 6 + [0] * 4
+    result = l21.q3.evaluate(answer, labels)
+    assert (result.status == "correct") == (words == "") and words in result.message
+
+
+def test_2_2_q1():
+    def right(forward, batch, optimizer, accelerator):
+        accelerator.backward(forward(**batch).loss)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def plain_backward(forward, batch, optimizer, accelerator):
+        forward(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def no_step(forward, batch, optimizer, accelerator):
+        accelerator.backward(forward(**batch).loss)
+        optimizer.zero_grad()
+
+    def no_zero(forward, batch, optimizer, accelerator):
+        accelerator.backward(forward(**batch).loss)
+        optimizer.step()
+
+    assert l22.q1.evaluate(right).status == "correct"
+    assert "accelerator.backward" in l22.q1.evaluate(plain_backward).message
+    assert "optimizer.step()" in l22.q1.evaluate(no_step).message
+    assert "zero_grad" in l22.q1.evaluate(no_zero).message
+
+
+@pytest.mark.parametrize("answer, words", [(94, ""), (188, "in all"), (93, "rounded down"), (100, "not it")])
+def test_2_2_q2(answer, words):
+    result = l22.q2.evaluate(answer)
+    assert (result.status == "correct") == (words == "") and words in result.message
+
+
+@pytest.mark.parametrize("answer, words", [
+    ({"gradient_aggregation", "parameter_synchronization"}, ""), ({"gradient_aggregation"}, "one more"),
+    ({"data_sharding", "gradient_aggregation"}, "before any gradient"), ({"speed"}, "not check names"),
+])
+def test_2_2_q3(answer, words):
+    result = l22.q3.evaluate(answer)
+    assert (result.status == "correct") == (words == "") and words in result.message
+
+
+def test_2_3_q1():
+    def right(model, loader, accelerator):
+        model.eval()
+        correct = total = 0
+        with torch.no_grad():
+            for batch in loader:
+                p, y = accelerator.gather_for_metrics((model(**batch).logits.argmax(-1), batch["labels"]))
+                correct, total = correct + int((p == y).sum()), total + len(y)
+        return correct / total
+
+    def plain_gather(model, loader, accelerator):
+        model.eval()
+        correct = total = 0
+        for batch in loader:
+            p, y = accelerator.gather((model(**batch).logits.argmax(-1), batch["labels"]))
+            correct, total = correct + int((p == y).sum()), total + len(y)
+        return correct / total
+
+    def local_only(model, loader, accelerator):
+        model.eval()
+        matches = [(model(**b).logits.argmax(-1) == b["labels"]).float() for b in loader]
+        return float(torch.cat(matches).mean())
+
+    def wrong_value(model, loader, accelerator):
+        right(model, loader, accelerator)
+        return 0.5
+
+    assert l23.q1.evaluate(right).status == "correct"
+    assert "counts the samples" in l23.q1.evaluate(plain_gather).message
+    assert "never gathers" in l23.q1.evaluate(local_only).message
+    assert "true accuracy" in l23.q1.evaluate(wrong_value).message
+
+
+@pytest.mark.parametrize("answer, words", [((1.0, 2.0), ""), ((2.0, 2.0), "share the same cores"),
+                                           ((1.0, 1.0), "its own compute"), ((0.5, 2.0), "does not grow")])
+def test_2_3_q2(answer, words):
+    result = l23.q2.evaluate(answer, 2)
+    assert (result.status == "correct") == (words == "") and words in result.message
+
+
+@pytest.mark.parametrize("n, answer, words", [(4, 4.5, ""), (4, 9.0, "every other process"), (4, 2.25, "one of the two"),
+                                              (4, 1.0, "2 (N-1)/N"), (2, 3.0, "")])
+def test_2_3_q3(n, answer, words):
+    result = l23.q3.evaluate(answer, 3.0, n)
+    assert (result.status == "correct") == (words == "") and words in result.message
+
+
+def test_spy_records_only_watched_calls():
+    class Target:
+        def a(self):
+            return 1
+
+        def b(self):
+            return 2
+
+        value = 3
+
+    spy = Spy(Target(), watch=("a",))
+    assert (spy.a(), spy.b(), spy.value) == (1, 2, 3) and spy.calls == ["a"]
