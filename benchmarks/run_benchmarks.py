@@ -5,7 +5,8 @@
 Targets (checked here, never in timed tests):
 
 1. the helper's matmul GFLOP/s agree with ``torch.utils.benchmark`` on the same shapes in the same run:
-   ratio >= 0.95 (the harness adds no overhead);
+   median ratio over interleaved rounds >= 0.95 (the harness adds no overhead); the ratio of the best
+   repeats is reported too, and is noisier (the reference's blocks are short, so its best is a lucky one);
 2. every lesson notebook, executed headless in the default size, takes under 60 s on a 2-core CPU;
 3. ``import effitrain_helpers`` imports neither transformers, accelerate nor datasets;
 4. the workbook's sharded Accelerate loop reaches at least 0.9 x the samples per second of a plain PyTorch
@@ -35,20 +36,24 @@ NOTEBOOK_MAX_S = 60.0
 DDP_RATIO_MIN = 0.9
 
 
-def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 5) -> list[dict]:
-    """Helper GFLOP/s over torch.utils.benchmark GFLOP/s, same product, interleaved rounds, median ratio."""
+def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 7) -> list[dict]:
+    """Helper GFLOP/s over torch.utils.benchmark GFLOP/s, same product, interleaved rounds."""
     from effitrain_helpers.bench import gflops, time_matmul, torch_benchmark_seconds
 
     rows = []
     for n in sizes:
-        ours, ref = [], []
+        ours, ref, ours_best, ref_best = [], [], [], []
         for _ in range(rounds):
-            ours.append(time_matmul(n, "float32", "cpu", repeats=5).gflops)
+            mine = time_matmul(n, "float32", "cpu", repeats=5)
+            ours.append(mine.gflops)
+            ours_best.append(mine.gflops_best)
             ref.append(gflops(n, torch_benchmark_seconds(n, "float32", "cpu", min_run_time=0.3)))
+            ref_best.append(gflops(n, torch_benchmark_seconds(n, "float32", "cpu", min_run_time=0.3, best=True)))
         ratio = statistics.median(o / r for o, r in zip(ours, ref))
         rows.append({"size": n, "dtype": "float32", "device": "cpu", "helper_gflops": statistics.median(ours),
-                     "torch_benchmark_gflops": statistics.median(ref), "ratio": ratio,
-                     "ok": ratio >= HARNESS_RATIO_MIN})
+                     "torch_benchmark_gflops": statistics.median(ref),
+                     "best_ratio": max(ours_best) / max(ref_best), "best_helper_gflops": max(ours_best), "best_torch_benchmark_gflops": max(ref_best),
+                     "ratio": ratio, "ok": ratio >= HARNESS_RATIO_MIN})
     return rows
 
 
@@ -123,10 +128,12 @@ def write_report(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     lines = [f"# effitrain benchmarks ({report['hardware']})", "", "## Matmul harness vs torch.utils.benchmark", "",
-             "| size | helper GFLOP/s | torch.utils.benchmark GFLOP/s | ratio | target >= 0.95 |", "|---|---|---|---|---|"]
+             "| size | helper GFLOP/s (median / best) | torch.utils.benchmark GFLOP/s (median / best) | ratio "
+             "(median, target >= 0.95) | ratio of bests | verdict |", "|---|---|---|---|---|---|"]
     for r in report["harness"]:
-        lines.append(f"| {r['size']} | {r['helper_gflops']:.1f} | {r['torch_benchmark_gflops']:.1f} | "
-                     f"{r['ratio']:.3f} | {'ok' if r['ok'] else 'MISSED'} |")
+        lines.append(f"| {r['size']} | {r['helper_gflops']:.1f} / {r['best_helper_gflops']:.1f} | "
+                     f"{r['torch_benchmark_gflops']:.1f} / {r['best_torch_benchmark_gflops']:.1f} | "
+                     f"{r['ratio']:.3f} | {r['best_ratio']:.3f} | {'ok' if r['ok'] else 'MISSED'} |")
     lines += ["", "## Notebooks, headless, small size", "", "| notebook | seconds | target < 60 s |", "|---|---|---|"]
     for r in report["notebooks"]:
         lines.append(f"| {r['notebook']} | {r['seconds']:.1f} | {'ok' if r['ok'] else 'MISSED'} |")
