@@ -10,12 +10,14 @@ batch it records what a lesson asserts:
 4. parameter synchronisation: after ``optimizer.step()``, the largest difference between ranks' weights.
 
 Dropout is off (``model.eval()``) so that every process computes the very same function. ``break_replica=True``
-perturbs rank 1's weights after ``prepare``: the checks must catch it. ``summarize_four_steps`` turns the
+perturbs rank 1's weights after ``prepare``, and ``skip_gradient_sync=True`` lets every process step with its own
+gradient (``accelerator.no_sync``): the checks must catch both. ``summarize_four_steps`` turns the
 reports into four booleans with their measured maximum differences.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 TOLERANCE = 1e-5
@@ -40,7 +42,8 @@ def _spread_across_ranks(vector) -> float:
     return float(torch.max(high - low))
 
 
-def four_steps(global_batch: int = 8, max_length: int = 64, seed: int = 0, break_replica: bool = False) -> dict:
+def four_steps(global_batch: int = 8, max_length: int = 64, seed: int = 0, break_replica: bool = False,
+               skip_gradient_sync: bool = False) -> dict:
     """One data-parallel training step on ``global_batch`` samples, measured (see module docstring)."""
     import torch
     from accelerate import Accelerator
@@ -71,14 +74,15 @@ def four_steps(global_batch: int = 8, max_length: int = 64, seed: int = 0, break
     model.eval()  # no dropout: every process computes exactly the same function
     batch = next(iter(loader))
     report["shard"] = batch.pop("idx").tolist()
-    accelerator.backward(model(**batch).loss)
+    with accelerator.no_sync(model) if skip_gradient_sync else contextlib.nullcontext():
+        accelerator.backward(model(**batch).loss)
     grads = _flat_grads(model)
 
-    twin.eval()
+    twin.to(accelerator.device).eval()
     full = collate([rows[i] for i in range(global_batch)])
     full.pop("idx")
     twin(**{k: v.to(accelerator.device) for k, v in full.items()}).loss.backward()
-    report["grad_vs_single_process"] = float((grads - _flat_grads(twin.to(accelerator.device))).abs().max())
+    report["grad_vs_single_process"] = float((grads - _flat_grads(twin)).abs().max())
     report["grad_spread_across_ranks"] = _spread_across_ranks(grads)
 
     optimizer.step()

@@ -67,11 +67,11 @@ def make_pairs(n_train: int = 800, n_validation: int = 200, seed: int = 0):
     for name, n in (("n_train", n_train), ("n_validation", n_validation)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"{name}={n!r} must be a whole number >= 1.")
-    rng = random.Random(seed)
     features = Features({"sentence1": Value("string"), "sentence2": Value("string"),
                          "label": ClassLabel(names=LABEL_NAMES), "idx": Value("int32")})
     splits = {}
-    for split, n in (("train", n_train), ("validation", n_validation)):
+    for offset, (split, n) in enumerate((("train", n_train), ("validation", n_validation))):
+        rng = random.Random(f"{seed}-{offset}")  # each split its own stream: validation does not move with n_train
         rows = [make_pair(rng) for _ in range(n)]
         splits[split] = Dataset.from_dict(
             {"sentence1": [r[0] for r in rows], "sentence2": [r[1] for r in rows],

@@ -16,35 +16,46 @@ import statistics
 import time
 
 
-def _timed_steps(model, optimizer, batches, backward, sync_context) -> float:
+def _synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_steps(model, optimizer, batches, backward, sync_context, device) -> float:
     """Seconds for one optimizer step per batch (the slowest rank's time, as a synchronous step waits for it)."""
     import torch
     import torch.distributed as dist
 
+    _synchronize(device)
     start = time.perf_counter()
     for batch in batches:
         with sync_context():
             backward(model(**batch).loss)
         optimizer.step()
         optimizer.zero_grad()
-    seconds = torch.tensor([time.perf_counter() - start])
+    _synchronize(device)
+    seconds = torch.tensor([time.perf_counter() - start], device=device)
     if dist.is_initialized():
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
     return float(seconds)
 
 
-def _allreduce_seconds(numel: int, repeats: int = 10) -> float:
+def _allreduce_seconds(numel: int, device, repeats: int = 10) -> float:
     import torch
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return 0.0
-    buffer = torch.zeros(numel)
+    buffer = torch.zeros(numel, device=device)
     dist.all_reduce(buffer)  # warm-up
     dist.barrier()
+    _synchronize(device)
     start = time.perf_counter()
     for _ in range(repeats):
         dist.all_reduce(buffer)
+    _synchronize(device)
     return (time.perf_counter() - start) / repeats
 
 
@@ -87,16 +98,16 @@ def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, 
         "ddp": (ddp, ddp_optimizer, torch.Tensor.backward, contextlib.nullcontext),
     }
     for m, o, b, c in loops.values():  # warm-up
-        _timed_steps(m, o, batches[:1], b, c)
+        _timed_steps(m, o, batches[:1], b, c, accelerator.device)
     times = {name: [] for name in loops}
     for _ in range(rounds):  # interleaved, so that a busy moment hits every loop alike
         for name, (m, o, b, c) in loops.items():
-            times[name].append(_timed_steps(m, o, batches[1:], b, c))
+            times[name].append(_timed_steps(m, o, batches[1:], b, c, accelerator.device))
     total, compute, ddp_seconds = (statistics.median(times[k]) for k in ("workbook", "compute", "ddp"))
     if world == 1:  # nothing to communicate: any difference between the two timings is noise
         compute = total
 
-    allreduce = _allreduce_seconds(numel)
+    allreduce = _allreduce_seconds(numel, accelerator.device)
     samples = world * batch_size * steps
     return {
         "rank": rank, "world_size": world, "threads": torch.get_num_threads(), "steps": steps,

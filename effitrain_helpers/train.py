@@ -34,7 +34,7 @@ class TrainConfig:
     n_validation: int = 200
     batch_size: int = 16
     eval_batch_size: int = 64
-    learning_rate: float = 1e-3  # suits the small offline model; use 2e-5 to 5e-5 for distilbert-base-cased
+    learning_rate: float | None = None  # None: 1e-3 for the workbook's small model, 5e-5 for a pre-trained one
     epochs: int = 2
     warmup_steps: int = 10
     max_length: int = 128
@@ -49,8 +49,18 @@ class TrainConfig:
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps={self.warmup_steps!r} must be a whole number >= 0.")
         lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0):
             raise ValueError(f"learning_rate={lr!r} must be a positive number, e.g. 1e-3 (small model) or 5e-5 (DistilBERT).")
+
+
+def learning_rate(config: TrainConfig) -> float:
+    """``config.learning_rate``, or the rate that suits the model that will be loaded: 1e-3 for the workbook's
+    small model trained from random weights, 5e-5 for a real pre-trained checkpoint."""
+    from .models import choose_model
+
+    if config.learning_rate is not None:
+        return config.learning_rate
+    return 1e-3 if choose_model(config.model).source == "offline-build" else 5e-5
 
 
 def build_data(config: TrainConfig, tokenizer):
@@ -182,7 +192,7 @@ def train_plain(config: TrainConfig) -> dict:
     model, tokenizer = load_classifier(config.model, verbose=False)
     data, _ = build_data(config, tokenizer)
     train_loader, eval_loader = make_loaders(data, tokenizer, config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config))
     scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.epochs * len(train_loader))
     model.to(device)
     history, start = [], time.perf_counter()
@@ -221,7 +231,7 @@ def train_accelerate(config: TrainConfig) -> dict:
     model, tokenizer = load_classifier(config.model, verbose=False)
     data, _ = build_data(config, tokenizer)
     train_loader, eval_loader = make_loaders(data, tokenizer, config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config))
     scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.epochs * len(train_loader))
     model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, eval_loader, scheduler)
@@ -268,7 +278,7 @@ def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for name, value in asdict(TrainConfig()).items():
-        kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # None defaults: str
+        kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # other None defaults: str
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name)
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON summary")
     return parser

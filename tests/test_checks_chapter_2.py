@@ -43,6 +43,7 @@ def test_2_1_q2():
     assert "number of correct rows" in l21.q2.evaluate(count).message
     assert "argmax" in l21.q2.evaluate(argmin).message
     assert "'accuracy' key" in l21.q2.evaluate(lambda e: 0.75).message
+    assert "first test case only" in l21.q2.evaluate(lambda e: {"accuracy": 0.75}).message
 
 
 @pytest.mark.parametrize("answer, words", [((0.6, 0.75), ""), ((0.6, 0.6), "precision"), ((0.4, 0.75), "accuracy"),
@@ -76,6 +77,13 @@ def test_2_2_q1():
     assert "accelerator.backward" in l22.q1.evaluate(plain_backward).message
     assert "optimizer.step()" in l22.q1.evaluate(no_step).message
     assert "zero_grad" in l22.q1.evaluate(no_zero).message
+
+    def zero_first(forward, batch, optimizer, accelerator):
+        optimizer.zero_grad()
+        accelerator.backward(forward(**batch).loss)
+        optimizer.step()
+
+    assert l22.q1.evaluate(zero_first).status == "correct"
 
 
 @pytest.mark.parametrize("answer, words", [(94, ""), (188, "in all"), (93, "rounded down"), (100, "not it")])
@@ -126,17 +134,17 @@ def test_2_3_q1():
     assert "true accuracy" in l23.q1.evaluate(wrong_value).message
 
 
-@pytest.mark.parametrize("answer, words", [((1.0, 2.0), ""), ((2.0, 2.0), "share the same cores"),
-                                           ((1.0, 1.0), "its own compute"), ((0.5, 2.0), "does not grow")])
+@pytest.mark.parametrize("answer, words", [((1.0, 4.0), ""), ((4.0, 4.0), "share the same cores"),
+                                           ((1.0, 1.0), "its own compute"), ((0.5, 4.0), "does not grow")])
 def test_2_3_q2(answer, words):
-    result = l23.q2.evaluate(answer, 2)
+    result = l23.q2.evaluate(answer)
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-@pytest.mark.parametrize("n, answer, words", [(4, 4.5, ""), (4, 9.0, "every other process"), (4, 2.25, "one of the two"),
-                                              (4, 1.0, "2 (N-1)/N"), (2, 3.0, "")])
-def test_2_3_q3(n, answer, words):
-    result = l23.q3.evaluate(answer, 3.0, n)
+@pytest.mark.parametrize("answer, words", [(4.5, ""), (9.0, "every other process"), (2.25, "one of the two"),
+                                           (1.0, "2 (N-1)/N"), (3.0, "2 (N-1)/N")])
+def test_2_3_q3(answer, words):
+    result = l23.q3.evaluate(answer, 3.0)
     assert (result.status == "correct") == (words == "") and words in result.message
 
 

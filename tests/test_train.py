@@ -81,6 +81,16 @@ def test_four_steps_hold_and_a_broken_replica_is_caught():
     assert healthy["max_grad_diff_vs_single_process"] <= 1e-5 and healthy["shards"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     broken = summarize_four_steps(launch(four_steps, global_batch=8, break_replica=True, num_processes=2, quiet=True), 8)
     assert not broken["model_replication"] and not broken["parameter_synchronization"]
+    unsynced = summarize_four_steps(launch(four_steps, global_batch=8, skip_gradient_sync=True, num_processes=2,
+                                           quiet=True), 8)
+    assert unsynced["model_replication"] and not unsynced["gradient_aggregation"]
+    assert not unsynced["parameter_synchronization"]
+
+
+def test_validation_does_not_move_with_the_training_size():
+    from effitrain_helpers.pairs import make_pairs
+
+    assert make_pairs(20, 30)["validation"][:] == make_pairs(500, 30)["validation"][:]
 
 
 def test_summary_flags_each_failure():

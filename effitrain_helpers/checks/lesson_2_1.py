@@ -32,6 +32,9 @@ def _check_metrics_fn(fn) -> None:
     if not isinstance(out, dict) or "accuracy" not in out:
         raise Incorrect(f"return a dict with an 'accuracy' key; your function returned {out!r}.")
     got = as_number(out["accuracy"])
+    other = fn((np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1, 1])))  # a second case: 1 of 2 right
+    if math.isclose(got, 0.75) and not math.isclose(as_number(other.get("accuracy", -1)), 0.5):
+        raise Incorrect("right for the first test case only: compute the accuracy from the logits and labels given.")
     if math.isclose(got, 3.0):
         raise Incorrect("that is the number of correct rows; divide by the number of rows.")
     if math.isclose(got, 0.25):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 from ..exercises import Exercise, Incorrect, Spy
@@ -19,9 +20,9 @@ def _check_step_fn(fn) -> None:
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     spy = Spy(Accelerator(), watch=("backward",))
+    reference = copy.deepcopy(model)
     model, optimizer = spy.prepare(model, optimizer)
-    before = [p.detach().clone() for p in model.parameters()]
-    batch = {"x": torch.randn(8, 4), "y": torch.randint(0, 2, (8,))}
+    batches = [{"x": torch.randn(8, 4), "y": torch.randint(0, 2, (8,))} for _ in range(2)]
 
     class Out:  # what a Hugging Face model returns: an object with .loss
         def __init__(self, loss):
@@ -30,14 +31,22 @@ def _check_step_fn(fn) -> None:
     def forward(x, y):
         return Out(torch.nn.functional.cross_entropy(model(x), y))
 
-    fn(forward, batch, optimizer, spy)
+    before = [p.detach().clone() for p in model.parameters()]
+    for batch in batches:  # two steps: gradients left over from the first would spoil the second
+        fn(forward, batch, optimizer, spy)
     if "backward" not in spy.calls:
         raise Incorrect("your step never called accelerator.backward(loss); loss.backward() skips what Accelerate adds "
                         "(gradient scaling, accumulation, synchronisation).")
     if all(torch.equal(a, b) for a, b in zip(before, model.parameters())):
         raise Incorrect("the weights did not change: call optimizer.step() after the backward pass.")
-    if any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()):
-        raise Incorrect("gradients are left over after the step: call optimizer.zero_grad().")
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for batch in batches:  # the right answer, computed here
+        ref_optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(reference(batch["x"]), batch["y"]).backward()
+        ref_optimizer.step()
+    if not all(torch.allclose(a, b, atol=1e-6) for a, b in zip(reference.parameters(), model.parameters())):
+        raise Incorrect("after two steps the weights are not what two clean steps give: gradients pile up between "
+                        "steps unless you call optimizer.zero_grad() (before the backward pass or after the step).")
 
 
 def _check_steps_per_epoch(answer) -> None:

@@ -42,7 +42,8 @@ def _check_eval_fn(fn) -> None:
         raise Incorrect(f"your accuracy is {got:.4f}; the model's true accuracy on these 37 samples is {want:.4f}.")
 
 
-def _check_ideal_speedups(answer, n) -> None:
+def _check_ideal_speedups(answer) -> None:
+    n = 4
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise Incorrect(f"answer should be a pair (one shared CPU, N GPUs); you gave {answer!r}.")
     cpu, gpu = (as_number(a) for a in answer)
@@ -54,7 +55,9 @@ def _check_ideal_speedups(answer, n) -> None:
         raise Incorrect(f"{gpu} is not it: with one GPU per process, each process brings its own compute.")
 
 
-def _check_ring_bytes(answer, gradient_mib, n) -> None:
+def _check_ring_bytes(answer, gradient_mib) -> None:
+    n = 4
+    gradient_mib = as_number(gradient_mib)
     got = as_number(answer)
     want = 2 * (n - 1) / n * gradient_mib
     if math.isclose(got, want, rel_tol=1e-3):
@@ -86,16 +89,16 @@ q1 = Exercise(
 q2 = Exercise(
     "2.3 q2: ideal speedups",
     _check_ideal_speedups,
-    usage="q2.check((on_one_cpu, on_n_gpus), N)",
+    usage="q2.check((on_one_cpu, on_4_gpus))",
     hints=["Speedup = time with one process / time with N, if communication were free.",
            "Sharing one CPU's cores gives nothing extra; N GPUs give N times the compute."],
-    solution_code="on_one_cpu, on_n_gpus = 1.0, float(N)\nq2.check((on_one_cpu, on_n_gpus), N)",
+    solution_code="on_one_cpu, on_4_gpus = 1.0, 4.0\nq2.check((on_one_cpu, on_4_gpus))",
 )
 q3 = Exercise(
     "2.3 q3: what a ring all-reduce sends",
     _check_ring_bytes,
-    usage='q3.check(mib_sent, scaling_n["gradient_mib"], N)',
+    usage='q3.check(mib_sent, scaling_n["gradient_mib"])',
     hints=["A ring all-reduce has two phases, reduce-scatter then all-gather.",
            "In each phase a process sends (N-1) chunks of 1/N of the gradient: 2 (N-1)/N x gradient size in all."],
-    solution_code='mib_sent = 2 * (N - 1) / N * scaling_n["gradient_mib"]\nq3.check(mib_sent, scaling_n["gradient_mib"], N)',
+    solution_code='mib_sent = 2 * (4 - 1) / 4 * scaling_n["gradient_mib"]\nq3.check(mib_sent, scaling_n["gradient_mib"])',
 )
