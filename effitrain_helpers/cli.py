@@ -7,6 +7,7 @@
     effitrain train [--epochs E] [--n-train N] [--learning-rate LR] ... [--json]
     effitrain ddp-check [--processes N] [--json]
     effitrain model [NAME] [--json]
+    effitrain efficiency [--processes N] [--accumulation-steps K] [--local-sgd-steps K] [--steps S] [--json]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -129,6 +130,24 @@ def _ddp_check(args) -> int:
     return 0
 
 
+def _efficiency(args) -> int:
+    from .efficiency import chapter_table, check_steps, measure_chapter
+    from .launch import default_num_processes
+
+    n = max(2, default_num_processes()) if args.processes is None else args.processes
+    if isinstance(n, int) and n < 2:
+        raise ValueError(f"--processes {n}: local SGD needs at least 2 processes (e.g. --processes 2).")
+    for name, value in (("--accumulation-steps", args.accumulation_steps), ("--local-sgd-steps", args.local_sgd_steps),
+                        ("--steps", args.steps)):
+        check_steps(name, value)
+    if not args.json:
+        print(f"measuring the four techniques of chapter 3 ({n} processes for local SGD; about a minute) ...")
+    records = measure_chapter(n, accumulation_steps=args.accumulation_steps, local_sgd_steps=args.local_sgd_steps,
+                              steps=args.steps)
+    print(json.dumps(records) if args.json else chapter_table(records))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="effitrain", description="Efficient AI model training workbook: measurements from a terminal.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -161,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", default=None, help="a local folder or Hub id (default: the course's model)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_model)
+    p = sub.add_parser("efficiency", help="chapter 3: accumulation, checkpointing, local SGD, bf16, measured vs theory")
+    p.add_argument("--processes", type=int, default=None, help="processes for local SGD (default: every GPU, or 2)")
+    p.add_argument("--accumulation-steps", type=int, default=4, help="micro-batches per optimizer step (default 4)")
+    p.add_argument("--local-sgd-steps", type=int, default=4, help="steps between parameter averages (default 4)")
+    p.add_argument("--steps", type=int, default=16, help="optimizer steps of the local SGD runs (default 16)")
+    p.add_argument("--json", action="store_true", help="one JSON record per technique, measured and expected ratios")
+    p.set_defaults(func=_efficiency)
     return parser
 
 

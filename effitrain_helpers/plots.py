@@ -2,6 +2,7 @@
 
 - ``plot_gflops``: matrix-product throughput against size, one line per device and dtype (lesson 1.1)
 - ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
+- ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
 """
 
 from __future__ import annotations
@@ -171,5 +172,86 @@ def plot_scaling(one: dict, many: dict) -> "Figure":
     right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
     right.set_title("Where a step's time goes", fontsize=FONT)
     right.legend(fontsize=FONT - 3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_saved_bytes(labels: list[str], values: list[float], title: str) -> "Figure":
+    """Bars of bytes saved for backward (shown in MiB), one per setting, value written on each bar (lesson 3.1)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    mib = [v / 2**20 for v in values]
+    bars = ax.bar(labels, mib, color=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"][:len(labels)])
+    ax.bar_label(bars, [f"{m:.1f} MiB" for m in mib], fontsize=FONT - 2)
+    ax.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
+    ax.set_title(title, fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def plot_checkpointing(rows: list[dict]) -> "Figure":
+    """Activation memory (left) and step time (right) against sequence length, without and with activation
+    checkpointing (lesson 3.2; rows from ``efficiency.measure_checkpointing``)."""
+    import matplotlib.pyplot as plt
+
+    lengths = [r["seq_len"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, color in (("off", "#1f77b4"), ("on", "#ff7f0e")):
+        name = f"checkpointing {label}"
+        left.plot(lengths, [r[f"activation_bytes_{label}"] / 2**20 for r in rows], "o-", color=color, label=name)
+        right.plot(lengths, [r[f"step_seconds_{label}"] * 1e3 for r in rows], "o-", color=color, label=name)
+    left.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
+    right.set_ylabel("forward + backward (ms)", fontsize=FONT - 1)
+    left.set_title("Memory", fontsize=FONT)
+    right.set_title("Time", fontsize=FONT)
+    for ax in (left, right):
+        ax.set_xlabel(f"sequence length (batch {rows[0]['batch_size']})", fontsize=FONT - 1)
+        ax.set_xticks(lengths)
+        ax.legend(fontsize=FONT - 3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_local_sgd(summary: dict) -> "Figure":
+    """Loss per step (left) and synchronisations per run (right) for the ways of ``efficiency.measure_local_sgd``
+    or a dict of the same shape (lesson 3.2)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = list(summary)
+    for name in names:
+        losses = summary[name]["mean_losses"]
+        left.plot(range(1, len(losses) + 1), losses, label=name.replace("_", " "))
+    left.set_xlabel("optimizer step", fontsize=FONT - 1)
+    left.set_ylabel("training loss (mean over processes)", fontsize=FONT - 1)
+    left.set_title("Loss curves", fontsize=FONT)
+    left.legend(fontsize=FONT - 3)
+    bars = right.bar([n.replace("_", "\n") for n in names], [summary[n]["synchronisations"] for n in names],
+                     color="#9467bd")
+    right.bar_label(bars, [f"{summary[n]['bytes_per_rank'] / 2**20:.0f} MiB" for n in names], fontsize=FONT - 3)
+    right.set_ylabel("synchronisations (label: MiB sent per process)", fontsize=FONT - 2)
+    right.set_title("Communication", fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def plot_precision(runs: dict) -> "Figure":
+    """Loss per step (left) and seconds per step (right), one per precision (lesson 3.3; runs from
+    ``efficiency.measure_precision`` or of the same shape)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = ["-", "--", ":"]
+    for (name, run), style in zip(runs.items(), styles):
+        left.plot(range(1, len(run["losses"]) + 1), run["losses"], style, lw=2, label=name)
+    left.set_xlabel("optimizer step", fontsize=FONT - 1)
+    left.set_ylabel("training loss", fontsize=FONT - 1)
+    left.set_title("Loss curves", fontsize=FONT)
+    left.legend(fontsize=FONT - 3)
+    bars = right.bar(list(runs), [r["seconds_per_step"] * 1e3 for r in runs.values()], color="#8c564b")
+    right.bar_label(bars, [f"{r['seconds_per_step'] * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
+    right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
+    right.set_title("Speed", fontsize=FONT)
     fig.tight_layout()
     return fig

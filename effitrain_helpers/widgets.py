@@ -1,4 +1,4 @@
-"""Interactive controls for demos (lesson 1.1): re-run the matrix benchmark with other settings.
+"""Interactive controls for demos: re-run the matrix benchmark (lesson 1.1), switch chapter 3's techniques (3.3).
 
 ``benchmark_widget()`` returns an ipywidgets box: choose sizes, dtypes and device, press *Run*,
 and the table and plot below it are redrawn from a fresh measurement.
@@ -52,4 +52,63 @@ def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
     box = w.VBox([w.HBox([size_box, dtype_box, w.VBox([device_box, button])]), out])
     box.run = run  # lets tests and scripted demos trigger a run
     box.output = out
+    return box
+
+
+def efficiency_widget(num_processes: int = 2, steps: int = 8):
+    """Chapter 3's controls: switch gradient accumulation, activation checkpointing, mixed precision and local
+    SGD on or off, press *Run*: one training run of ``steps`` steps in ``num_processes`` fresh processes,
+    shown next to a run with every technique off (measured once, on the first click). ``.run()`` runs it
+    without a click and returns ``(baseline, this_run)``."""
+    import ipywidgets as w
+
+    from .efficiency import PRECISIONS, Techniques, measure_techniques
+    from .launch import RankFailed
+
+    accumulation = w.Dropdown(options=[1, 2, 4], value=1, description="accumulation")
+    checkpointing = w.Checkbox(value=False, description="activation checkpointing")
+    precision = w.Dropdown(options=list(PRECISIONS), value="fp32", description="precision")
+    local_sgd = w.Dropdown(options=[("off", None), ("every 2 steps", 2), ("every 4 steps", 4)], value=None,
+                           description="local SGD")
+    button = w.Button(description="Run", button_style="primary", icon="play")
+    out = w.Output()
+    cache: dict = {}
+
+    def run(_=None):
+        """Train with the current choices and show the comparison; returns (baseline, this run), or None."""
+        out.clear_output()
+        with out:
+            chosen = Techniques(accumulation_steps=accumulation.value, checkpointing=checkpointing.value,
+                                precision=precision.value, local_sgd_steps=local_sgd.value, steps=steps)
+            print(f"training {steps} steps in {num_processes} processes ...")
+            try:
+                if "baseline" not in cache:
+                    cache["baseline"] = measure_techniques(Techniques(steps=steps), num_processes)
+                result = measure_techniques(chosen, num_processes)
+            except (ValueError, RankFailed) as err:  # e.g. bf16 on a GPU without it
+                out.clear_output()
+                print(f"Cannot run that: {err}")
+                return None
+            out.clear_output()
+            base = cache["baseline"]
+            for note in {result["note"]} - {""}:
+                print(note)
+            rows = [("activations saved for backward (MiB, per micro-batch)", "activation_bytes", 2**-20),
+                    ("time per optimizer step (ms)", "seconds_per_step", 1e3)]
+            print(f"{'':<55}{'all off':>10}{'chosen':>10}")
+            for label, key, scale in rows:
+                print(f"{label:<55}{base[key] * scale:>10.1f}{result[key] * scale:>10.1f}")
+            print(f"{'synchronisations':<55}{base['communication']['synchronisations']:>10}"
+                  f"{result['communication']['synchronisations']:>10}")
+            print(f"{'final training loss':<55}{base['losses'][-1]:>10.4f}{result['losses'][-1]:>10.4f}")
+            print(f"matrix products ran in {', '.join(result['compute_dtype'])}; replicas identical at the end: "
+                  f"{result['replicas_agree']}")
+        return cache["baseline"], result
+
+    button.on_click(run)
+    box = w.VBox([w.HBox([w.VBox([accumulation, precision, local_sgd]), w.VBox([checkpointing, button])]), out])
+    box.run = run
+    box.output = out
+    box.controls = {"accumulation": accumulation, "checkpointing": checkpointing, "precision": precision,
+                    "local_sgd": local_sgd}
     return box

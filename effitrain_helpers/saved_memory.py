@@ -1,0 +1,73 @@
+"""How many bytes does autograd keep for the backward pass? (lessons 3.1, 3.2; ``effitrain efficiency``)
+
+Every tensor an operation saves for backward passes through ``torch.autograd.graph.saved_tensors_hooks``.
+:class:`SavedTensors` counts them during a forward pass, each *storage* once (a tensor saved by two operations,
+or two views of one buffer, occupy memory once), and splits the total into
+
+- ``parameter_bytes``: the model's own weights, saved by reference (they exist anyway, batch or not);
+- ``activation_bytes``: everything else, the memory that grows with the batch and the sequence length.
+
+This is an exact count of what backward will need, independent of the allocator, the device and other
+processes, unlike process RSS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+
+@dataclass
+class SavedTensors:
+    """Context manager: counts the bytes of tensors saved for backward inside its ``with`` block.
+
+    ``parameters``: the tensors to count apart as ``parameter_bytes`` (usually ``model.parameters()``).
+    """
+
+    parameters: Iterable[Any] = ()
+    activation_bytes: int = 0
+    parameter_bytes: int = 0
+    count: int = 0
+    _seen: set = field(default_factory=set)
+    _hooks: Any = None
+
+    def __post_init__(self) -> None:
+        self._parameter_storages = {p.untyped_storage().data_ptr() for p in self.parameters}
+
+    @property
+    def total_bytes(self) -> int:
+        return self.activation_bytes + self.parameter_bytes
+
+    def _pack(self, tensor):
+        storage = tensor.untyped_storage()
+        key = (storage.device.type, storage.data_ptr())
+        if key not in self._seen:
+            self._seen.add(key)
+            self.count += 1
+            if storage.data_ptr() in self._parameter_storages:
+                self.parameter_bytes += storage.nbytes()
+            else:
+                self.activation_bytes += storage.nbytes()
+        return tensor
+
+    def __enter__(self) -> "SavedTensors":
+        import torch
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.__exit__(*exc)
+
+
+def saved_bytes(model, batch: dict, forward: Callable | None = None) -> SavedTensors:
+    """Run ``model(**batch).loss`` (or ``forward(model, batch)``) in training mode and return the
+    :class:`SavedTensors` count of what autograd kept for backward. The graph is freed afterwards."""
+    if not isinstance(batch, dict):
+        raise TypeError(f"batch must be a dict of tensors (as a DataLoader gives); got {type(batch).__name__}.")
+    model.train()
+    with SavedTensors(model.parameters()) as counter:
+        loss = forward(model, batch) if forward else model(**batch).loss
+    del loss
+    return counter
