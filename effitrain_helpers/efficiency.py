@@ -191,7 +191,7 @@ def run_techniques(techniques: Techniques) -> dict:
         for batch in micro_batches:
             batch = {key: value.to(accelerator.device) for key, value in batch.items()}
             with accelerator.accumulate(model):
-                with SavedTensors(model.parameters()) if saved is None else contextlib.nullcontext() as counted:
+                with SavedTensors(model.parameters(), model) if saved is None else contextlib.nullcontext() as counted:
                     loss = model(**batch).loss
                 saved = saved or counted
                 accelerator.backward(loss)
@@ -301,11 +301,11 @@ def measure_accumulation(micro_batch: int = 4, accumulation_steps: int = 4, step
 # --- lesson 3.2: activation checkpointing -------------------------------------------------------------------------
 
 def set_checkpointing(model, enabled: bool) -> None:
-    """Switch activation checkpointing on or off, with whichever name this transformers version has
-    (``activation_checkpointing_enable`` from transformers 5.x, ``gradient_checkpointing_enable`` before)."""
-    new = "activation_checkpointing_enable" if enabled else "activation_checkpointing_disable"
-    old = "gradient_checkpointing_enable" if enabled else "gradient_checkpointing_disable"
-    getattr(model, new if hasattr(model, new) else old)()
+    """Switch activation checkpointing on or off (``gradient_checkpointing_enable`` is its deprecated name)."""
+    if enabled:
+        model.activation_checkpointing_enable()
+    else:
+        model.activation_checkpointing_disable()
 
 
 def step_seconds(model, batch: dict, repeats: int = 3) -> float:

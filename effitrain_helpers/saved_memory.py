@@ -7,6 +7,10 @@ or two views of one buffer, occupy memory once), and splits the total into
 - ``parameter_bytes``: the model's own weights, saved by reference (they exist anyway, batch or not);
 - ``activation_bytes``: everything else, the memory that grows with the batch and the sequence length.
 
+With activation checkpointing, a checkpointed layer keeps only its *inputs* (to recompute its activations
+during backward); everything saved inside it is dropped. Pass ``model`` and the part of ``activation_bytes``
+that is such layer inputs is also reported as ``recompute_input_bytes``.
+
 This is an exact count of what backward will need, independent of the allocator, the device and other
 processes, unlike process RSS.
 """
@@ -25,11 +29,14 @@ class SavedTensors:
     """
 
     parameters: Iterable[Any] = ()
+    model: Any = None
     activation_bytes: int = 0
+    recompute_input_bytes: int = 0
     parameter_bytes: int = 0
     count: int = 0
     _seen: set = field(default_factory=set)
     _hooks: Any = None
+    _handles: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._parameter_storages = {p.untyped_storage().data_ptr() for p in self.parameters}
@@ -39,26 +46,44 @@ class SavedTensors:
         return self.activation_bytes + self.parameter_bytes
 
     def _pack(self, tensor):
+        self._count(tensor)
+        return tensor
+
+    def _count(self, tensor, recompute: bool = False) -> None:
         storage = tensor.untyped_storage()
         key = (storage.device.type, storage.data_ptr())
-        if key not in self._seen:
-            self._seen.add(key)
-            self.count += 1
-            if storage.data_ptr() in self._parameter_storages:
-                self.parameter_bytes += storage.nbytes()
-            else:
-                self.activation_bytes += storage.nbytes()
-        return tensor
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.count += 1
+        if storage.data_ptr() in self._parameter_storages:
+            self.parameter_bytes += storage.nbytes()
+        else:
+            self.activation_bytes += storage.nbytes()
+            self.recompute_input_bytes += storage.nbytes() if recompute else 0
+
+    def _checkpoint_inputs(self, module, args, kwargs) -> None:
+        import torch
+
+        if getattr(module, "gradient_checkpointing", False) and module.training and torch.is_grad_enabled():
+            for value in (*args, *kwargs.values()):
+                if isinstance(value, torch.Tensor):
+                    self._count(value, recompute=True)
 
     def __enter__(self) -> "SavedTensors":
         import torch
 
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
         self._hooks.__enter__()
+        if self.model is not None:
+            self._handles = [m.register_forward_pre_hook(self._checkpoint_inputs, with_kwargs=True)
+                             for m in self.model.modules() if hasattr(m, "gradient_checkpointing")]
         return self
 
     def __exit__(self, *exc) -> None:
         self._hooks.__exit__(*exc)
+        for handle in self._handles:
+            handle.remove()
 
 
 def saved_bytes(model, batch: dict, forward: Callable | None = None) -> SavedTensors:
@@ -67,7 +92,7 @@ def saved_bytes(model, batch: dict, forward: Callable | None = None) -> SavedTen
     if not isinstance(batch, dict):
         raise TypeError(f"batch must be a dict of tensors (as a DataLoader gives); got {type(batch).__name__}.")
     model.train()
-    with SavedTensors(model.parameters()) as counter:
+    with SavedTensors(model.parameters(), model) as counter:
         loss = forward(model, batch) if forward else model(**batch).loss
     del loss
     return counter
