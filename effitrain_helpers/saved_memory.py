@@ -9,7 +9,8 @@ or two views of one buffer, occupy memory once), and splits the total into
 
 With activation checkpointing, a checkpointed layer keeps only its *inputs* (to recompute its activations
 during backward); everything saved inside it is dropped. Pass ``model`` and the part of ``activation_bytes``
-that is such layer inputs is also reported as ``recompute_input_bytes``.
+that is such layer inputs is also reported as ``recompute_input_bytes``, and the bytes saved *inside* those
+layers as ``inside_layer_bytes`` (what checkpointing would drop).
 
 This is an exact count of what backward will need, independent of the allocator, the device and other
 processes, unlike process RSS.
@@ -32,6 +33,8 @@ class SavedTensors:
     model: Any = None
     activation_bytes: int = 0
     recompute_input_bytes: int = 0
+    inside_layer_bytes: int = 0
+    _depth: int = 0
     parameter_bytes: int = 0
     count: int = 0
     _seen: set = field(default_factory=set)
@@ -61,6 +64,14 @@ class SavedTensors:
         else:
             self.activation_bytes += storage.nbytes()
             self.recompute_input_bytes += storage.nbytes() if recompute else 0
+            self.inside_layer_bytes += storage.nbytes() if self._depth and not recompute else 0
+
+    def _enter_layer(self, module, args, kwargs) -> None:
+        self._checkpoint_inputs(module, args, kwargs)
+        self._depth += 1
+
+    def _leave_layer(self, module, args, output) -> None:
+        self._depth -= 1
 
     def _checkpoint_inputs(self, module, args, kwargs) -> None:
         import torch
@@ -76,14 +87,22 @@ class SavedTensors:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
         self._hooks.__enter__()
         if self.model is not None:
-            self._handles = [m.register_forward_pre_hook(self._checkpoint_inputs, with_kwargs=True)
-                             for m in self.model.modules() if hasattr(m, "gradient_checkpointing")]
+            layers = checkpointable_layers(self.model)
+            self._handles = [m.register_forward_pre_hook(self._enter_layer, with_kwargs=True) for m in layers]
+            self._handles += [m.register_forward_hook(self._leave_layer) for m in layers]
         return self
 
     def __exit__(self, *exc) -> None:
         self._hooks.__exit__(*exc)
         for handle in self._handles:
             handle.remove()
+
+
+def checkpointable_layers(model) -> list:
+    """The model's layers that activation checkpointing wraps (transformers' ``GradientCheckpointingLayer``)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
 
 
 def saved_bytes(model, batch: dict, forward: Callable | None = None) -> SavedTensors:
