@@ -10,14 +10,20 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
 from .settings import SETTINGS
 
 
-def build_once(name: str, write: Callable[[Path], None], marker: str, force: bool = False) -> Path:
-    """The folder ``SETTINGS.cache_dir / name``, built by ``write`` unless its ``marker`` file exists."""
+def build_once(name: str, write: Callable[[Path], None], marker: str, force: bool = False,
+               wait_seconds: float = 300.0) -> Path:
+    """The folder ``SETTINGS.cache_dir / name``, built by ``write`` unless its ``marker`` file exists.
+
+    If ``write`` leaves no ``marker`` (transformers' ``save_pretrained`` writes nothing on ranks other than 0
+    of a process group), this process waits up to ``wait_seconds`` for the copy another process is building.
+    """
     target = SETTINGS.cache_dir / name
     if (target / marker).is_file() and not force:
         return target
@@ -26,6 +32,8 @@ def build_once(name: str, write: Callable[[Path], None], marker: str, force: boo
     tmp.chmod(0o755)
     try:
         write(tmp)
+        if not (tmp / marker).is_file():
+            return _wait_for(target / marker, wait_seconds)
         if force and target.exists():
             shutil.rmtree(target)
         try:
@@ -36,3 +44,14 @@ def build_once(name: str, write: Callable[[Path], None], marker: str, force: boo
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _wait_for(path: Path, seconds: float) -> Path:
+    deadline = time.monotonic() + seconds
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path.parent} was not built within {seconds:.0f} s by the process that builds it "
+                               "(rank 0 of the group). Fix: build it once in a single process first, e.g. "
+                               "`effitrain model`.")
+        time.sleep(0.2)
+    return path.parent

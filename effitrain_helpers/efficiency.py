@@ -360,7 +360,8 @@ def compare_data_parallel(local_sgd_steps: int = 4, steps: int = 24, batch_size:
             "local_sgd": Techniques(local_sgd_steps=k, steps=steps, batch_size=batch_size),
             "no_communication": Techniques(gradient_sync=False, steps=steps, batch_size=batch_size)}
     if accumulation_steps is not None:
-        ways["accumulation"] = Techniques(accumulation_steps=accumulation_steps, steps=steps, batch_size=batch_size)
+        ways["accumulation"] = Techniques(accumulation_steps=accumulation_steps, steps=steps,
+                                          batch_size=batch_size * accumulation_steps)
     out = {}
     for name, techniques in ways.items():
         out[name] = run_techniques(techniques)
@@ -438,6 +439,7 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
     from .launch import default_num_processes, launch
 
     n = num_processes or max(2, default_num_processes())
+    Techniques(accumulation_steps=accumulation_steps, local_sgd_steps=local_sgd_steps, steps=steps)  # checks, here
     local = launch(_in_one_process, accumulation_steps, 64, num_processes=1, quiet=True)[0]
     parallel = measure_local_sgd(local_sgd_steps, steps, n, batch_size=8, accumulation_steps=accumulation_steps)
     precision = precision_runs or measure_precision(("fp32", "bf16"), steps=4)

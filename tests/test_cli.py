@@ -56,6 +56,9 @@ def test_bench_text_and_best():
         (["ddp-check", "--processes", "1"], "needs at least 2 processes"),
         (["ddp-check", "--processes", "0"], "needs at least 2 processes"),
         (["train", "--batch-size", "0"], "batch_size=0 must be a whole number"),
+        (["efficiency", "--local-sgd-steps", "0"], "--local-sgd-steps=0 is not allowed"),
+        (["efficiency", "--accumulation-steps", "-1"], "--accumulation-steps=-1 is not allowed"),
+        (["efficiency", "--processes", "1"], "local SGD needs at least 2 processes"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, words):
@@ -88,3 +91,18 @@ def test_ddp_check_json_reports_the_four_checks_and_throughput():
                                 "parameter_synchronization": True}
     assert result["max_differences"]["max_grad_diff_vs_single_process"] <= 1e-5
     assert set(result["samples_per_second"]) == {"workbook", "ddp", "one_process"}
+
+
+def test_efficiency_json_has_one_record_per_technique_with_measured_and_expected_figures():
+    out = run("efficiency", "--json", "--steps", "4", "--local-sgd-steps", "2", "--accumulation-steps", "2")
+    assert out.returncode == 0, out.stderr
+    records = json.loads(out.stdout)
+    assert [r["technique"].split(" ")[0] for r in records] == ["gradient", "activation", "local", "mixed"]
+    for r in records:
+        for key in ("memory", "time", "sync"):
+            assert r[f"{key}_ratio"] > 0 and r[f"{key}_expected"] > 0
+        assert r["verdict"]
+    accumulation, checkpointing, local_sgd, _ = records
+    assert accumulation["memory_ratio"] == pytest.approx(0.5, rel=0.03) and accumulation["sync_ratio"] == 1
+    assert checkpointing["memory_ratio"] < 0.6
+    assert local_sgd["sync_ratio"] == local_sgd["sync_expected"] == 0.5

@@ -140,3 +140,18 @@ def test_a_local_bert_checkpoint_loads_the_same_way(tmp_path, capsys):
 def test_num_labels_is_validated(bad):
     with pytest.raises(ValueError, match="num_labels"):
         models.load_classifier(num_labels=bad)
+
+
+def test_ranks_of_a_group_building_the_offline_model_at_once_all_load_it(tmp_path, monkeypatch):
+    """save_pretrained writes nothing on ranks other than 0: those ranks wait for rank 0's copy."""
+    from effitrain_helpers.launch import launch
+
+    monkeypatch.setenv("EFFITRAIN_CACHE", str(tmp_path))
+
+    def load():
+        from effitrain_helpers.models import load_classifier
+
+        model, _ = load_classifier(verbose=False)
+        return model.config.model_type
+
+    assert launch(load, num_processes=2, quiet=True) == ["distilbert", "distilbert"]

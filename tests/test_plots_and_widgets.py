@@ -38,3 +38,26 @@ def test_widget_with_nothing_selected_says_so(capsys):
     size_box.value = ()
     assert box.run() is None
     assert "Pick at least one size" in capsys.readouterr().out
+
+
+def test_chapter_3_figures_have_their_panels():
+    rows = [{"seq_len": n, "batch_size": 8, "activation_bytes_off": 8e6 * n, "activation_bytes_on": 1e6 * n,
+             "step_seconds_off": 0.1 * n, "step_seconds_on": 0.13 * n} for n in (32, 64)]
+    way = {"mean_losses": [0.7, 0.6], "synchronisations": 2, "bytes_per_rank": 2**21}
+    run = {"losses": [0.7, 0.65], "seconds_per_step": 0.2}
+    figures = [plots.plot_saved_bytes(["b", "k*b"], [1e6, 4e6], "t"), plots.plot_checkpointing(rows),
+               plots.plot_local_sgd({"data_parallel": way, "local_sgd": way}), plots.plot_precision({"fp32": run, "bf16": run})]
+    assert [len(f.axes) for f in figures] == [1, 2, 2, 2]
+    assert len(figures[1].axes[0].lines) == 2 and len(figures[3].axes[0].lines) == 2
+
+
+def test_efficiency_widget_compares_a_chosen_run_with_everything_off(capsys):
+    from effitrain_helpers.widgets import efficiency_widget
+
+    box = efficiency_widget(num_processes=2, steps=2)
+    box.controls["local_sgd"].value = 2
+    box.controls["accumulation"].value = 2
+    baseline, chosen = box.run()
+    assert baseline["communication"]["synchronisations"] == 2 and chosen["communication"]["synchronisations"] == 1
+    assert chosen["activation_bytes"] < baseline["activation_bytes"] and chosen["replicas_agree"]
+    assert "synchronisations" in capsys.readouterr().out
