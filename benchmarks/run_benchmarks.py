@@ -10,7 +10,9 @@ Targets (checked here, never in timed tests):
 2. every lesson notebook, executed headless in the default size, takes under 60 s on a 2-core CPU;
 3. ``import effitrain_helpers`` imports neither transformers, accelerate nor datasets;
 4. the workbook's sharded Accelerate loop reaches at least 0.9 x the samples per second of a plain PyTorch
-   ``DistributedDataParallel`` loop with the same number of processes (same model, data and threads).
+   ``DistributedDataParallel`` loop with the same number of processes (same model, data and threads);
+5. activation checkpointing on the lesson model (lesson 3.2): at least 40% fewer activation bytes saved for
+   backward, at most 50% more time per forward + backward, at every sequence length measured.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -130,6 +132,19 @@ def import_cost() -> dict:
             "ok": not heavy}
 
 
+CHECKPOINT_MEMORY_SAVED_MIN, CHECKPOINT_TIME_ADDED_MAX = 0.40, 0.50
+
+
+def checkpointing_tradeoff(seq_lens=(64, 128, 256), repeats: int = 5) -> list[dict]:
+    """Lesson 3.2's trade-off, with more repeats than the lesson uses."""
+    from effitrain_helpers.efficiency import measure_checkpointing
+
+    rows = measure_checkpointing(seq_lens, batch_size=8, repeats=repeats)
+    for r in rows:
+        r["ok"] = r["memory_saved"] >= CHECKPOINT_MEMORY_SAVED_MIN and r["time_added"] <= CHECKPOINT_TIME_ADDED_MAX
+    return rows
+
+
 def write_report(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2))
@@ -151,6 +166,14 @@ def write_report(report: dict, out: Path) -> None:
               f"the same loop with {d['oversubscribed_threads']} threads in each process (a thread per core, the "
               f"processes fighting over the cores): {d['oversubscribed_samples_per_s']:.0f} samples/s, "
               f"{d['ddp_samples_per_s'] / d['oversubscribed_samples_per_s']:.1f}x slower than plain DDP with cores / N threads"]
+    lines += ["", "## Activation checkpointing on the lesson model (batch 8)", "",
+              f"| sequence length | activation MiB without / with | memory saved (target >= "
+              f"{CHECKPOINT_MEMORY_SAVED_MIN:.0%}) | ms without / with | time added (target <= "
+              f"{CHECKPOINT_TIME_ADDED_MAX:.0%}) | verdict |", "|---|---|---|---|---|---|"]
+    for r in report["checkpointing"]:
+        lines.append(f"| {r['seq_len']} | {r['activation_bytes_off'] / 2**20:.2f} / {r['activation_bytes_on'] / 2**20:.2f} | "
+                     f"{r['memory_saved']:.0%} | {r['step_seconds_off'] * 1e3:.0f} / {r['step_seconds_on'] * 1e3:.0f} | "
+                     f"{r['time_added']:+.0%} | {'ok' if r['ok'] else 'MISSED'} |")
     lo = report["launch"]
     lines += ["", "## Launch overhead (no target)", "",
               f"bare `python -c 'import torch'`: {lo['python_import_torch_s']:.2f} s; "
@@ -179,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         "launch": launch_overhead(),
         "ddp": ddp_ratio(),
         "import": import_cost(),
+        "checkpointing": checkpointing_tradeoff(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
-    checks = report["harness"] + report["notebooks"] + [report["ddp"], report["import"]]
+    checks = report["harness"] + report["notebooks"] + [report["ddp"], report["import"]] + report["checkpointing"]
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 
