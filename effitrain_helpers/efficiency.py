@@ -1,15 +1,17 @@
 """What does each training-efficiency technique cost and save, here? (chapter 3; ``effitrain efficiency``)
 
 The four techniques of chapter 3 run on one workload (the lesson model and fixed-length batches of sentence
-pairs, so memory counts are exact), each measured next to what theory predicts:
+pairs, so memory counts are exact). :func:`run_techniques` is one training loop that combines any of them
+(:class:`Techniques` says which); the lessons write the same loops in plain sight, and use this module for
+what is measuring, not teaching:
 
-- gradient accumulation (lesson 3.1): :func:`train_accumulated`, :func:`measure_accumulation`;
-- gradient (activation) checkpointing (lesson 3.2): :func:`measure_checkpointing`;
-- local SGD (lesson 3.2): :func:`train_data_parallel`, run in N processes by :func:`measure_local_sgd`;
-- mixed precision (lesson 3.3): :func:`train_precision`, one fresh process per precision by
-  :func:`measure_precision` (Accelerate fixes the precision when the first ``Accelerator`` is created).
-
-:func:`measure_chapter` gathers all four into the chapter's summary table.
+- gradient accumulation (3.1): :func:`measure_accumulation` (equal weights, activation bytes);
+- activation checkpointing (3.2): :func:`measure_checkpointing` (bytes against theory, step time);
+- local SGD (3.2): :func:`measure_local_sgd` (synchronisations, bytes, agreement, in N processes);
+- mixed precision (3.3): :func:`measure_precision` (one fresh process per precision: Accelerate fixes the
+  precision when a process creates its first ``Accelerator``);
+- the chapter's summary table (3.3, ``effitrain efficiency``): :func:`measure_chapter`, :func:`chapter_table`;
+  the widget of lesson 3.3 runs :func:`measure_techniques`.
 """
 
 from __future__ import annotations
