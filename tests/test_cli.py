@@ -88,3 +88,32 @@ def test_ddp_check_json_reports_the_four_checks_and_throughput():
                                 "parameter_synchronization": True}
     assert result["max_differences"]["max_grad_diff_vs_single_process"] <= 1e-5
     assert set(result["samples_per_second"]) == {"workbook", "ddp", "one_process"}
+
+
+# --- chapter 4: effitrain optimizers ----------------------------------------------------------------------------
+
+def test_optimizers_json_has_one_record_per_optimizer():
+    out = run("optimizers", "--steps", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["name"] for r in records] == ["adamw", "adafactor", "adamw8bit"]
+    for r in records:
+        assert {"state_bytes", "expected_state_bytes", "seconds_per_step", "final_loss"} <= set(r)
+        assert abs(r["state_bytes"] / r["expected_state_bytes"] - 1) < 0.05 and r["seconds_per_step"] > 0
+
+
+def test_optimizers_text_table(tmp_path):
+    plot = tmp_path / "opt.png"
+    out = run("optimizers", "--optimizers", "adafactor", "--steps", "3", "--plot", str(plot))
+    assert out.returncode == 0, out.stderr
+    assert "state MiB" in out.stdout and "adafactor" in out.stdout and plot.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, words", [
+    (["optimizers", "--optimizers", "sgd"], "optimizer 'sgd' is not known; allowed: adamw, adafactor, adamw8bit"),
+    (["optimizers", "--learning-rate", "0"], "learning_rate=0.0 is not allowed"),
+    (["optimizers", "--learning-rate=-1e-3"], "learning_rate=-0.001 is not allowed"),
+    (["optimizers", "--steps", "0"], "steps=0 must be a whole number >= 1"),
+])
+def test_optimizers_bad_input_is_one_line_and_exit_code_2(args, words):
+    test_bad_input_is_one_line_and_exit_code_2(args, words)
