@@ -82,6 +82,15 @@ def learning_rates(names, learning_rate=None, model_source: str = "offline-build
     return {n: lr for n in names}
 
 
+def _bnb_overrides_present() -> bool:
+    """Whether bitsandbytes' process-wide manager holds per-parameter overrides (they are keyed by position,
+    so they also reach later optimizers)."""
+    import bitsandbytes as bnb
+
+    manager = bnb.optim.GlobalOptimManager.get_instance()
+    return bool(getattr(manager, "index2config", None) or getattr(manager, "module_weight_config_triple", None))
+
+
 def make_optimizer(name: str, params, lr: float, betas=(0.9, 0.999), weight_decay: float = 0.01):
     """The optimizer called ``name`` over ``params``.
 
@@ -310,6 +319,10 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
         if not ok:
             notes.append(why)
             names.remove("adamw8bit")
+        elif _bnb_overrides_present():
+            notes.append("bitsandbytes' GlobalOptimManager holds overrides from an earlier optimizer in this process "
+                         "(Trainer(optim='adamw_bnb_8bit') adds some for embeddings): the 8-bit state may exceed the "
+                         "theory. Fix: bitsandbytes.optim.GlobalOptimManager.get_instance().initialize().")
     torch.manual_seed(seed)
     base, tokenizer = load_classifier(model, verbose=verbose)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
