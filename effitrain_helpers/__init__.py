@@ -12,8 +12,10 @@ Each module answers one question a lesson asks:
 - ``exercises``  check / hint / solution for the "Let's practice" sections
 - ``checks``     the exercises of each lesson
 - ``cli``        the ``effitrain`` command line
+- ``optimizer_memory``  how many bytes does this optimizer keep? (lessons 4.1-4.3)
+- ``optimizer_compare`` which optimizer keeps the least, at what speed and loss? (lessons 4.1-4.3)
 
-Importing this package is cheap: transformers, accelerate and datasets are only imported
+Importing this package is cheap: transformers, accelerate, datasets and bitsandbytes are only imported
 inside the functions that need them.
 """
 

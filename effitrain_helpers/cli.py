@@ -8,6 +8,8 @@
     effitrain ddp-check [--processes N] [--json]
     effitrain model [NAME] [--json]
     effitrain efficiency [--processes N] [--accumulation-steps K] [--local-sgd-steps K] [--steps S] [--json]
+    effitrain optimizers [--optimizers adamw,adafactor,adamw8bit] [--steps N] [--learning-rate LR] [--seed S]
+                         [--plot FILE.png] [--json]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -148,6 +150,39 @@ def _efficiency(args) -> int:
     return 0
 
 
+def _optimizers(args) -> int:
+    """Chapter 4: the fair comparison of AdamW, Adafactor and 8-bit AdamW, as a table or JSON records."""
+    from .optimizer_compare import compare_optimizers, comparison_table
+
+    result = compare_optimizers(args.optimizers, steps=args.steps, learning_rate=args.learning_rate, seed=args.seed,
+                                progress=not args.json)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        for record in result.to_records():
+            print(json.dumps(record))
+    else:
+        print(comparison_table(result))
+    if args.plot:
+        from .plots import plot_optimizer_comparison
+
+        plot_optimizer_comparison(result).savefig(args.plot, dpi=120)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _add_optimizers_parser(sub) -> None:
+    p = sub.add_parser("optimizers", help="AdamW vs Adafactor vs 8-bit AdamW: state bytes, time per step, loss")
+    p.add_argument("--optimizers", default="adamw,adafactor,adamw8bit",
+                   help="comma-separated, from adamw, adafactor, adamw8bit (default: all three)")
+    p.add_argument("--steps", type=int, default=None, help="training steps per optimizer (default: 150 small, 400 full)")
+    p.add_argument("--learning-rate", type=float, default=None, help="one rate for all (default: each one's default)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the batch order (default 0)")
+    p.add_argument("--plot", metavar="FILE.png", help="also save the comparison figure")
+    p.add_argument("--json", action="store_true", help="one JSON record per optimizer")
+    p.set_defaults(func=_optimizers)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="effitrain", description="Efficient AI model training workbook: measurements from a terminal.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -187,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=16, help="optimizer steps of the local SGD runs (default 16)")
     p.add_argument("--json", action="store_true", help="one JSON record per technique, measured and expected ratios")
     p.set_defaults(func=_efficiency)
+    _add_optimizers_parser(sub)
     return parser
 
 

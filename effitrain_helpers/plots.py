@@ -255,3 +255,73 @@ def plot_precision(runs: dict) -> "Figure":
     right.set_title("Speed", fontsize=FONT)
     fig.tight_layout()
     return fig
+
+
+# --- chapter 4: optimizers -------------------------------------------------------------------------------------
+
+def plot_state_bytes(rows: list[tuple[str, float, float]], title: str = "Optimizer state", unit: str = "MiB") -> "Figure":
+    """Measured against theoretical optimizer-state bytes: ``rows`` of ``(label, measured_bytes, theory_bytes)``
+    (lessons 4.1-4.3). Bars are drawn in ``unit`` (``MiB``, ``KiB`` or ``B``) and labelled with the ratio."""
+    import matplotlib.pyplot as plt
+
+    scale = {"MiB": 2**20, "KiB": 2**10, "B": 1}
+    if unit not in scale:
+        raise ValueError(f"unit={unit!r} is not allowed; allowed: {', '.join(scale)}.")
+    if not rows:
+        raise ValueError("no rows to plot; pass [(label, measured_bytes, theory_bytes), ...].")
+    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(rows)), 4.2))
+    xs = range(len(rows))
+    measured = [m / scale[unit] for _, m, _ in rows]
+    theory = [t / scale[unit] for _, _, t in rows]
+    ax.bar([x - 0.2 for x in xs], measured, 0.4, label="measured (optimizer.state)", color="#1f77b4")
+    ax.bar([x + 0.2 for x in xs], theory, 0.4, label="theory (from shapes)", color="#bbbbbb", hatch="//")
+    for x, (_, m, t) in zip(xs, rows):
+        ax.text(x, max(m, t) / scale[unit], f"{m / t:.3f}x theory" if t else "", ha="center", va="bottom",
+                fontsize=FONT - 3)
+    ax.set_xticks(list(xs), [label for label, _, _ in rows], fontsize=FONT - 1)
+    ax.set_ylabel(f"state ({unit})", fontsize=FONT)
+    ax.set_title(title, fontsize=FONT)
+    ax.legend(fontsize=FONT - 3)
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    return fig
+
+
+def plot_optimizer_comparison(comparison) -> "Figure":
+    """The chapter 4 comparison in one figure (lesson 4.3, ``effitrain optimizers``): state bytes measured and
+    theoretical, milliseconds per step, and the training-loss curves with each final evaluation loss."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    runs = comparison.runs
+    if not runs:
+        raise ValueError("the comparison has no runs; run compare_optimizers(...) with at least one optimizer.")
+    fig, (mem, speed, curves) = plt.subplots(1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [1, 1, 1.6]})
+    xs = np.arange(len(runs))
+    names = [r.name for r in runs]
+    mem.bar(xs - 0.2, [r.state_bytes / 2**20 for r in runs], 0.4, label="measured", color="#1f77b4")
+    mem.bar(xs + 0.2, [r.expected_state_bytes / 2**20 for r in runs], 0.4, label="theory", color="#bbbbbb", hatch="//")
+    mem.set_xticks(xs, names)
+    mem.set_ylabel("optimizer state (MiB)", fontsize=FONT - 1)
+    mem.set_title("Memory", fontsize=FONT)
+    mem.legend(fontsize=FONT - 3)
+    speed.bar(xs, [r.seconds_per_step * 1e3 for r in runs], yerr=[r.seconds_per_step_iqr * 1e3 / 2 for r in runs],
+              color="#2ca02c", capsize=4, label="whole step")
+    speed.bar(xs, [r.optimizer_seconds_per_step * 1e3 for r in runs], color="#d62728", width=0.5,
+              label="optimizer.step()")
+    speed.set_xticks(xs, names)
+    speed.set_ylabel(f"ms per step (median) on {comparison.device}", fontsize=FONT - 1)
+    speed.set_title("Time", fontsize=FONT)
+    speed.legend(fontsize=FONT - 3)
+    window = max(1, comparison.steps // 15)
+    for r in runs:
+        smooth = np.convolve(r.losses, np.ones(window) / window, mode="valid")
+        line, = curves.plot(np.arange(len(smooth)) + window, smooth, label=f"{r.name} (lr {r.learning_rate:g})")
+        curves.scatter([comparison.steps], [r.final_loss], color=line.get_color(), marker="o", zorder=3)
+    curves.set_xlabel("step", fontsize=FONT - 1)
+    curves.set_ylabel(f"training loss (mean of {window} steps)", fontsize=FONT - 1)
+    curves.set_title("Loss (dots: evaluation loss at the end)", fontsize=FONT)
+    curves.legend(fontsize=FONT - 3)
+    curves.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

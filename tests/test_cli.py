@@ -106,3 +106,32 @@ def test_efficiency_json_has_one_record_per_technique_with_measured_and_expected
     assert accumulation["memory_ratio"] == pytest.approx(0.5, rel=0.03) and accumulation["sync_ratio"] == 1
     assert checkpointing["memory_ratio"] < 0.6
     assert local_sgd["sync_ratio"] == local_sgd["sync_expected"] == 0.5
+
+
+# --- chapter 4: effitrain optimizers ----------------------------------------------------------------------------
+
+def test_optimizers_json_has_one_record_per_optimizer():
+    out = run("optimizers", "--steps", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["name"] for r in records] == ["adamw", "adafactor", "adamw8bit"]
+    for r in records:
+        assert {"state_bytes", "expected_state_bytes", "seconds_per_step", "final_loss"} <= set(r)
+        assert abs(r["state_bytes"] / r["expected_state_bytes"] - 1) < 0.05 and r["seconds_per_step"] > 0
+
+
+def test_optimizers_text_table(tmp_path):
+    plot = tmp_path / "opt.png"
+    out = run("optimizers", "--optimizers", "adafactor", "--steps", "3", "--plot", str(plot))
+    assert out.returncode == 0, out.stderr
+    assert "state MiB" in out.stdout and "adafactor" in out.stdout and plot.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, words", [
+    (["optimizers", "--optimizers", "sgd"], "optimizer 'sgd' is not known; allowed: adamw, adafactor, adamw8bit"),
+    (["optimizers", "--learning-rate", "0"], "learning_rate=0.0 is not allowed"),
+    (["optimizers", "--learning-rate=-1e-3"], "learning_rate=-0.001 is not allowed"),
+    (["optimizers", "--steps", "0"], "steps=0 must be a whole number >= 1"),
+])
+def test_optimizers_bad_input_is_one_line_and_exit_code_2(args, words):
+    test_bad_input_is_one_line_and_exit_code_2(args, words)

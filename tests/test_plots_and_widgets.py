@@ -61,3 +61,32 @@ def test_efficiency_widget_compares_a_chosen_run_with_everything_off(capsys):
     assert baseline["communication"]["synchronisations"] == 2 and chosen["communication"]["synchronisations"] == 1
     assert chosen["activation_bytes"] < baseline["activation_bytes"] and chosen["replicas_agree"]
     assert "synchronisations" in capsys.readouterr().out
+
+
+# --- chapter 4 ---------------------------------------------------------------------------------------------------
+
+def test_state_bytes_plot_labels_the_ratio():
+    fig = plots.plot_state_bytes([("AdamW", 8 * 2**20, 8 * 2**20), ("Adafactor", 2**19, 2**20)])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["1.000x theory", "0.500x theory"]
+    with pytest.raises(ValueError, match="unit='GB' is not allowed"):
+        plots.plot_state_bytes([("x", 1, 1)], unit="GB")
+    with pytest.raises(ValueError, match="no rows"):
+        plots.plot_state_bytes([])
+
+
+def test_optimizer_widget_runs_the_comparison_with_its_choices(capsys):
+    from effitrain_helpers.widgets import optimizer_widget
+
+    box = optimizer_widget(steps=5)
+    box.controls["optimizers"].value = ("adamw", "adafactor")
+    box.controls["default_lr"].value = False
+    box.controls["learning_rate"].value = 2e-3
+    result = box.run()
+    assert [r.name for r in result.runs] == ["adamw", "adafactor"]
+    assert all(r.learning_rate == pytest.approx(2e-3) and r.steps == 5 for r in result.runs)
+    assert "final loss" in capsys.readouterr().out
+    fig = plots.plot_optimizer_comparison(result)
+    assert len(fig.axes) == 3 and len(fig.axes[2].get_lines()) == 2
+    box.controls["optimizers"].value = ()
+    assert box.run() is None and "Pick at least one optimizer" in capsys.readouterr().out

@@ -1,0 +1,137 @@
+"""Every checker of chapter 4, with known right and known wrong answers."""
+
+import math
+import tempfile
+
+import pytest
+import torch
+from transformers import Adafactor, TrainingArguments
+
+from effitrain_helpers.checks import lesson_4_1 as l41
+from effitrain_helpers.checks import lesson_4_2 as l42
+from effitrain_helpers.checks import lesson_4_3 as l43
+from effitrain_helpers.exercises import ____
+
+
+def _status(exercise, *answers):
+    return exercise.evaluate(*answers)
+
+
+def test_4_1_q1_state_bytes():
+    n = sum(p.numel() for p in l41.q1_model().parameters())
+    assert _status(l41.q1, 8 * n).status == "correct"
+    assert "step" in _status(l41.q1, 8 * n + 12).message
+    assert "two" in _status(l41.q1, 4 * n).message
+    assert "bytes, not values" in _status(l41.q1, 2 * n).message
+    assert _status(l41.q1, "lots").status == "incorrect"
+    assert _status(l41.q1, ____).status == "not attempted"
+
+
+def _by_hand(p, grads, bias_correction=True, coupled=False):
+    b1, b2 = l41.BETAS
+    m = v = 0.0
+    out = []
+    for t, g in enumerate(grads, start=1):
+        if coupled:
+            g = g + l41.WEIGHT_DECAY * p
+        else:
+            p = p * (1 - l41.LR * l41.WEIGHT_DECAY)
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        mh, vh = (m / (1 - b1**t), v / (1 - b2**t)) if bias_correction else (m, v)
+        p = p - l41.LR * mh / (math.sqrt(vh) + l41.EPS)
+        out.append(p)
+    return out
+
+
+def test_4_1_q2_adamw_by_hand():
+    assert _status(l41.q2, _by_hand).status == "correct"
+    assert "bias correction" in _status(l41.q2, lambda p, g: _by_hand(p, g, bias_correction=False)).message
+    assert "L2" in _status(l41.q2, lambda p, g: _by_hand(p, g, coupled=True)).message
+    assert "one parameter value per step" in _status(l41.q2, lambda p, g: 0.0).message
+    assert "torch.optim.AdamW gives" in _status(l41.q2, lambda p, g: [p] * len(g)).message
+    assert "function itself" in _status(l41.q2, 3.0).message
+
+
+def test_4_1_q3_bytes_per_parameter():
+    assert _status(l41.q3, 16).status == "correct"
+    assert "gradients" in _status(l41.q3, 12).message
+    assert "states alone" in _status(l41.q3, 8).message
+    assert _status(l41.q3, 20).status == "incorrect"
+
+
+def test_4_2_q1_second_moment_numel():
+    def right(shape):
+        return shape[0] if len(shape) < 2 else math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]
+
+    assert _status(l42.q1, right).status == "correct"
+    assert "what Adam keeps" in _status(l42.q1, lambda s: math.prod(s)).message
+    assert "rows and" in _status(l42.q1, lambda s: s[0] if len(s) < 2 else s[0] * 2).message
+    assert "leading dimensions" in _status(l42.q1, lambda s: s[0] if len(s) < 2 else s[-2] + s[-1]).message
+    assert "cannot be factored" in _status(l42.q1, lambda s: 1 if len(s) < 2 else right(s)).message
+
+
+def test_4_2_q2_adafactor_like_trainer():
+    params = lambda: torch.nn.Linear(4, 4).parameters()  # noqa: E731
+    right = Adafactor(params(), lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
+    assert _status(l42.q2, right).status == "correct"
+    assert "ignores yours" in _status(l42.q2, Adafactor(params())).message
+    assert "lr=1e-3" in _status(l42.q2, Adafactor(params(), lr=1e-2, scale_parameter=False, relative_step=False)).message
+    assert "first moment" in _status(l42.q2, Adafactor(params(), lr=1e-3, beta1=0.9, scale_parameter=False,
+                                                       relative_step=False)).message
+    assert "transformers.Adafactor" in _status(l42.q2, torch.optim.AdamW(params())).message
+
+
+def test_4_2_q3_beta1_bytes_match_a_real_step():
+    layer = torch.nn.Linear(256, 64)
+    optimizer = Adafactor(layer.parameters(), lr=1e-3, beta1=0.9, scale_parameter=False, relative_step=False)
+    layer(torch.randn(2, 256)).sum().backward()
+    optimizer.step()
+    from effitrain_helpers.optimizer_memory import state_bytes
+
+    measured = state_bytes(optimizer)
+    assert _status(l42.q3, measured).status == "correct"
+    assert "RMS" in _status(l42.q3, measured - 8).message
+    assert "exp_avg" in _status(l42.q3, measured - 4 * (256 * 64 + 64)).message
+    assert "AdamW's count" in _status(l42.q3, 8 * (256 * 64 + 64) + 8).message
+
+
+def test_4_3_q1_8bit_bytes():
+    def right(n):
+        return 8 * n if n < 4096 else 2 * n + 8 * math.ceil(n / 256)
+
+    assert _status(l43.q1, right).status == "correct"
+    assert "absmax" in _status(l43.q1, lambda n: 8 * n if n < 4096 else 2 * n).message
+    assert "round the number" in _status(l43.q1, lambda n: 8 * n if n < 4096 else 2 * n + 8 * (n // 256)).message
+    assert "under min_8bit_size" in _status(l43.q1, lambda n: 2 * n + 8 * math.ceil(n / 256)).message
+
+
+def test_4_3_q1_agrees_with_bitsandbytes():
+    pytest.importorskip("bitsandbytes")
+    from effitrain_helpers.optimizer_compare import make_optimizer
+    from effitrain_helpers.optimizer_memory import BNB_QMAP_BYTES, state_bytes
+
+    for n in (4095, 5000):
+        p = torch.nn.Parameter(torch.randn(n))
+        optimizer = make_optimizer("adamw8bit", [p], lr=1e-3)
+        p.grad = torch.randn(n)
+        optimizer.step()
+        maps = BNB_QMAP_BYTES if n >= 4096 else 0
+        assert state_bytes(optimizer) == l43.adamw8bit_tensor_bytes(n) + maps
+
+
+def test_4_3_q2_names_in_32_bit():
+    assert _status(l43.q2, {"0.bias", "1.weight", "1.bias"}).status == "correct"
+    assert "4096 values" in _status(l43.q2, {"0.weight", "0.bias", "1.weight", "1.bias"}).message
+    assert "not the length" in _status(l43.q2, {"0.bias", "1.weight", "1.bias", "2.weight"}).message
+    assert "missing" in _status(l43.q2, {"0.bias"}).message
+    assert "not parameter names" in _status(l43.q2, {"fc.bias"}).message
+    assert "set of parameter names" in _status(l43.q2, "0.bias").message
+
+
+def test_4_3_q3_trainer_args():
+    base = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none", learning_rate=1e-3)
+    assert _status(l43.q3, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
+    assert "adamw_bnb_8bit" in _status(l43.q3, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
+    assert "weight_decay" in _status(l43.q3, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
+    assert "TrainingArguments object" in _status(l43.q3, {"optim": "adamw_bnb_8bit"}).message
