@@ -30,7 +30,9 @@ def is_checked(cell) -> bool:
 
 def clean(nb) -> None:
     """Drop outputs and execution counts of untagged cells; tagged cells keep theirs (nbval skips a
-    cell whose stored execution count is empty, treating it as never run)."""
+    cell whose stored execution count is empty, treating it as never run). Widget state, which changes at
+    every run, is dropped too."""
+    nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -47,6 +49,8 @@ def problems(nb, name: str) -> list[str]:
     checked = [c for c in code if is_checked(c)]
     if not any(c.outputs for c in checked):
         found.append(f"{name}: no cell tagged {CHECK_TAG} with stored output: nothing would be compared")
+    if "widgets" in nb.metadata:
+        found.append(f"{name}: widget state is stored in the notebook's metadata (run this tool to clean it)")
     if not any(re.search(r"^\s*assert\b", c.source, re.M) for c in code):
         found.append(f"{name}: no assert statement: the notebook checks nothing itself")
     for i, cell in enumerate(code):
