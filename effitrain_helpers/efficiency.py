@@ -22,13 +22,14 @@ from dataclasses import asdict, dataclass
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 _ACCELERATE_NAME = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+_TORCH_NAME = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def check_steps(name: str, value) -> int:
     """``value`` as a whole number >= 1, else ``ValueError`` naming ``name`` (e.g. ``gradient_accumulation_steps``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is not allowed: it must be a whole number >= 1 (1 means off). "
-                         f"Fix: pass e.g. {name}=4.")
+        raise ValueError(f"{name}={value!r} is not allowed: it must be a whole number >= 1"
+                         f"{' (1 means off)' if name.endswith('_steps') else ''}. Fix: pass e.g. {name}=4.")
     return value
 
 
@@ -47,7 +48,7 @@ def resolve_precision(precision: str, device: str = "cpu") -> tuple[str, str]:
         raise ValueError(f"device={device!r} is unknown: use 'cpu', 'cuda' or 'mps'.")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but no CUDA GPU is visible here. Fix: use device='cpu'.")
-    if precision == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported():
+    if precision == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ValueError(f"{torch.cuda.get_device_name()} cannot run bf16 (it needs compute capability 8.0+). "
                          "Fix: use precision='fp16' with a GradScaler, or 'fp32'.")
     if precision == "fp16" and device == "cpu":
@@ -97,14 +98,35 @@ def lesson_batches(n_batches: int, batch_size: int, seq_len: int = 64, seed: int
 
 def lesson_model(seed: int = 0):
     """The lesson model (the course's DistilBERT classifier, or the workbook's own offline), in training mode,
-    with weights that depend only on ``seed``."""
+    with weights that depend only on ``seed`` and dropout switched off: chapter 3 compares runs step by step,
+    and dropout would draw different random masks for a batch and for its micro-batches (the workbook's
+    offline model has none anyway)."""
+    import torch
     from transformers import set_seed
 
     from .models import load_classifier
 
     set_seed(seed)
     model, _ = load_classifier(verbose=False)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    for name in ("dropout", "attention_dropout", "seq_classif_dropout", "hidden_dropout_prob",
+                 "attention_probs_dropout_prob"):
+        if isinstance(getattr(model.config, name, None), float):
+            setattr(model.config, name, 0.0)  # attention kernels read the rate from the config
     return model.train()
+
+
+def low_precision(device: str | None = None) -> str:
+    """The 16-bit type to teach on ``device`` (default: CUDA if present, else the CPU): 'bf16' on CPUs and on
+    GPUs with bf16 units (NVIDIA Ampere and later), 'fp16' on older GPUs."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        return "fp16"
+    return "bf16"
 
 
 # --- one training run with any combination of the techniques ----------------------------------------------------
@@ -395,7 +417,9 @@ def measure_local_sgd(local_sgd_steps: int = 4, steps: int = 24, num_processes: 
     from .launch import launch
 
     check_steps("local_sgd_steps", local_sgd_steps)
-    check_steps("num_processes", num_processes)
+    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 2:
+        raise ValueError(f"num_processes={num_processes!r}: local SGD needs a group of at least 2 processes "
+                         "(in one process LocalSGD switches itself off). Fix: num_processes=2.")
     return summarize_data_parallel(launch(compare_data_parallel, local_sgd_steps, steps, batch_size, accumulation_steps,
                                           num_processes=num_processes, quiet=True))
 
@@ -434,19 +458,20 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
     time per optimizer step and synchronisations, and a one-line verdict.
 
     Every measurement runs in fresh processes (so it works in a notebook whatever Accelerator exists there);
-    ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and bf16) instead of
+    ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and :func:`low_precision`) instead of
     measuring again.
     """
     from .bench import time_matmul
     from .launch import default_num_processes, launch
 
-    n = num_processes or max(2, default_num_processes())
+    n = max(2, default_num_processes()) if num_processes is None else num_processes
     Techniques(accumulation_steps=accumulation_steps, local_sgd_steps=local_sgd_steps, steps=steps)  # checks, here
     local = launch(_in_one_process, accumulation_steps, 64, num_processes=1, quiet=True)[0]
     parallel = measure_local_sgd(local_sgd_steps, steps, n, batch_size=8, accumulation_steps=accumulation_steps)
-    precision = precision_runs or measure_precision(("fp32", "bf16"), steps=4)
+    low = low_precision()
+    precision = precision_runs or measure_precision(("fp32", low), steps=4)
     matmul = {d: time_matmul(256, d, "cuda" if _cuda() else "cpu").gflops
-              for d in ("float32", "bfloat16")}
+              for d in ("float32", _TORCH_NAME[low])}
     acc, ckpt = local["accumulation"], local["checkpointing"]
     dp, ls, quiet = parallel["data_parallel"], parallel["local_sgd"], parallel["no_communication"]
     ga = parallel["accumulation"]
@@ -469,13 +494,13 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
          "time_expected": (quiet["seconds_per_step"] + comm / kl) / dp["seconds_per_step"] if dp["seconds_per_step"] else 1.0,
          "sync_ratio": ls["synchronisations"] / dp["synchronisations"], "sync_expected": (dp["steps"] // kl) / dp["steps"],
          "detail": f"{dp['synchronisations']} vs {ls['synchronisations']} synchronisations in {dp['steps']} steps"},
-        {"technique": "mixed precision (bf16)",
-         "memory_ratio": precision["bf16"]["activation_bytes"] / precision["fp32"]["activation_bytes"],
+        {"technique": f"mixed precision ({low})",
+         "memory_ratio": precision[low]["activation_bytes"] / precision["fp32"]["activation_bytes"],
          "memory_expected": low_precision_memory_ratio(precision["fp32"]),
-         "time_ratio": precision["bf16"]["seconds_per_step"] / precision["fp32"]["seconds_per_step"],
-         "time_expected": matmul["float32"] / matmul["bfloat16"],
+         "time_ratio": precision[low]["seconds_per_step"] / precision["fp32"]["seconds_per_step"],
+         "time_expected": matmul["float32"] / matmul[_TORCH_NAME[low]],
          "sync_ratio": 1.0, "sync_expected": 1.0,
-         "detail": f"matmul {matmul['float32']:.0f} GFLOP/s fp32, {matmul['bfloat16']:.1f} GFLOP/s bf16 here"},
+         "detail": f"matmul {matmul['float32']:.0f} GFLOP/s fp32, {matmul[_TORCH_NAME[low]]:.1f} GFLOP/s {low} here"},
     ]
     verdicts = [
         _verdict(abs(records[0]["memory_ratio"] - 1 / k) < 0.05 / k and acc["max_weight_difference"] <= 1e-5,
@@ -484,7 +509,7 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
                  "only the layer inputs kept, paid in recomputation", "memory or time off"),
         _verdict(records[2]["sync_ratio"] == records[2]["sync_expected"], f"{kl}x fewer synchronisations", "synchronisation count off"),
         _verdict((records[3]["time_ratio"] < 1) == (records[3]["time_expected"] < 1),
-                 "faster" if records[3]["time_expected"] < 1 else "slower, as this hardware's bf16 matmuls are",
+                 "faster" if records[3]["time_expected"] < 1 else f"slower, as this hardware's {low} matmuls are",
                  "speed goes the other way than the matmul benchmark"),
     ]
     for record, verdict in zip(records, verdicts):

@@ -201,6 +201,11 @@ def plot_checkpointing(rows: list[dict]) -> "Figure":
         name = f"checkpointing {label}"
         left.plot(lengths, [r[f"activation_bytes_{label}"] / 2**20 for r in rows], "o-", color=color, label=name)
         right.plot(lengths, [r[f"step_seconds_{label}"] * 1e3 for r in rows], "o-", color=color, label=name)
+    if "activation_bytes_on_expected" in rows[0]:
+        left.plot(lengths, [r["activation_bytes_on_expected"] / 2**20 for r in rows], "x:", color="#ff7f0e",
+                  label="theory, with")
+    right.plot(lengths, [r["step_seconds_off"] * 4e3 / 3 for r in rows], "x:", color="#ff7f0e",
+               label="theory, with (4/3 x without)")
     left.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
     right.set_ylabel("forward + backward (ms)", fontsize=FONT - 1)
     left.set_title("Memory", fontsize=FONT)
@@ -243,13 +248,15 @@ def plot_precision(runs: dict) -> "Figure":
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = ["-", "--", ":"]
-    for (name, run), style in zip(runs.items(), styles):
-        left.plot(range(1, len(run["losses"]) + 1), run["losses"], style, lw=2, label=name)
+    labels = [name if run.get("precision_effective", name) == name else f"{name}\n(ran as {run['precision_effective']})"
+              for name, run in runs.items()]
+    for (name, run), style, label in zip(runs.items(), styles, labels):
+        left.plot(range(1, len(run["losses"]) + 1), run["losses"], style, lw=2, label=label.replace("\n", " "))
     left.set_xlabel("optimizer step", fontsize=FONT - 1)
     left.set_ylabel("training loss", fontsize=FONT - 1)
     left.set_title("Loss curves", fontsize=FONT)
     left.legend(fontsize=FONT - 3)
-    bars = right.bar(list(runs), [r["seconds_per_step"] * 1e3 for r in runs.values()], color="#8c564b")
+    bars = right.bar(labels, [r["seconds_per_step"] * 1e3 for r in runs.values()], color="#8c564b")
     right.bar_label(bars, [f"{r['seconds_per_step'] * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
     right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
     right.set_title("Speed", fontsize=FONT)

@@ -48,9 +48,14 @@ def test_3_1_q2():
 
 
 def test_3_1_q3():
-    assert l31.q3.evaluate(32 * 1000.0, 1000.0).status == "correct"
-    assert "one sample" in l31.q3.evaluate(1000.0, 1000.0).message
-    assert l31.q3.evaluate(4 * 1000.0, 1000.0).status == "incorrect"
+    from effitrain_helpers.efficiency import lesson_batches, lesson_model
+    from effitrain_helpers.saved_memory import saved_bytes
+
+    per = saved_bytes(lesson_model(), lesson_batches(1, 4, 64)[0]).activation_bytes / 4
+    assert l31.q3.evaluate(32 * per, per).status == "correct"
+    assert "one sample" in l31.q3.evaluate(per, per).message
+    assert l31.q3.evaluate(16 * per, per).status == "incorrect"
+    assert l31.q3.evaluate(32 * 1000.0, 1000.0).status == "incorrect"  # a wrong per-sample figure does not pass
 
 
 def test_3_2_q1():

@@ -51,17 +51,18 @@ def _check_accumulate_fn(fn) -> None:
         raise Incorrect(f"pass your function itself; you gave {fn!r}.")
     k = 4
     model, micro, reference = _tiny_setup(k)
-    accelerator = Accelerator(gradient_accumulation_steps=k, cpu=True)
+    accelerator = Accelerator(gradient_accumulation_steps=k)  # on the device the lesson's Accelerate set up
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
+    micro = [{key: value.to(accelerator.device) for key, value in batch.items()} for batch in micro]
     spy = Spy(accelerator, watch=("accumulate", "backward"))
-    initial = accelerator.unwrap_model(model).linear.weight.detach().clone()
+    initial = accelerator.unwrap_model(model).linear.weight.detach().cpu().clone()
     fn(model, micro, optimizer, spy)
     if "accumulate" not in spy.calls:
         raise Incorrect("wrap each micro-batch's forward, backward and step in `with accelerator.accumulate(model):`.")
     if "backward" not in spy.calls:
         raise Incorrect("call accelerator.backward(loss): it divides the loss by the accumulation steps.")
-    got = accelerator.unwrap_model(model).linear.weight.detach()
+    got = accelerator.unwrap_model(model).linear.weight.detach().cpu()
     want = reference.linear.weight.detach()
     if torch.allclose(got, want, atol=1e-6):
         return
@@ -74,15 +75,18 @@ def _check_accumulate_fn(fn) -> None:
 
 
 def _check_bytes_for_32(answer, bytes_per_sample) -> None:
+    from ..efficiency import lesson_batches, lesson_model
+    from ..saved_memory import saved_bytes
+
     per = as_number(bytes_per_sample)
     got = as_number(answer)
-    want = 32 * per
+    want = saved_bytes(lesson_model(), lesson_batches(1, 32, 64)[0]).activation_bytes  # measured here
     if math.isclose(got, want, rel_tol=0.02):
         return
     if math.isclose(got, per, rel_tol=0.02):
         raise Incorrect("that is one sample's activations; the micro-batch holds 32 samples.")
-    raise Incorrect(f"{got:.3g} bytes is not it: activations grow in proportion to the micro-batch, "
-                    f"{per:.3g} bytes per sample here.")
+    raise Incorrect(f"{got:.3g} bytes is not it: a batch of 32 measured {want:.3g} bytes. Activations grow in "
+                    f"proportion to the micro-batch: about {per:.3g} bytes per sample here.")
 
 
 q1 = Exercise(
