@@ -12,6 +12,8 @@ Targets (checked here, never in timed tests):
 4. the workbook's sharded Accelerate loop reaches at least 0.9 x the samples per second of a plain PyTorch
    ``DistributedDataParallel`` loop with the same number of processes (same model, data and threads).
 
+5. ``effitrain editions`` builds the student and instructor editions of every notebook in under 20 s.
+
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
 
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
 NOTEBOOK_MAX_S = 60.0
 DDP_RATIO_MIN = 0.9
+EDITIONS_MAX_S = 20.0
 
 
 def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 7) -> list[dict]:
@@ -73,6 +76,18 @@ def notebook_times() -> list[dict]:
             seconds = time.perf_counter() - start
         rows.append({"notebook": path.name, "seconds": seconds, "ok": seconds < NOTEBOOK_MAX_S})
     return rows
+
+
+def editions_build() -> dict:
+    """Wall time of building the classroom editions (student and instructor) of every notebook."""
+    from effitrain_helpers.editions import build_editions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        summary = build_editions(Path(tmp) / "editions")
+        seconds = time.perf_counter() - start
+    return {"notebooks": summary["notebooks"], "exercises": sum(summary["exercises"].values()),
+            "seconds": seconds, "ok": seconds < EDITIONS_MAX_S}
 
 
 def _return_rank() -> int:
@@ -160,6 +175,11 @@ def write_report(report: dict, out: Path) -> None:
               f"`import effitrain_helpers`: {imp['package_s'] * 1e3:.1f} ms; with the lesson 1.1 helpers "
               f"(torch included): {imp['with_lesson_helpers_s']:.2f} s; heavy libraries imported: "
               f"{', '.join(imp['heavy_imported']) or 'none'} ({'ok' if imp['ok'] else 'MISSED'})"]
+    if "editions" in report:
+        e = report["editions"]
+        lines += ["", "## Classroom editions", "",
+                  f"{e['notebooks']} notebooks ({e['exercises']} exercises) built in {e['seconds']:.1f} s "
+                  f"(target < {EDITIONS_MAX_S:.0f} s: {'ok' if e['ok'] else 'MISSED'})"]
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
@@ -179,10 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         "launch": launch_overhead(),
         "ddp": ddp_ratio(),
         "import": import_cost(),
+        "editions": editions_build(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
-    checks = report["harness"] + report["notebooks"] + [report["ddp"], report["import"]]
+    checks = report["harness"] + report["notebooks"] + [report["ddp"], report["import"], report["editions"]]
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 
