@@ -8,6 +8,7 @@
     effitrain ddp-check [--processes N] [--json]
     effitrain model [NAME] [--json]
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--json]
+    effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
@@ -134,8 +135,15 @@ def _ddp_check(args) -> int:
 def _editions(args) -> int:
     import time
 
-    from .editions import build_editions
+    from .editions import build_editions, check_markers
 
+    if args.check:
+        counts = check_markers(args.source)
+        print(json.dumps(counts) if args.json else
+              f"markers OK: {sum(counts.values())} exercises in {len(counts)} notebooks")
+        return 0
+    if args.out is None:
+        raise ValueError("--out DIR is missing: where to write the editions (or --check to only check the markers).")
     start = time.perf_counter()
     summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions)
     summary["seconds"] = time.perf_counter() - start
@@ -153,11 +161,7 @@ def _prefetch(args) -> int:
     from . import kit
 
     if args.check:
-        if args.dir is not None:
-            import os
-
-            os.environ[kit.KIT_ENV] = str(args.dir)
-        text = kit.describe_kit()
+        text = kit.describe_kit(args.dir)
         broken = text.startswith("Offline kit: broken") or "BROKEN" in text
         print(json.dumps({"kit": text, "ok": not broken}) if args.json else text)
         return 1 if broken else 0
@@ -174,7 +178,8 @@ def _prefetch(args) -> int:
 def add_classroom_commands(sub) -> None:
     """The instructor's commands: ``editions`` (student/instructor notebooks) and ``prefetch`` (offline kit)."""
     p = sub.add_parser("editions", help="write the student and instructor editions of the notebooks")
-    p.add_argument("--out", required=True, help="output folder (gets student/ and instructor/)")
+    p.add_argument("--out", default=None, help="output folder (gets student/ and instructor/)")
+    p.add_argument("--check", action="store_true", help="only check the exercise markers of the source notebooks")
     p.add_argument("--force", action="store_true", help="replace student/ and instructor/ in a non-empty --out")
     p.add_argument("--no-solutions", action="store_true", help="turn q.solution() off in the student edition (graded class)")
     p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")

@@ -224,6 +224,35 @@ def check_out_folder(out: Path, force: bool) -> None:
                          "add --force to replace its student/ and instructor/ folders (other files are kept).")
 
 
+def _source_notebooks(source: str | Path | None) -> dict:
+    import nbformat
+
+    source = default_source() if source is None else Path(source).expanduser()
+    paths = sorted(source.glob("*.ipynb")) if source.is_dir() else []
+    if not paths:
+        raise ValueError(f"source folder {str(source)!r} holds no notebooks. Fix: pass --source with the solved "
+                         "notebooks (the workbook's notebooks/ folder).")
+    return {p.name: nbformat.read(p, as_version=4) for p in paths}
+
+
+def _check_all(notebooks: dict) -> dict[str, list]:
+    exercises, errors = {}, []
+    for name, nb in notebooks.items():  # every notebook checked, every problem reported at once
+        try:
+            exercises[name] = exercise_cells(nb, name)
+        except MarkerError as err:
+            errors.append(str(err))
+    if errors:
+        raise MarkerError("cannot build the editions:\n" + "\n".join(errors))
+    return exercises
+
+
+def check_markers(source: str | Path | None = None) -> dict[str, int]:
+    """``{notebook: number of marked exercises}`` for the notebooks in ``source``; :class:`MarkerError` if any
+    marker is wrong (``effitrain editions --check``: what a contributor runs after adding a lesson)."""
+    return {name: len(cells) for name, cells in _check_all(_source_notebooks(source)).items()}
+
+
 def build_editions(out: str | Path, source: str | Path | None = None, force: bool = False,
                    solutions: bool = True) -> dict:
     """Write ``out/student`` and ``out/instructor`` from the notebooks in ``source``; return a summary.
@@ -233,21 +262,9 @@ def build_editions(out: str | Path, source: str | Path | None = None, force: boo
     import nbformat
 
     out = Path(out).expanduser()
-    source = default_source() if source is None else Path(source).expanduser()
-    paths = sorted(source.glob("*.ipynb")) if source.is_dir() else []
-    if not paths:
-        raise ValueError(f"source folder {str(source)!r} holds no notebooks. Fix: pass --source with the solved "
-                         "notebooks (the workbook's notebooks/ folder).")
+    notebooks = _source_notebooks(source)
     check_out_folder(out, force)
-    notebooks = {p.name: nbformat.read(p, as_version=4) for p in paths}
-    exercises, errors = {}, []
-    for name, nb in notebooks.items():  # every notebook checked before anything is written
-        try:
-            exercises[name] = exercise_cells(nb, name)
-        except MarkerError as err:
-            errors.append(str(err))
-    if errors:
-        raise MarkerError("cannot build the editions:\n" + "\n".join(errors))
+    exercises = _check_all(notebooks)  # every notebook checked before anything is written
     for edition in EDITIONS:
         folder = out / edition
         if folder.exists():

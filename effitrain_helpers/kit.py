@@ -76,8 +76,10 @@ class KitHit:
     reason: str
 
 
-def kit_location() -> tuple[Path, str]:
-    """Where the kit is looked for, and why there (``$EFFITRAIN_KIT`` or the default under the cache)."""
+def kit_location(folder: str | Path | None = None) -> tuple[Path, str]:
+    """Where the kit is looked for, and why there (``folder`` if given, ``$EFFITRAIN_KIT``, or the default)."""
+    if folder is not None:
+        return Path(folder).expanduser(), "the folder you gave"
     explicit = os.environ.get(KIT_ENV, "").strip()
     if explicit:
         return Path(explicit).expanduser(), f"set by {KIT_ENV}"
@@ -101,10 +103,12 @@ def read_manifest(kit: Path) -> dict:
     return manifest
 
 
-def find_kit() -> tuple[Path, dict] | None:
+def find_kit(folder: str | Path | None = None) -> tuple[Path, dict] | None:
     """``(kit folder, manifest)`` when a kit is present, None when there is none; ``ValueError`` when broken."""
-    kit, why = kit_location()
+    kit, why = kit_location(folder)
     if not kit.exists():
+        if folder is not None:
+            raise ValueError(f"kit folder {str(kit)!r} does not exist. Fix: pass the folder `effitrain prefetch` wrote.")
         if why.startswith("set by"):
             raise ValueError(f"{KIT_ENV}={str(kit)!r} does not exist. Allowed: the folder `effitrain prefetch` "
                              f"wrote. Fix: correct the path, copy the kit there, or unset {KIT_ENV} to use the "
@@ -145,11 +149,11 @@ def kit_item(key: str) -> KitHit | None:
     return KitHit(folder, f"{item.repo_id} from the offline kit at {kit} ({why}), no network needed")
 
 
-def describe_kit() -> str:
-    """One or a few lines: where the kit is looked for, and what it holds (for the start page and the CLI)."""
-    kit, why = kit_location()
+def describe_kit(folder: str | Path | None = None) -> str:
+    """One or a few lines: where the kit is looked for (or ``folder``), and what it holds (start page, CLI)."""
+    kit, why = kit_location(folder)
     try:
-        found = find_kit()
+        found = find_kit(folder)
     except ValueError as err:
         return f"Offline kit: broken: {err}"
     if found is None:

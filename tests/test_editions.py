@@ -88,6 +88,9 @@ def test_a_bad_notebook_stops_the_build_before_anything_is_written(tmp_path):
     assert not out.exists()
     code = main(["editions", "--out", str(out), "--source", str(src)])
     assert code == 2 and not out.exists()
+    assert main(["editions", "--check", "--source", str(src)]) == 2
+    assert main(["editions", "--check"]) == 0, "the workbook's own notebooks are all marked"
+    assert main(["editions"]) == 2, "--out or --check is needed"
 
 
 def test_instructor_only_cells_are_not_checked_and_not_in_the_student_edition(tmp_path):
