@@ -39,6 +39,9 @@ _BEGIN = re.compile(r"^(\s*)#\s*BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
 _STARTER = re.compile(r"^\s*#\s*STARTER:(.*)$")
 CHECK_CALL = re.compile(r"\bq\d+\.check\(")
+BLANK_IMPORT = "from effitrain_helpers.exercises import ____  # the blank the exercises start with"
+_IMPORTS_BLANK = re.compile(r"^\s*from\s+effitrain_helpers\.exercises\s+import\s+.*\b____\b", re.M)
+_IMPORTS_CHECKS = re.compile(r"^\s*from\s+effitrain_helpers\.checks\.\w+\s+import\b", re.M)
 
 
 class MarkerError(ValueError):
@@ -177,6 +180,17 @@ def _replace(source: str, regions: list[Region], keep_solution: bool) -> str:
     return "\n".join(out)
 
 
+def _import_blank(cells: list, first_exercise: int) -> None:
+    """Make ``____`` defined in a student notebook: add its import to the cell that imports the lesson's
+    exercises (``from effitrain_helpers.checks.lesson_X_Y import ...``), else before the first exercise."""
+    for cell in cells:
+        if cell.cell_type == "code" and _IMPORTS_CHECKS.search(cell.source):
+            cell.source = cell.source.rstrip("\n") + "\n" + BLANK_IMPORT
+            return
+    exercise = next(c for c in cells if c.cell_type == "code" and "____" in c.source)
+    exercise.source = BLANK_IMPORT + "\n" + exercise.source
+
+
 def _strip(cell) -> None:
     if cell.cell_type == "code":
         cell.outputs, cell.execution_count = [], None
@@ -201,6 +215,9 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
             cell.source = _replace(cell.source, marked[i], keep_solution=edition == "instructor")
         _strip(cell)
         cells.append(cell)
+    if edition == "student" and marked and not any(_IMPORTS_BLANK.search(c.source) for c in cells
+                                                   if c.cell_type == "code"):
+        _import_blank(cells, min(marked))
     banner = {
         "student": "*Student edition: each exercise starts with blanks `____` to fill in; `q1.check(...)` says "
                    "Correct, Incorrect or Not attempted, `q1.hint()` gives a hint"

@@ -102,6 +102,9 @@ def test_instructor_only_cells_are_not_checked_and_not_in_the_student_edition(tm
     s_text, t_text = json.dumps(student), json.dumps(teacher)
     assert "secret" not in s_text and "hidden test" not in s_text and "answer = 42" not in s_text
     assert "answer = ____" in s_text and "secret" in t_text and "answer = 42" in t_text
+    first_code = next(c for c in student.cells if c.cell_type == "code")
+    assert first_code.source.startswith(editions.BLANK_IMPORT), "no checks import: before the first exercise"
+    assert editions.BLANK_IMPORT not in t_text
     assert "BEGIN SOLUTION" not in t_text and "BEGIN SOLUTION" not in s_text
 
 
@@ -217,6 +220,9 @@ def test_student_edition_has_starters_no_notes_no_outputs_and_says_so(built):
         assert "BEGIN SOLUTION" not in text and "STARTER:" not in text and "Instructor notes" not in text
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
         assert text.count("____") >= len(_source_regions(path)[1])
+        first_blank = next(i for i, c in enumerate(student.cells) if c.cell_type == "code" and "____" in c.source)
+        assert "import ____" in student.cells[first_blank].source or any(
+            editions.BLANK_IMPORT in c.source for c in student.cells[:first_blank]), f"{path.name}: ____ is defined first"
 
 
 # ---------------------------------------------------------------- filling in a solution
