@@ -12,6 +12,9 @@ Each module answers one question a lesson asks:
 - ``exercises``  check / hint / solution for the "Let's practice" sections
 - ``checks``     the exercises of each lesson
 - ``cli``        the ``effitrain`` command line
+- ``lessons``    which lessons does the course have, and which are here? (the start page's map)
+- ``editions``   the classroom's student and instructor notebooks, built from the solved ones
+- ``kit``        where is the classroom's offline kit, and what is in it? (``effitrain prefetch``)
 
 Importing this package is cheap: transformers, accelerate and datasets are only imported
 inside the functions that need them.
