@@ -228,6 +228,7 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
                       "edition.*",
     }[edition]
     out.cells = [nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})] + cells
+    out.metadata.pop("widgets", None)  # the saved state of widgets whose outputs were just stripped
     out.metadata["effitrain"] = {"edition": edition, "source": name, "solutions": solutions or edition == "instructor"}
     return out
 

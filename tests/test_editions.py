@@ -214,7 +214,7 @@ def test_student_edition_has_starters_no_notes_no_outputs_and_says_so(built):
     out, _ = built
     for path in SOURCE:
         student = nbformat.read(out / "student" / path.name, as_version=4)
-        assert student.metadata["effitrain"]["edition"] == "student"
+        assert student.metadata["effitrain"]["edition"] == "student" and "widgets" not in student.metadata
         assert not any("instructor-only" in c.metadata.get("tags", []) for c in student.cells)
         text = "\n".join(c.source for c in student.cells)
         assert "BEGIN SOLUTION" not in text and "STARTER:" not in text and "Instructor notes" not in text
