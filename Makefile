@@ -8,7 +8,7 @@ TORCH_VERSION   ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP  := $(VENV)/.effitrain-installed
 
-.PHONY: env lab test bench notebooks clean
+.PHONY: env lab test bench notebooks editions clean
 
 env: $(STAMP)
 
@@ -46,6 +46,13 @@ bench: env
 # Re-execute every notebook offline and store only the outputs the policy keeps (README, Contributing).
 notebooks: env
 	$(BIN)/python tools/notebook_outputs.py notebooks/*.ipynb
+
+# Classroom editions (README, "Classroom"): EDITIONS=folder, EDITIONS_FLAGS=--no-solutions for a graded class.
+# The folder is the build's own, so it is replaced (--force) on every run.
+EDITIONS ?= build/editions
+EDITIONS_FLAGS ?=
+editions: env
+	$(BIN)/effitrain editions --out $(EDITIONS) --force $(EDITIONS_FLAGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -15,7 +15,8 @@ Targets (checked here, never in timed tests):
    backward, at most 50% more time per forward + backward, at every sequence length measured.
 6. chapter 4, on the default comparison (``effitrain optimizers``: lesson model, 150 steps, seed 0): each
    optimizer's measured state bytes are within 5% of the theory; 8-bit AdamW's state is at most 0.3 x AdamW's;
-   the three final losses are within 10% of each other (max / min - 1).
+   the three final losses are within 10% of each other (max / min - 1);
+7. ``effitrain editions`` builds the student and instructor editions of every notebook in under 20 s.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -42,6 +43,7 @@ DDP_RATIO_MIN = 0.9
 STATE_VS_THEORY_TOL = 0.05
 EIGHT_BIT_OVER_ADAMW_MAX = 0.3
 FINAL_LOSS_SPREAD_MAX = 0.10
+EDITIONS_MAX_S = 20.0
 
 
 def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 7) -> list[dict]:
@@ -81,6 +83,18 @@ def notebook_times() -> list[dict]:
             seconds = time.perf_counter() - start
         rows.append({"notebook": path.name, "seconds": seconds, "ok": seconds < NOTEBOOK_MAX_S})
     return rows
+
+
+def editions_build() -> dict:
+    """Wall time of building the classroom editions (student and instructor) of every notebook."""
+    from effitrain_helpers.editions import build_editions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        summary = build_editions(Path(tmp) / "editions")
+        seconds = time.perf_counter() - start
+    return {"notebooks": summary["notebooks"], "exercises": sum(summary["exercises"].values()),
+            "seconds": seconds, "ok": seconds < EDITIONS_MAX_S}
 
 
 def _return_rank() -> int:
@@ -231,6 +245,11 @@ def write_report(report: dict, out: Path) -> None:
               f"{', '.join(imp['heavy_imported']) or 'none'} ({'ok' if imp['ok'] else 'MISSED'})"]
     if "optimizers" in report:
         lines += _optimizer_lines(report["optimizers"])
+    if "editions" in report:
+        e = report["editions"]
+        lines += ["", "## Classroom editions", "",
+                  f"{e['notebooks']} notebooks ({e['exercises']} exercises) built in {e['seconds']:.1f} s "
+                  f"(target < {EDITIONS_MAX_S:.0f} s: {'ok' if e['ok'] else 'MISSED'})"]
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
@@ -252,11 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         "import": import_cost(),
         "checkpointing": checkpointing_tradeoff(),
         "optimizers": optimizer_targets(),
+        "editions": editions_build(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
-    checks = (report["harness"] + report["notebooks"] + [report["ddp"], report["import"]] + report["checkpointing"]
-              + report["optimizers"]["checks"])
+    checks = (report["harness"] + report["notebooks"] + [report["ddp"], report["import"], report["editions"]]
+              + report["checkpointing"] + report["optimizers"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 

@@ -14,6 +14,9 @@ Each module answers one question a lesson asks:
 - ``cli``        the ``effitrain`` command line
 - ``optimizer_memory``  how many bytes does this optimizer keep? (lessons 4.1-4.3)
 - ``optimizer_compare`` which optimizer keeps the least, at what speed and loss? (lessons 4.1-4.3)
+- ``lessons``    which lessons does the course have, and which are here? (the start page's map)
+- ``editions``   the classroom's student and instructor notebooks, built from the solved ones
+- ``kit``        where is the classroom's offline kit, and what is in it? (``effitrain prefetch``)
 
 Importing this package is cheap: transformers, accelerate, datasets and bitsandbytes are only imported
 inside the functions that need them.

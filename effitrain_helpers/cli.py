@@ -10,6 +10,9 @@
     effitrain efficiency [--processes N] [--accumulation-steps K] [--local-sgd-steps K] [--steps S] [--json]
     effitrain optimizers [--optimizers adamw,adafactor,adamw8bit] [--steps N] [--learning-rate LR] [--seed S]
                          [--plot FILE.png] [--json]
+    effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--json]
+    effitrain editions --check [--source DIR]
+    effitrain prefetch [--dir DIR] [--check] [--json]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -181,6 +184,64 @@ def _add_optimizers_parser(sub) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="also save the comparison figure")
     p.add_argument("--json", action="store_true", help="one JSON record per optimizer")
     p.set_defaults(func=_optimizers)
+def _editions(args) -> int:
+    import time
+
+    from .editions import build_editions, check_markers
+
+    if args.check:
+        counts = check_markers(args.source)
+        print(json.dumps(counts) if args.json else
+              f"markers OK: {sum(counts.values())} exercises in {len(counts)} notebooks")
+        return 0
+    if args.out is None:
+        raise ValueError("--out DIR is missing: where to write the editions (or --check to only check the markers).")
+    start = time.perf_counter()
+    summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions)
+    summary["seconds"] = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    n = sum(summary["exercises"].values())
+    print(f"wrote {summary['notebooks']} notebooks ({n} exercises) to {args.out}/student and {args.out}/instructor "
+          f"in {summary['seconds']:.1f} s; solution() in the student edition: "
+          f"{'on' if summary['solutions_in_student_edition'] else 'off (graded class)'}")
+    return 0
+
+
+def _prefetch(args) -> int:
+    from . import kit
+
+    if args.check:
+        text = kit.describe_kit(args.dir)
+        broken = text.startswith("Offline kit: broken") or "BROKEN" in text
+        print(json.dumps({"kit": text, "ok": not broken}) if args.json else text)
+        return 1 if broken else 0
+    summary = kit.prefetch(args.dir, progress=not args.json)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"kit ready in {summary['kit']} ({summary['seconds']:.0f} s): " + ", ".join(summary["items"]))
+    print(f"Copy that folder to each student machine and set {kit.KIT_ENV}=<its path> "
+          f"(or put it at {kit.SETTINGS.cache_dir / 'kit'}); check it there with `effitrain prefetch --check`.")
+    return 0
+
+
+def add_classroom_commands(sub) -> None:
+    """The instructor's commands: ``editions`` (student/instructor notebooks) and ``prefetch`` (offline kit)."""
+    p = sub.add_parser("editions", help="write the student and instructor editions of the notebooks")
+    p.add_argument("--out", default=None, help="output folder (gets student/ and instructor/)")
+    p.add_argument("--check", action="store_true", help="only check the exercise markers of the source notebooks")
+    p.add_argument("--force", action="store_true", help="replace student/ and instructor/ in a non-empty --out")
+    p.add_argument("--no-solutions", action="store_true", help="turn q.solution() off in the student edition (graded class)")
+    p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=_editions)
+    p = sub.add_parser("prefetch", help="download the real model, processors and GLUE MRPC into an offline kit")
+    p.add_argument("--dir", default=None, help="kit folder (default: $EFFITRAIN_KIT, else ~/.cache/effitrain/kit)")
+    p.add_argument("--check", action="store_true", help="download nothing: say what the kit holds and if it is usable")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=_prefetch)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON record per technique, measured and expected ratios")
     p.set_defaults(func=_efficiency)
     _add_optimizers_parser(sub)
+    add_classroom_commands(sub)
     return parser
 
 

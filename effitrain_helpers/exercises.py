@@ -5,16 +5,22 @@ A lesson's exercises live in ``effitrain_helpers.checks.lesson_X_Y`` as :class:`
 - ``q1.check(answer, ...)`` shows *Correct*, *Incorrect* (with a message that helps) or *Not attempted*;
   it never raises, whatever the learner passes;
 - ``q1.hint()`` shows the next hint (graded: the first is gentle, the last nearly gives it away);
-- ``q1.solution()`` shows the solution code.
+- ``q1.solution()`` shows the solution code, unless solutions are turned off for the class (see
+  :func:`solutions_enabled`: a graded class's student edition, or ``EFFITRAIN_SOLUTIONS=off``).
 
 ``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests).
-``____`` is the blank that starter code leaves for the learner to fill in.
+``____`` is the blank that starter code leaves for the learner to fill in: an answer that is ``____`` (or
+``...``), holds one (``(____, ____)``), or a function whose code still uses ``____`` is *not attempted*.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
@@ -85,6 +91,9 @@ def as_number(answer: Any) -> float:
 
 
 def _show(obj: Any) -> None:
+    if isinstance(obj, str):  # hints and solutions: as text (display() would show a quoted repr)
+        print(obj)
+        return
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -101,6 +110,52 @@ def _is_blank(value: Any) -> bool:
     return isinstance(value, Blank) or value is Ellipsis
 
 
+def _uses_blank(code: types.CodeType) -> bool:
+    """Whether compiled code (or code nested in it) reads the name ``____``."""
+    return "____" in code.co_names or any(isinstance(c, types.CodeType) and _uses_blank(c) for c in code.co_consts)
+
+
+def _unfinished(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is still starter code (a message), or None when the learner gave a real answer.
+
+    Catches ``____`` / ``...`` themselves, inside a tuple, list, set or dict (``(____, ____)``), and a
+    function whose body still uses ``____`` (``def f(x): return ____``).
+    """
+    if _is_blank(value):
+        return "replace ____ with your answer, then run the cell again."
+    if isinstance(value, types.MethodType):
+        value = value.__func__
+    if isinstance(value, types.FunctionType) and _uses_blank(value.__code__):
+        return f"your function {value.__name__}() still contains ____: write its code, then run the cell again."
+    if depth < 3 and isinstance(value, (tuple, list, set, frozenset, dict)):
+        items = list(value.keys()) + list(value.values()) if isinstance(value, dict) else list(value)
+        if any(_unfinished(v, depth + 1) for v in items):
+            return "some parts of your answer are still ____: fill them all in, then run the cell again."
+    return None
+
+
+EDITION_FILE = "effitrain-edition.json"
+_OFF = {"0", "off", "no", "false"}
+
+
+def solutions_enabled() -> tuple[bool, str]:
+    """Whether ``solution()`` shows solutions here, and why not when it does not.
+
+    Off when ``EFFITRAIN_SOLUTIONS`` is ``off``/``0``/``no``/``false``, or when the notebook's folder holds an
+    ``effitrain-edition.json`` with ``"solutions": false`` (written by ``effitrain editions --no-solutions``
+    into a graded class's student edition). Read at each call, so it follows the kernel's current folder.
+    """
+    if os.environ.get("EFFITRAIN_SOLUTIONS", "").strip().lower() in _OFF:
+        return False, "EFFITRAIN_SOLUTIONS is off on this machine"
+    try:
+        edition = json.loads((Path.cwd() / EDITION_FILE).read_text())
+    except (OSError, ValueError):
+        return True, ""
+    if isinstance(edition, dict) and edition.get("solutions") is False:
+        return False, f"this {edition.get('edition', 'student')} edition was built without solutions (graded class)"
+    return True, ""
+
+
 @dataclass
 class Exercise:
     """One exercise: a checker that raises :class:`Incorrect` for a wrong answer, hints, a solution."""
@@ -114,8 +169,11 @@ class Exercise:
 
     def evaluate(self, *answers: Any, **context: Any) -> CheckResult:
         """Judge ``answers`` without displaying anything; never raises."""
-        if not answers or any(_is_blank(a) for a in answers):
+        if not answers:
             return CheckResult(self.name, NOT_ATTEMPTED, "replace ____ with your answer, then run the cell again.")
+        unfinished = next((why for why in map(_unfinished, answers) if why), None)
+        if unfinished:
+            return CheckResult(self.name, NOT_ATTEMPTED, unfinished)
         try:
             inspect.signature(self.checker).bind(*answers, **context)
         except TypeError:
@@ -146,5 +204,10 @@ class Exercise:
         _show(f"Hint {n} of {len(self.hints)}: {self.hints[n - 1]}")
 
     def solution(self) -> None:
-        """Show the solution code."""
+        """Show the solution code (unless solutions are turned off for this class: see solutions_enabled)."""
+        enabled, why = solutions_enabled()
+        if not enabled:
+            _show(f"Solutions are turned off for this class ({why}). Hints still work: {self.usage.split('.')[0]}.hint(); "
+                  "or ask your instructor.")
+            return
         _show(f"Solution ({self.name}):\n\n{self.solution_code.strip()}")

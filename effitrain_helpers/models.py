@@ -3,9 +3,11 @@
 ``choose_model(name)`` resolves, in this order:
 
 1. ``name`` given by the user: a local folder, else a Hub id that is cached, else one the Hub can serve now;
-2. the course's model, ``distilbert-base-cased``, from the Hugging Face cache;
-3. the same model from the Hub, when it answers within a few seconds (never when ``HF_HUB_OFFLINE=1``);
-4. otherwise a small DistilBERT checkpoint the workbook builds once (config, random weights and a
+   (the course's own id is taken from the offline kit when the kit holds it);
+2. the course's model from the classroom's offline kit (``effitrain prefetch``; see ``kit``), when there is one;
+3. the course's model, ``distilbert-base-cased``, from the Hugging Face cache;
+4. the same model from the Hub, when it answers within a few seconds (never when ``HF_HUB_OFFLINE=1``);
+5. otherwise a small DistilBERT checkpoint the workbook builds once (config, random weights and a
    WordPiece tokenizer trained on the workbook's own text) and saves under the cache folder.
 
 Whatever the source, the model is loaded through the real ``from_pretrained`` path. ``load_classifier``
@@ -25,9 +27,10 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from .cache import build_once
+from .kit import ITEMS, WEIGHT_FILES, kit_item
 from .settings import SETTINGS
 
-DEFAULT_MODEL = "distilbert-base-cased"
+DEFAULT_MODEL = ITEMS["model"].repo_id  # "distilbert-base-cased", defined with the offline kit's layout
 OFFLINE_MODEL = {"dim": 128, "n_layers": 2, "n_heads": 4, "hidden_dim": 512, "max_position_embeddings": 512,
                  "dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0}  # tiny and trained from scratch: no dropout
 VOCAB_SIZE = 3000
@@ -41,7 +44,7 @@ class ModelChoice:
     """Where a model comes from: ``path`` is what to pass to ``from_pretrained``."""
 
     path: str
-    source: str  # "local", "cache", "hub" or "offline-build"
+    source: str  # "local", "kit", "cache", "hub" or "offline-build"
     reason: str
     what: str = "model"
 
@@ -91,9 +94,6 @@ def hf_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-
-
 def cached_snapshot(repo_id: str, marker: str = "config.json", needs_one_of: tuple[str, ...] = ()) -> Path | None:
     """The folder of ``repo_id`` in the Hugging Face cache if ``marker`` and one of ``needs_one_of`` are there.
 
@@ -133,15 +133,19 @@ def _not_found_message(name: str, what: str) -> str:
 
 def resolve_checkpoint(
     name: str | None, *, default_id: str, marker: str, build_offline: Callable[[], Path], what: str, offline_desc: str,
-    needs_one_of: tuple[str, ...] = (),
+    needs_one_of: tuple[str, ...] = (), kit_key: str | None = None,
 ) -> ModelChoice:
     """The resolution order of the module docstring, for any kind of checkpoint. Choosing never downloads
     (``from_pretrained`` on a ``hub`` choice does).
 
     ``marker`` is the file that proves a folder holds one (``config.json`` for a model,
     ``preprocessor_config.json`` for a processor), ``needs_one_of`` the files of which one must be there
-    too (the weights); ``build_offline`` makes the workbook's own.
+    too (the weights); ``build_offline`` makes the workbook's own; ``kit_key`` names the offline kit's item
+    that holds ``default_id`` (see ``kit.ITEMS``), looked up before the Hugging Face cache.
     """
+    kit = kit_item(kit_key) if kit_key is not None and (name is None or str(name) == default_id) else None
+    if kit is not None:
+        return ModelChoice(str(kit.path), "kit", f"the course's {what} {kit.reason}", what)
     if name is not None:
         if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
             raise TypeError(f"name={name!r} must be a non-empty string (a folder or a Hub id) or None.")
@@ -178,7 +182,7 @@ def choose_model(name: str | None = None) -> ModelChoice:
     """Decide which model checkpoint to load (see the module docstring for the order). Never downloads."""
     return resolve_checkpoint(
         name, default_id=DEFAULT_MODEL, marker="config.json", needs_one_of=WEIGHT_FILES,
-        build_offline=build_offline_checkpoint, what="model",
+        build_offline=build_offline_checkpoint, what="model", kit_key="model",
         offline_desc="using the workbook's small DistilBERT (same architecture, random weights, its own vocabulary)",
     )
 

@@ -6,7 +6,8 @@ layout (``sentence1``, ``sentence2``, ``label`` 1 = paraphrase / 0 = not, ``idx`
 
 1. ``source`` given: a local CSV or JSON file (or a folder with ``*train*`` and ``*dev*``/``*validation*``
    files) with those columns; labels may be 0/1 or spelled ``equivalent`` / ``not_equivalent``;
-2. ``glue/mrpc`` from the Hugging Face cache or the Hub (when reachable, never with ``HF_HUB_OFFLINE=1``);
+2. ``glue/mrpc`` from the classroom's offline kit (``effitrain prefetch``; see ``kit``), else from the
+   Hugging Face cache or the Hub (when reachable, never with ``HF_HUB_OFFLINE=1``);
 3. the workbook's own pairs, built from its word lists so that the label is learnable: a paraphrase
    keeps who did what to whom (voice, word order and synonyms change); a non-paraphrase changes the
    subject, the object or the action.
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .corpus import OBJECTS, SUBJECTS, SYNONYMS, TAILS, clause, lower_first
+from .kit import ITEMS
 
 LABEL_NAMES = ["not_equivalent", "equivalent"]
 MRPC_SAMPLE = Path(__file__).parent / "sample_data" / "mrpc"  # 12 real GLUE MRPC rows (see its README)
@@ -28,7 +30,7 @@ class DataChoice:
     """Which sentence pairs a lesson uses, and why."""
 
     name: str
-    source: str  # "local", "cache", "hub" or "workbook"
+    source: str  # "local", "kit", "cache", "hub" or "workbook"
     reason: str
 
     def __str__(self) -> str:
@@ -133,18 +135,19 @@ def load_local_pairs(source: str | Path):
     return data
 
 
-GLUE_REPO = "nyu-mll/glue"
+GLUE_REPO = ITEMS["mrpc"].repo_id  # "nyu-mll/glue", defined with the offline kit's layout
 
 
 def cached_glue_mrpc() -> dict[str, str] | None:
     """Paths of GLUE MRPC's train and validation parquet files in the Hugging Face cache, or None."""
     from huggingface_hub import try_to_load_from_cache
 
+    from .kit import GLUE_MRPC_FILES
     from .models import hf_cache_dir
 
     files = {}
     for split in ("train", "validation"):
-        found = try_to_load_from_cache(GLUE_REPO, f"mrpc/{split}-00000-of-00001.parquet", cache_dir=hf_cache_dir(),
+        found = try_to_load_from_cache(GLUE_REPO, GLUE_MRPC_FILES[split], cache_dir=hf_cache_dir(),
                                        repo_type="dataset")
         if not isinstance(found, str):
             return None
@@ -167,10 +170,14 @@ def load_pairs(source: str | Path | None = None, n_train: int = 800, n_validatio
     """
     from datasets import load_dataset
 
+    from .kit import GLUE_MRPC_FILES, kit_item
     from .models import hub_offline_requested, hub_reachable
 
     if source is not None:
         data, choice = load_local_pairs(source), DataChoice(str(source), "local", "you gave a local file")
+    elif (kit := kit_item("mrpc")) is not None:
+        data = load_dataset("parquet", data_files={s: str(kit.path / GLUE_MRPC_FILES[s]) for s in ("train", "validation")})
+        choice = DataChoice("glue/mrpc", "kit", f"GLUE MRPC: {kit.reason}")
     elif (files := cached_glue_mrpc()) is not None:
         data = load_dataset("parquet", data_files=files)
         choice = DataChoice("glue/mrpc", "cache", "GLUE MRPC is in the Hugging Face cache")

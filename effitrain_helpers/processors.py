@@ -1,7 +1,7 @@
 """Which image processor and audio feature extractor do I use? (lesson 1.2)
 
-Same order as ``models.choose_model``: a folder or Hub id you give; the course's choice from the Hugging
-Face cache (``google/vit-base-patch16-224`` for images, ``facebook/wav2vec2-base`` for audio); the Hub
+Same order as ``models.choose_model``: a folder or Hub id you give; the course's choice from the classroom's
+offline kit (``effitrain prefetch``), else from the Hugging Face cache (``google/vit-base-patch16-224`` for images, ``facebook/wav2vec2-base`` for audio); the Hub
 when reachable; else a processor with the same settings, built locally under the cache folder and
 loaded back through ``AutoImageProcessor`` / ``AutoFeatureExtractor.from_pretrained``. A processor is
 only configuration (no weights), so the local one behaves exactly like the real one.
@@ -12,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .cache import build_once
+from .kit import ITEMS
 from .models import ModelChoice, resolve_checkpoint
 
-IMAGE_PROCESSOR = "google/vit-base-patch16-224"
-FEATURE_EXTRACTOR = "facebook/wav2vec2-base"
+IMAGE_PROCESSOR = ITEMS["image_processor"].repo_id  # "google/vit-base-patch16-224"
+FEATURE_EXTRACTOR = ITEMS["feature_extractor"].repo_id  # "facebook/wav2vec2-base"
 MARKER = "preprocessor_config.json"
 TARGET_RATE = 16000
 
@@ -40,7 +41,7 @@ def _write_feature_extractor(folder: Path) -> None:
 def choose_image_processor(name: str | None = None) -> ModelChoice:
     """Where the image processor comes from (see module docstring). Never downloads."""
     return resolve_checkpoint(
-        name, default_id=IMAGE_PROCESSOR, marker=MARKER, what="image processor",
+        name, default_id=IMAGE_PROCESSOR, marker=MARKER, what="image processor", kit_key="image_processor",
         build_offline=lambda: build_once("processors/vit-224", _write_image_processor, MARKER),
         offline_desc="using a ViT image processor with the same settings, saved locally",
     )
@@ -49,7 +50,7 @@ def choose_image_processor(name: str | None = None) -> ModelChoice:
 def choose_feature_extractor(name: str | None = None) -> ModelChoice:
     """Where the audio feature extractor comes from (see module docstring). Never downloads."""
     return resolve_checkpoint(
-        name, default_id=FEATURE_EXTRACTOR, marker=MARKER, what="feature extractor",
+        name, default_id=FEATURE_EXTRACTOR, marker=MARKER, what="feature extractor", kit_key="feature_extractor",
         build_offline=lambda: build_once("processors/wav2vec2-16k", _write_feature_extractor, MARKER),
         offline_desc="using a Wav2Vec2 feature extractor with the same settings, saved locally",
     )

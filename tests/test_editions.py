@@ -1,0 +1,355 @@
+"""Classroom editions: the marker parser and its errors, the build, what the student edition holds (no
+solution text, starters that check as 'not attempted', filled-in solutions that check as correct), the
+solutions switch, and every student notebook executed top to bottom."""
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from effitrain_helpers import editions
+from effitrain_helpers.cli import main
+from effitrain_helpers.editions import MarkerError, build_editions, exercise_cells, parse_cell
+from effitrain_helpers.exercises import CORRECT, NOT_ATTEMPTED, Exercise, Incorrect, ____, solutions_enabled
+from effitrain_helpers.lessons import SYLLABUS, lesson_table, measured_seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CELL = "x.ipynb, cell 3"
+
+
+def _nb(*sources, tags=None):
+    cells = [nbformat.v4.new_code_cell(s, metadata={"tags": tags or []}) for s in sources]
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Lesson 9.9 · test")] + cells)
+
+
+# ---------------------------------------------------------------- the marker parser
+
+def test_a_marked_cell_gives_its_solution_and_a_derived_starter():
+    (region,) = parse_cell("x = 1\n# BEGIN SOLUTION\nanswer = x * 2\n# END SOLUTION\nq1.check(answer)", CELL)
+    assert region.solution == ["answer = x * 2"] and region.starter == ["answer = ____"]
+
+
+@pytest.mark.parametrize("body, starter", [
+    ("a, b = 1, 2", ["a, b = ____, ____"]),
+    ("p = 3\np = p + 1", ["p = ____"]),
+    ("def f(n, seconds=1):\n    return n", ["def f(n, seconds=1):", "    return ____"]),
+    ("    total = 0\n    return total", ["    return ____"]),
+])
+def test_derived_starters(body, starter):
+    indent = body[: len(body) - len(body.lstrip())]
+    src = f"def g():\n{indent}# BEGIN SOLUTION\n{body}\n{indent}# END SOLUTION\nq1.check(g)" if indent else \
+        f"# BEGIN SOLUTION\n{body}\n# END SOLUTION\nq1.check(g)"
+    assert parse_cell(src, CELL)[0].starter == starter
+
+
+def test_explicit_starter_lines_win_and_keep_the_indentation():
+    src = "def f(x):\n    # BEGIN SOLUTION\n    # STARTER: ____  # your code\n    x.go()\n    # END SOLUTION\nq2.check(f)"
+    assert parse_cell(src, CELL)[0].starter == ["    ____  # your code"]
+
+
+@pytest.mark.parametrize("src, problem", [
+    ("answer = 42\nq1.check(answer)", "solution is not marked"),
+    ("# BEGIN SOLUTION\nanswer = 42\nq1.check(answer)", "is never closed"),
+    ("answer = 42\n# END SOLUTION\nq1.check(answer)", "has no '# BEGIN SOLUTION' before it"),
+    ("# BEGIN SOLUTION\n# BEGIN SOLUTION\na = 1\n# END SOLUTION\nq1.check(a)", "still open"),
+    ("# BEGIN SOLUTION\nanswer = 42\n# END SOLUTION\nprint(answer)", "no check call"),
+    ("q1.check(a)\n# BEGIN SOLUTION\na = 1\n# END SOLUTION", "no check call"),
+    ("# BEGIN SOLUTION\n\n# END SOLUTION\nq1.check(a)", "is empty"),
+    ("# BEGIN SOLUTION\n# STARTER: a = 0\na = 1\n# END SOLUTION\nq1.check(a)", "has no blank ____"),
+    ("# STARTER: a = ____\na = 1\nq1.check(a)", "outside a solution region"),
+    ("# BEGIN SOLUTION\nprint(42)\n# END SOLUTION\nq1.check(a)", "assigns no name"),
+    ("# BEGIN SOLUTION\nif x:\n# END SOLUTION\nq1.check(a)", "not valid Python on its own"),
+])
+def test_marker_errors_name_the_cell_and_the_problem(src, problem):
+    with pytest.raises(MarkerError) as err:
+        parse_cell(src, CELL)
+    assert str(err.value).startswith(CELL) and problem in str(err.value)
+
+
+def test_cells_that_only_mention_check_in_a_comment_or_call_evaluate_are_not_exercises():
+    assert parse_cell("# then call q1.check(answer)\nprint(q1.evaluate(____))", CELL) == []
+
+
+def test_a_bad_notebook_stops_the_build_before_anything_is_written(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    nbformat.write(_nb("import math", "answer = 42\nq1.check(answer)"), src / "9_9_new.ipynb")
+    nbformat.write(_nb("# BEGIN SOLUTION\na = 1\nq2.check(a)"), src / "9_8_other.ipynb")
+    out = tmp_path / "out"
+    with pytest.raises(MarkerError) as err:
+        build_editions(out, source=src)
+    text = str(err.value)
+    assert "9_9_new.ipynb, cell 2: an exercise cell" in text and "9_8_other.ipynb, cell 1: unbalanced" in text
+    assert not out.exists()
+    code = main(["editions", "--out", str(out), "--source", str(src)])
+    assert code == 2 and not out.exists()
+    assert main(["editions", "--check", "--source", str(src)]) == 2
+    assert main(["editions", "--check"]) == 0, "the workbook's own notebooks are all marked"
+    assert main(["editions"]) == 2, "--out or --check is needed"
+
+
+def test_instructor_only_cells_are_not_checked_and_not_in_the_student_edition(tmp_path):
+    nb = _nb("# BEGIN SOLUTION\nanswer = 42\n# END SOLUTION\nq1.check(answer)")
+    nb.cells.append(nbformat.v4.new_code_cell("assert q1.evaluate(answer)  # hidden test, q1.check(", metadata={"tags": ["instructor-only"]}))
+    nb.cells.append(nbformat.v4.new_markdown_cell("**Instructor notes** secret", metadata={"tags": ["instructor-only"]}))
+    student = editions.make_edition(nb, "t.ipynb", "student")
+    teacher = editions.make_edition(nb, "t.ipynb", "instructor")
+    s_text, t_text = json.dumps(student), json.dumps(teacher)
+    assert "secret" not in s_text and "hidden test" not in s_text and "answer = 42" not in s_text
+    assert "answer = ____" in s_text and "secret" in t_text and "answer = 42" in t_text
+    first_code = next(c for c in student.cells if c.cell_type == "code")
+    assert first_code.source.startswith(editions.BLANK_IMPORT), "no checks import: before the first exercise"
+    assert editions.BLANK_IMPORT not in t_text
+    assert "BEGIN SOLUTION" not in t_text and "BEGIN SOLUTION" not in s_text
+
+
+# ---------------------------------------------------------------- the output folder
+
+def test_a_non_empty_out_folder_is_refused_without_force(tmp_path, capsys):
+    out = tmp_path / "classroom"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["editions", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "--force" in err and not (out / "student").exists()
+    (out / "student").mkdir()
+    (out / "student" / "stale.ipynb").write_text("{}")
+    assert main(["editions", "--out", str(out), "--force", "--no-solutions"]) == 0
+    assert (out / "notes.txt").read_text() == "mine", "--force keeps the folder's other files"
+    assert not (out / "student" / "stale.ipynb").exists(), "--force replaces the editions themselves"
+    names = sorted(p.name for p in (out / "student").glob("*.ipynb"))
+    assert names == [p.name for p in SOURCE] == sorted(p.name for p in (out / "instructor").glob("*.ipynb"))
+    assert json.loads((out / "student" / editions.EDITION_FILE).read_text())["solutions"] is False
+
+
+def test_a_file_as_out_folder_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        build_editions(tmp_path / "f")
+
+
+# ---------------------------------------------------------------- the real notebooks
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("editions")
+    start = time.perf_counter()
+    summary = build_editions(out)
+    summary["seconds"] = time.perf_counter() - start
+    return out, summary
+
+
+def _source_regions(path):
+    nb = nbformat.read(path, as_version=4)
+    return nb, exercise_cells(nb, path.name)
+
+
+def test_every_source_notebook_is_marked_and_builds(built):
+    out, summary = built
+    assert summary["notebooks"] == len(SOURCE)
+    for path in SOURCE:
+        nb = nbformat.read(path, as_version=4)
+        lesson = re.match(r"\d_\d_", path.name)
+        exercises = summary["exercises"][path.name]
+        assert exercises == sum(bool(re.search(r"\bq\d+\.check\(", c.source)) for c in nb.cells
+                                if c.cell_type == "code" and "instructor-only" not in c.metadata.get("tags", []))
+        if lesson:
+            assert exercises >= 2, f"{path.name}: a lesson has 2-4 exercises"
+            assert any("instructor-only" in c.metadata.get("tags", []) for c in nb.cells), f"{path.name}: notes"
+
+
+def _solution_lines(path):
+    """Non-trivial solution lines: code lines of a region that appear nowhere else in the source notebook."""
+    nb, marked = _source_regions(path)
+    outside = []
+    for i, cell in enumerate(nb.cells):
+        regions = dict(marked).get(i, [])
+        lines = cell.source.splitlines()
+        inside = {k for r in regions for k in range(r.begin, r.end + 1)}
+        outside += [line.strip() for k, line in enumerate(lines) if k not in inside]
+    outside_text = "\n".join(outside)
+    found = []
+    for _, regions in marked:
+        for r in regions:
+            starter = {s.strip() for s in r.starter}
+            for line in (x.strip() for x in r.solution):
+                if len(line) >= 6 and not line.startswith("#") and line not in starter and line not in outside_text:
+                    found.append(line)
+    return found
+
+
+def _leaks(student_nb, lines):
+    text = json.dumps(student_nb)
+    return [line for line in lines if json.dumps(line)[1:-1] in text or line in text]
+
+
+def test_no_solution_text_in_the_student_edition(built):
+    out, _ = built
+    searched = 0
+    for path in SOURCE:
+        lines = _solution_lines(path)
+        searched += len(lines)
+        student = nbformat.read(out / "student" / path.name, as_version=4)
+        assert _leaks(student, lines) == [], path.name
+        teacher = nbformat.read(out / "instructor" / path.name, as_version=4)
+        assert _leaks(teacher, lines) == lines, f"{path.name}: the instructor edition keeps every solution line"
+    assert searched >= 30, "the search really looks for something"
+
+
+def test_the_leak_search_finds_a_leak(built):
+    out, _ = built
+    path = next(p for p in SOURCE if p.name.startswith("2_3_"))
+    student = nbformat.read(out / "student" / path.name, as_version=4)
+    line = _solution_lines(path)[0]
+    student.cells[-1].source += "\n" + line
+    assert _leaks(student, _solution_lines(path)) == [line]
+
+
+def test_student_edition_has_starters_no_notes_no_outputs_and_says_so(built):
+    out, _ = built
+    for path in SOURCE:
+        student = nbformat.read(out / "student" / path.name, as_version=4)
+        assert student.metadata["effitrain"]["edition"] == "student" and "widgets" not in student.metadata
+        assert not any("instructor-only" in c.metadata.get("tags", []) for c in student.cells)
+        text = "\n".join(c.source for c in student.cells)
+        assert "BEGIN SOLUTION" not in text and "STARTER:" not in text and "Instructor notes" not in text
+        assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
+        assert text.count("____") >= len(_source_regions(path)[1])
+        first_blank = next(i for i, c in enumerate(student.cells) if c.cell_type == "code" and "____" in c.source)
+        assert "import ____" in student.cells[first_blank].source or any(
+            editions.BLANK_IMPORT in c.source for c in student.cells[:first_blank]), f"{path.name}: ____ is defined first"
+
+
+# ---------------------------------------------------------------- filling in a solution
+
+class _Recorder:
+    """Stands in for an exercise ``qN`` while a cell runs: keeps the verdict instead of showing it."""
+
+    def __init__(self, exercise):
+        self.exercise, self.results = exercise, []
+
+    def check(self, *args, **kwargs):
+        self.results.append(self.exercise.evaluate(*args, **kwargs))
+
+
+CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell needs)
+    ("00_", "start_here", "q1", ""),
+    ("1_1_", "lesson_1_1", "q3", ""),
+    ("1_1_", "lesson_1_1", "q4", ""),
+    ("2_2_", "lesson_2_2", "q2", "import math"),
+    ("2_2_", "lesson_2_2", "q1", ""),
+    ("2_3_", "lesson_2_3", "q2", ""),
+]
+
+
+@pytest.mark.parametrize("prefix, module, name, setup", CHEAP, ids=lambda v: str(v))
+def test_filling_in_the_solution_turns_the_check_correct(built, prefix, module, name, setup):
+    import importlib
+
+    out, _ = built
+    path = next(p for p in SOURCE if p.name.startswith(prefix))
+    nb, marked = _source_regions(path)
+    index = next(i for i, _ in marked if f"{name}.check(" in nb.cells[i].source)
+    (region,) = dict(marked)[index]
+    student = nbformat.read(out / "student" / path.name, as_version=4)
+    cell = next(c.source for c in student.cells if c.cell_type == "code" and f"{name}.check(" in c.source)
+    exercise = getattr(importlib.import_module(f"effitrain_helpers.checks.{module}"), name)
+
+    def run(code):
+        recorder = _Recorder(exercise)
+        namespace = {name: recorder, "____": ____}
+        exec(setup + "\n" + code, namespace)  # noqa: S102 - the workbook's own cell
+        (result,) = recorder.results
+        return result.status
+
+    assert run(cell) == NOT_ATTEMPTED
+    starter = "\n".join(region.starter)
+    assert starter in cell
+    assert run(cell.replace(starter, "\n".join(region.solution))) == CORRECT
+
+
+# ---------------------------------------------------------------- blanks and the solutions switch
+
+def _exercise():
+    def must_be_42(x):
+        if x != 42:
+            raise Incorrect("no")
+    return Exercise("demo", must_be_42, "q9.check(x)", hints=["think"], solution_code="x = 42")
+
+
+def test_answers_that_still_hold_blanks_are_not_attempted():
+    q = Exercise("fn", lambda f: None, "q1.check(f)")
+
+    def starter(a, b):
+        return ____
+
+    def nested(a):
+        return [____ for _ in a]
+
+    def done(a):
+        return a
+
+    for answer in (starter, nested, (____, 3), [1, ____], {____}, {"a": ____}):
+        assert q.evaluate(answer).status == NOT_ATTEMPTED, answer
+    assert "starter() still contains ____" in q.evaluate(starter).message
+    assert q.evaluate(done).status == CORRECT and q.evaluate((1, 2)).status == CORRECT
+
+
+def test_solution_can_be_turned_off_by_the_edition_or_the_environment(tmp_path, monkeypatch, capsys):
+    q = _exercise()
+    monkeypatch.delenv("EFFITRAIN_SOLUTIONS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert solutions_enabled() == (True, "")
+    q.solution()
+    assert "x = 42" in capsys.readouterr().out
+    (tmp_path / editions.EDITION_FILE).write_text(json.dumps({"edition": "student", "solutions": False}))
+    q.solution()
+    q.hint()
+    out = capsys.readouterr().out
+    assert "x = 42" not in out and "turned off" in out and "q9.hint()" in out and "Hint 1 of 1: think" in out
+    (tmp_path / editions.EDITION_FILE).unlink()
+    monkeypatch.setenv("EFFITRAIN_SOLUTIONS", "off")
+    q.solution()
+    assert "EFFITRAIN_SOLUTIONS" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the lesson map
+
+def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tmp_path):
+    rows = lesson_table()
+    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 12
+    lesson_files = {p.name for p in SOURCE if re.match(r"\d_\d_", p.name)}
+    assert {r.notebook for r in rows if r.notebook} == lesson_files, "every N_M_ notebook is a syllabus lesson"
+    readme = (ROOT / "README.md").read_text()
+    assert [f for f in lesson_files if f not in readme] == [], "README's lesson table lists every lesson notebook"
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"hardware": "test CPU", "notebooks": [{"notebook": "1_1_prepare_models.ipynb",
+                                                                          "seconds": 12.5, "ok": True}]}))
+    assert measured_seconds(report) == ({"1_1_prepare_models.ipynb": 12.5}, "test CPU")
+    assert lesson_table(report=report)[0].seconds == 12.5 and measured_seconds(tmp_path / "none.json") == ({}, None)
+
+
+# ---------------------------------------------------------------- the student edition, executed
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [p.name for p in SOURCE])
+def test_student_notebook_runs_to_the_end_with_every_exercise_not_attempted(built, name):
+    from nbclient import NotebookClient
+
+    out, _ = built
+    path = out / "student" / name
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    print(f"{name}: student edition executed in {time.perf_counter() - start:.1f} s")
+    exercise_cells = [c for c in nb.cells if c.cell_type == "code" and re.search(r"\bq\d+\.check\(", c.source)]
+    assert exercise_cells
+    for cell in exercise_cells:
+        shown = json.dumps(cell.outputs)
+        assert "Not attempted" in shown, (name, cell.source, shown)
+        assert "Incorrect" not in shown and "\\u2705 Correct" not in shown and "error" not in shown
