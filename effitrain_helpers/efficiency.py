@@ -5,7 +5,7 @@ pairs, so memory counts are exact). :func:`run_techniques` is one training loop 
 (:class:`Techniques` says which); the lessons write the same loops in plain sight, and use this module for
 what is measuring, not teaching:
 
-- gradient accumulation (3.1): :func:`measure_accumulation` (equal weights, activation bytes);
+- gradient accumulation (3.1): :func:`measure_accumulation` (activation bytes and time of k micro-batches);
 - activation checkpointing (3.2): :func:`measure_checkpointing` (bytes against theory, step time);
 - local SGD (3.2): :func:`measure_local_sgd` (synchronisations, bytes, agreement, in N processes);
 - mixed precision (3.3): :func:`measure_precision` (one fresh process per precision: Accelerate fixes the
@@ -297,21 +297,29 @@ def measure_techniques(techniques: Techniques, num_processes: int = 1) -> dict:
 
 # --- lesson 3.1: gradient accumulation ---------------------------------------------------------------------------
 
-def measure_accumulation(micro_batch: int = 4, accumulation_steps: int = 4, steps: int = 3, seq_len: int = 64) -> dict:
-    """Lesson 3.1 in this process: k micro-batches of b against one batch of k*b (same data, seed, steps).
+def measure_accumulation(micro_batch: int = 4, accumulation_steps: int = 4, seq_len: int = 64, repeats: int = 3) -> dict:
+    """Accumulation's memory and time, in this process (plain forward and backward passes, no Accelerator):
+    the activation bytes saved for backward by one micro-batch of b and by one batch of k*b (theory: k times
+    more), and the seconds of k micro-batch passes against one pass over the whole batch (timed alternately
+    after a warm-up, median; theory: the same arithmetic)."""
+    from .saved_memory import saved_bytes
 
-    Returns the max weight difference after ``steps`` optimizer steps, and the activation bytes saved for
-    backward by one forward of b and of k*b samples (theory: exactly k times more for k*b)."""
     k = check_steps("gradient_accumulation_steps", accumulation_steps)
-    workload = dict(steps=steps, batch_size=micro_batch * k, seq_len=seq_len)
-    reference = run_techniques(Techniques(accumulation_steps=1, **workload))
-    accumulated = run_techniques(Techniques(accumulation_steps=k, **workload))
-    return {"micro_batch": micro_batch, "accumulation_steps": k, "steps": steps,
-            "max_weight_difference": max_difference(reference["state_dict"], accumulated["state_dict"]),
-            "activation_bytes_micro_batch": accumulated["activation_bytes"],
-            "activation_bytes_full_batch": reference["activation_bytes"],
-            "activation_ratio": reference["activation_bytes"] / accumulated["activation_bytes"], "expected_ratio": float(k),
-            "seconds_per_step": {"full_batch": reference["seconds_per_step"], "accumulated": accumulated["seconds_per_step"]}}
+    model = lesson_model()
+    whole = lesson_batches(1, micro_batch * k, seq_len)[0]
+    micro = split_batches([whole], k)
+    small, large = saved_bytes(model, micro[0]).activation_bytes, saved_bytes(model, whole).activation_bytes
+    times: dict[str, list[float]] = {"full_batch": [], "accumulated": []}
+    for _ in range(repeats + 1):
+        for name, batches in (("full_batch", [whole]), ("accumulated", micro)):
+            start = time.perf_counter()
+            for batch in batches:
+                (model(**batch).loss / len(batches)).backward()
+            model.zero_grad(set_to_none=True)
+            times[name].append(time.perf_counter() - start)
+    return {"micro_batch": micro_batch, "accumulation_steps": k, "activation_bytes_micro_batch": small,
+            "activation_bytes_full_batch": large, "activation_ratio": large / small, "expected_ratio": float(k),
+            "seconds": {name: statistics.median(values[1:]) for name, values in times.items()}}
 
 
 # --- lesson 3.2: activation checkpointing -------------------------------------------------------------------------
@@ -432,20 +440,24 @@ def low_precision_memory_ratio(fp32_run: dict) -> float:
     return (fp32_run["activation_bytes"] / 2 + 2 * fp32_run["matmul_weights"]) / fp32_run["activation_bytes"]
 
 
-def measure_precision(precisions: tuple[str, ...] = PRECISIONS, steps: int = 8, batch_size: int = 8, seq_len: int = 32) -> dict[str, dict]:
-    """Lesson 3.3: the same training in each precision, each in a fresh process (see :func:`run_techniques`)."""
+def measure_precision(precisions: tuple[str, ...] = PRECISIONS, steps: int = 8, batch_size: int = 8, seq_len: int = 32,
+                      in_this_process: str | None = None) -> dict[str, dict]:
+    """Lesson 3.3: the same training in each precision, each in a fresh process (see :func:`run_techniques`),
+    except ``in_this_process``: a precision this process's Accelerate is already set to (lesson 3.3 created its
+    Accelerator with it), which runs here and saves starting a process."""
     runs = {p: Techniques(precision=p, steps=steps, batch_size=batch_size, seq_len=seq_len) for p in precisions}
-    return {precision: measure_techniques(techniques) for precision, techniques in runs.items()}
+    out = {}
+    for precision, techniques in runs.items():
+        if precision == in_this_process:
+            here = run_techniques(techniques)
+            here.pop("state_dict")
+            out[precision] = {**here, "replicas_agree": True}
+        else:
+            out[precision] = measure_techniques(techniques)
+    return out
 
 
 # --- the chapter's summary ------------------------------------------------------------------------------------------
-
-def _in_one_process(accumulation_steps: int, seq_len: int) -> dict:
-    """Accumulation and checkpointing measurements, run together in one fresh process."""
-    accumulation = measure_accumulation(micro_batch=4, accumulation_steps=accumulation_steps, steps=2, seq_len=seq_len)
-    checkpointing = measure_checkpointing((seq_len,), batch_size=8, repeats=3)[0]
-    return {"accumulation": accumulation, "checkpointing": checkpointing}
-
 
 def _verdict(ok: bool, yes: str, no: str) -> str:
     return ("as expected: " + yes) if ok else ("differs from theory: " + no)
@@ -457,22 +469,23 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
     measured and expected ratios (technique on / off) for memory (activation bytes saved for backward),
     time per optimizer step and synchronisations, and a one-line verdict.
 
-    Every measurement runs in fresh processes (so it works in a notebook whatever Accelerator exists there);
-    ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and :func:`low_precision`) instead of
+    Accumulation and checkpointing are measured in this process with plain forward and backward passes (no
+    Accelerator, so it works in a notebook whatever Accelerator exists there); local SGD and the precisions
+    run in fresh processes; ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and :func:`low_precision`) instead of
     measuring again.
     """
     from .bench import time_matmul
-    from .launch import default_num_processes, launch
+    from .launch import default_num_processes
 
     n = max(2, default_num_processes()) if num_processes is None else num_processes
     Techniques(accumulation_steps=accumulation_steps, local_sgd_steps=local_sgd_steps, steps=steps)  # checks, here
-    local = launch(_in_one_process, accumulation_steps, 64, num_processes=1, quiet=True)[0]
+    acc = measure_accumulation(micro_batch=4, accumulation_steps=accumulation_steps, seq_len=64)
+    ckpt = measure_checkpointing((64,), batch_size=8, repeats=3)[0]
     parallel = measure_local_sgd(local_sgd_steps, steps, n, batch_size=8, accumulation_steps=accumulation_steps)
     low = low_precision()
     precision = precision_runs or measure_precision(("fp32", low), steps=4)
     matmul = {d: time_matmul(256, d, "cuda" if _cuda() else "cpu").gflops
               for d in ("float32", _TORCH_NAME[low])}
-    acc, ckpt = local["accumulation"], local["checkpointing"]
     dp, ls, quiet = parallel["data_parallel"], parallel["local_sgd"], parallel["no_communication"]
     ga = parallel["accumulation"]
     k, kl = accumulation_steps, local_sgd_steps
@@ -480,9 +493,9 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
     records = [
         {"technique": f"gradient accumulation (k={k})",
          "memory_ratio": 1 / acc["activation_ratio"], "memory_expected": 1 / k,
-         "time_ratio": acc["seconds_per_step"]["accumulated"] / acc["seconds_per_step"]["full_batch"], "time_expected": 1.0,
+         "time_ratio": acc["seconds"]["accumulated"] / acc["seconds"]["full_batch"], "time_expected": 1.0,
          "sync_ratio": ga["synchronisations"] / dp["synchronisations"], "sync_expected": 1.0,
-         "detail": f"same weights as one batch of {k}x (max difference {acc['max_weight_difference']:.1e})"},
+         "detail": f"{ga['synchronisations']} synchronisations in {ga['steps']} optimizer steps of {k} micro-batches"},
         {"technique": "activation checkpointing",
          "memory_ratio": 1 - ckpt["memory_saved"],
          "memory_expected": ckpt["activation_bytes_on_expected"] / ckpt["activation_bytes_off"],
@@ -503,8 +516,8 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
          "detail": f"matmul {matmul['float32']:.0f} GFLOP/s fp32, {matmul[_TORCH_NAME[low]]:.1f} GFLOP/s {low} here"},
     ]
     verdicts = [
-        _verdict(abs(records[0]["memory_ratio"] - 1 / k) < 0.05 / k and acc["max_weight_difference"] <= 1e-5,
-                 "1/k of the activation memory, identical training", "memory or weights off"),
+        _verdict(abs(records[0]["memory_ratio"] - 1 / k) < 0.05 / k and records[0]["sync_ratio"] == 1,
+                 "1/k of the activation memory, one synchronisation per optimizer step", "memory or synchronisations off"),
         _verdict(abs(records[1]["memory_ratio"] - records[1]["memory_expected"]) < 0.1 and records[1]["time_ratio"] > 1,
                  "only the layer inputs kept, paid in recomputation", "memory or time off"),
         _verdict(records[2]["sync_ratio"] == records[2]["sync_expected"], f"{kl}x fewer synchronisations", "synchronisation count off"),
