@@ -181,6 +181,7 @@ def run_techniques(techniques: Techniques) -> dict:
     from accelerate import Accelerator
     from accelerate.local_sgd import LocalSGD
 
+    from .bench import synchronize
     from .communication import CommunicationCounter
     from .saved_memory import SavedTensors
     from .train import cpu_group_requested, weights_fingerprint
@@ -215,7 +216,7 @@ def run_techniques(techniques: Techniques) -> dict:
             losses.append(loss.item())
             if accelerator.sync_gradients:  # an optimizer step happened
                 local_sgd.step()
-                _synchronize(device)
+                synchronize(device)
                 seconds.append(time.perf_counter() - started)
                 counter.step()
                 fingerprints.append(weights_fingerprint(accelerator.unwrap_model(model)))
@@ -249,13 +250,6 @@ class _watch_compute_dtype:
 
     def remove(self) -> None:
         self._handle.remove()
-
-
-def _synchronize(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def max_difference(state_a: dict, state_b: dict) -> float:
@@ -471,9 +465,11 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
 
     Accumulation and checkpointing are measured in this process with plain forward and backward passes (no
     Accelerator, so it works in a notebook whatever Accelerator exists there); local SGD and the precisions
-    run in fresh processes; ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and :func:`low_precision`) instead of
-    measuring again.
+    run in fresh processes; ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and
+    :func:`low_precision`) instead of measuring again.
     """
+    import torch
+
     from .bench import time_matmul
     from .launch import default_num_processes
 
@@ -484,7 +480,7 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
     parallel = measure_local_sgd(local_sgd_steps, steps, n, batch_size=8, accumulation_steps=accumulation_steps)
     low = low_precision()
     precision = precision_runs or measure_precision(("fp32", low), steps=4)
-    matmul = {d: time_matmul(256, d, "cuda" if _cuda() else "cpu").gflops
+    matmul = {d: time_matmul(256, d, "cuda" if torch.cuda.is_available() else "cpu").gflops
               for d in ("float32", _TORCH_NAME[low])}
     dp, ls, quiet = parallel["data_parallel"], parallel["local_sgd"], parallel["no_communication"]
     ga = parallel["accumulation"]
@@ -528,12 +524,6 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
     for record, verdict in zip(records, verdicts):
         record["verdict"] = verdict
     return records
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def chapter_table(records: list[dict]) -> str:

@@ -16,26 +16,21 @@ import statistics
 import time
 
 
-def _synchronize(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed_steps(model, optimizer, batches, backward, sync_context, device) -> float:
     """Seconds for one optimizer step per batch (the slowest rank's time, as a synchronous step waits for it)."""
     import torch
     import torch.distributed as dist
 
-    _synchronize(device)
+    from .bench import synchronize
+
+    synchronize(str(device))
     start = time.perf_counter()
     for batch in batches:
         with sync_context():
             backward(model(**batch).loss)
         optimizer.step()
         optimizer.zero_grad()
-    _synchronize(device)
+    synchronize(str(device))
     seconds = torch.tensor([time.perf_counter() - start], device=device)
     if dist.is_initialized():
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
@@ -46,16 +41,18 @@ def _allreduce_seconds(numel: int, device, repeats: int = 10) -> float:
     import torch
     import torch.distributed as dist
 
+    from .bench import synchronize
+
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return 0.0
     buffer = torch.zeros(numel, device=device)
     dist.all_reduce(buffer)  # warm-up
     dist.barrier()
-    _synchronize(device)
+    synchronize(str(device))
     start = time.perf_counter()
     for _ in range(repeats):
         dist.all_reduce(buffer)
-    _synchronize(device)
+    synchronize(str(device))
     return (time.perf_counter() - start) / repeats
 
 
