@@ -48,7 +48,7 @@ EDITIONS_MAX_S = 20.0
 
 def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 7) -> list[dict]:
     """Helper GFLOP/s over torch.utils.benchmark GFLOP/s, same product, interleaved rounds."""
-    from effitrain_helpers.bench import gflops, time_matmul, torch_benchmark_seconds
+    from effitrain_helpers.measure.bench import gflops, time_matmul, torch_benchmark_seconds
 
     rows = []
     for n in sizes:
@@ -87,7 +87,7 @@ def notebook_times() -> list[dict]:
 
 def editions_build() -> dict:
     """Wall time of building the classroom editions (student and instructor) of every notebook."""
-    from effitrain_helpers.editions import build_editions
+    from effitrain_helpers.teach.editions import build_editions
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -105,7 +105,7 @@ def _return_rank() -> int:
 
 def launch_overhead(rounds: int = 3) -> dict:
     """Median wall time of launch() for 1 and 2 processes, beside a bare interpreter importing torch."""
-    from effitrain_helpers.launch import launch
+    from effitrain_helpers.processes.launch import launch
 
     def timed(fn) -> float:
         times = []
@@ -122,10 +122,10 @@ def launch_overhead(rounds: int = 3) -> dict:
 
 def ddp_ratio(processes: int = 2) -> dict:
     """Workbook loop over plain DDP, samples per second, with ``processes`` processes (long run, 5 rounds)."""
-    from effitrain_helpers.launch import launch
-    from effitrain_helpers.scaling import measure_scaling
+    from effitrain_helpers.processes.launch import launch
+    from effitrain_helpers.training.scaling import measure_scaling
 
-    from effitrain_helpers.launch import usable_cores
+    from effitrain_helpers.processes.launch import usable_cores
 
     r = launch(measure_scaling, steps=16, rounds=5, num_processes=processes, quiet=True)[0]
     ratio = r["workbook_samples_per_s"] / r["ddp_samples_per_s"]
@@ -141,7 +141,7 @@ def import_cost() -> dict:
     """Time to import the package alone and with the lesson-1.1 helpers, and which heavy libraries came along."""
     code = (
         "import time, sys\nt = time.perf_counter()\nimport effitrain_helpers\nbare = time.perf_counter() - t\n"
-        "import effitrain_helpers.models, effitrain_helpers.exercises, effitrain_helpers.bench, effitrain_helpers.cli\n"
+        "import effitrain_helpers.sources.models, effitrain_helpers.teach.exercises, effitrain_helpers.measure.bench, effitrain_helpers.cli\n"
         "full = time.perf_counter() - t\n"
         "heavy = [m for m in ('transformers', 'accelerate', 'datasets') if m in sys.modules]\n"
         "print(bare, full, ','.join(heavy))"
@@ -157,7 +157,7 @@ CHECKPOINT_MEMORY_SAVED_MIN, CHECKPOINT_TIME_ADDED_MAX = 0.40, 0.50
 
 def checkpointing_tradeoff(seq_lens=(64, 128, 256), repeats: int = 5) -> list[dict]:
     """Lesson 3.2's trade-off, with more repeats than the lesson uses."""
-    from effitrain_helpers.efficiency import measure_checkpointing
+    from effitrain_helpers.training.efficiency import measure_checkpointing
 
     rows = measure_checkpointing(seq_lens, batch_size=8, repeats=repeats)
     for r in rows:
@@ -167,7 +167,7 @@ def checkpointing_tradeoff(seq_lens=(64, 128, 256), repeats: int = 5) -> list[di
 
 def optimizer_targets(steps: int | None = None, seed: int = 0) -> dict:
     """Chapter 4's targets on the default comparison: state vs theory, 8-bit vs AdamW, final-loss spread."""
-    from effitrain_helpers.optimizer_compare import compare_optimizers
+    from effitrain_helpers.training.optimizer_compare import compare_optimizers
 
     comparison = compare_optimizers(steps=steps, seed=seed)
     runs = {r.name: r for r in comparison.runs}
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-notebooks", action="store_true", help="skip executing the notebooks")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from effitrain_helpers.devices import hardware_summary
+    from effitrain_helpers.core.devices import hardware_summary
 
     hw = hardware_summary()
     report = {

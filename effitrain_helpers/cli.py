@@ -32,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _devices(args) -> int:
-    from .devices import hardware_summary
+    from effitrain_helpers.core.devices import hardware_summary
 
     summary = hardware_summary()
     print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.describe())
@@ -40,7 +40,7 @@ def _devices(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import bench
+    from effitrain_helpers.measure import bench
 
     results, notes = bench.run_benchmark(args.sizes, args.dtypes, args.device, args.repeats, progress=not args.json)
     for note in notes:
@@ -62,7 +62,7 @@ def _bench(args) -> int:
                 print(json.dumps(line) if args.json else
                       f"best achievable {dev} {dt}: {sweep.best_gflops:.1f} GFLOP/s at n={sweep.best_size}{eff}")
     if args.plot:
-        from .plots import plot_gflops
+        from effitrain_helpers.teach.plots import plot_gflops
 
         plot_gflops(results).savefig(args.plot, dpi=120)
         print(f"plot written to {args.plot}", file=sys.stderr)
@@ -70,7 +70,7 @@ def _bench(args) -> int:
 
 
 def _model(args) -> int:
-    from .models import choose_model
+    from effitrain_helpers.sources.models import choose_model
 
     choice = choose_model(args.name)
     if args.json:
@@ -81,8 +81,8 @@ def _model(args) -> int:
 
 
 def _shards(args) -> int:
-    from .launch import launch
-    from .sharding import shard_indices, summarize_shards, validate_request
+    from effitrain_helpers.processes.launch import launch
+    from effitrain_helpers.processes.sharding import shard_indices, summarize_shards, validate_request
 
     validate_request(args.samples, args.batch_size)
     reports = launch(shard_indices, args.samples, args.batch_size, not args.uneven, num_processes=args.processes,
@@ -100,9 +100,9 @@ def _shards(args) -> int:
 
 
 def _ddp_check(args) -> int:
-    from .ddp_checks import four_steps, summarize_four_steps
-    from .launch import default_num_processes, launch
-    from .scaling import measure_scaling
+    from effitrain_helpers.training.ddp_checks import four_steps, summarize_four_steps
+    from effitrain_helpers.processes.launch import default_num_processes, launch
+    from effitrain_helpers.training.scaling import measure_scaling
 
     n = default_num_processes() if args.processes is None else args.processes
     if isinstance(n, int) and n < 2:
@@ -136,8 +136,8 @@ def _ddp_check(args) -> int:
 
 
 def _efficiency(args) -> int:
-    from .efficiency import chapter_table, check_steps, measure_chapter
-    from .launch import default_num_processes
+    from effitrain_helpers.training.efficiency import chapter_table, check_steps, measure_chapter
+    from effitrain_helpers.processes.launch import default_num_processes
 
     n = max(2, default_num_processes()) if args.processes is None else args.processes
     if isinstance(n, int) and n < 2:
@@ -155,7 +155,7 @@ def _efficiency(args) -> int:
 
 def _optimizers(args) -> int:
     """Chapter 4: the fair comparison of AdamW, Adafactor and 8-bit AdamW, as a table or JSON records."""
-    from .optimizer_compare import compare_optimizers, comparison_table
+    from effitrain_helpers.training.optimizer_compare import compare_optimizers, comparison_table
 
     result = compare_optimizers(args.optimizers, steps=args.steps, learning_rate=args.learning_rate, seed=args.seed,
                                 progress=not args.json)
@@ -167,7 +167,7 @@ def _optimizers(args) -> int:
     else:
         print(comparison_table(result))
     if args.plot:
-        from .plots import plot_optimizer_comparison
+        from effitrain_helpers.teach.plots import plot_optimizer_comparison
 
         plot_optimizer_comparison(result).savefig(args.plot, dpi=120)
         print(f"plot written to {args.plot}", file=sys.stderr)
@@ -187,7 +187,7 @@ def _add_optimizers_parser(sub) -> None:
 def _editions(args) -> int:
     import time
 
-    from .editions import build_editions, check_markers
+    from effitrain_helpers.teach.editions import build_editions, check_markers
 
     if args.check:
         counts = check_markers(args.source)
@@ -210,7 +210,7 @@ def _editions(args) -> int:
 
 
 def _prefetch(args) -> int:
-    from . import kit
+    from effitrain_helpers.sources import kit
 
     if args.check:
         text = kit.describe_kit(args.dir)
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``effitrain`` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:  # its options belong to the training script's own parser
-        from .train import main as train_main
+        from effitrain_helpers.training.train import main as train_main
 
         return train_main(argv[1:])
     parser = build_parser()

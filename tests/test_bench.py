@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from effitrain_helpers import bench
-from effitrain_helpers.bench import MatmulResult
+from effitrain_helpers.measure import bench
+from effitrain_helpers.measure.bench import MatmulResult
 
 
 @pytest.mark.parametrize("text, expected", [("256,512", [256, 512]), (" 64 ", [64]), ([128, 1024], [128, 1024])])

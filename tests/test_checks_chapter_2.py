@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import TrainingArguments
 
-from effitrain_helpers.checks import lesson_2_1 as l21
-from effitrain_helpers.checks import lesson_2_2 as l22
-from effitrain_helpers.checks import lesson_2_3 as l23
-from effitrain_helpers.exercises import Spy
+from effitrain_helpers.teach.checks import lesson_2_1 as l21
+from effitrain_helpers.teach.checks import lesson_2_2 as l22
+from effitrain_helpers.teach.checks import lesson_2_3 as l23
+from effitrain_helpers.teach.exercises import Spy
 
 
 def _args(tmp_path, **changes):

@@ -3,9 +3,9 @@
 import torch
 from transformers import DistilBertConfig
 
-from effitrain_helpers.checks import lesson_3_1 as l31
-from effitrain_helpers.checks import lesson_3_2 as l32
-from effitrain_helpers.checks import lesson_3_3 as l33
+from effitrain_helpers.teach.checks import lesson_3_1 as l31
+from effitrain_helpers.teach.checks import lesson_3_2 as l32
+from effitrain_helpers.teach.checks import lesson_3_3 as l33
 
 
 def test_3_1_q1():
@@ -48,8 +48,8 @@ def test_3_1_q2():
 
 
 def test_3_1_q3():
-    from effitrain_helpers.efficiency import lesson_batches, lesson_model
-    from effitrain_helpers.saved_memory import saved_bytes
+    from effitrain_helpers.training.efficiency import lesson_batches, lesson_model
+    from effitrain_helpers.measure.saved_memory import saved_bytes
 
     per = saved_bytes(lesson_model(), lesson_batches(1, 4, 64)[0]).activation_bytes / 4
     assert l31.q3.evaluate(32 * per, per).status == "correct"

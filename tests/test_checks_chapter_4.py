@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import Adafactor, TrainingArguments
 
-from effitrain_helpers.checks import lesson_4_1 as l41
-from effitrain_helpers.checks import lesson_4_2 as l42
-from effitrain_helpers.checks import lesson_4_3 as l43
-from effitrain_helpers.exercises import ____
+from effitrain_helpers.teach.checks import lesson_4_1 as l41
+from effitrain_helpers.teach.checks import lesson_4_2 as l42
+from effitrain_helpers.teach.checks import lesson_4_3 as l43
+from effitrain_helpers.teach.exercises import ____
 
 
 def _status(exercise, *answers):
@@ -87,7 +87,7 @@ def test_4_2_q3_beta1_bytes_match_a_real_step():
     optimizer = Adafactor(layer.parameters(), lr=1e-3, beta1=0.9, scale_parameter=False, relative_step=False)
     layer(torch.randn(2, 256)).sum().backward()
     optimizer.step()
-    from effitrain_helpers.optimizer_memory import state_bytes
+    from effitrain_helpers.measure.optimizer_memory import state_bytes
 
     measured = state_bytes(optimizer)
     assert _status(l42.q3, measured).status == "correct"
@@ -108,8 +108,8 @@ def test_4_3_q1_8bit_bytes():
 
 def test_4_3_q1_agrees_with_bitsandbytes():
     pytest.importorskip("bitsandbytes")
-    from effitrain_helpers.optimizer_compare import make_optimizer
-    from effitrain_helpers.optimizer_memory import BNB_QMAP_BYTES, state_bytes
+    from effitrain_helpers.training.optimizer_compare import make_optimizer
+    from effitrain_helpers.measure.optimizer_memory import BNB_QMAP_BYTES, state_bytes
 
     for n in (4095, 5000):
         p = torch.nn.Parameter(torch.randn(n))

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import DistilBertConfig
 
-from effitrain_helpers.checks.lesson_1_1 import STEP_NAMES, q1, q2, q3, q4
-from effitrain_helpers.exercises import ____
+from effitrain_helpers.teach.checks.lesson_1_1 import STEP_NAMES, q1, q2, q3, q4
+from effitrain_helpers.teach.exercises import ____
 
 CONFIG = DistilBertConfig(n_layers=3, dim=64, n_heads=4, hidden_dim=128, vocab_size=100)
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer, DataCollatorWithPadding
 
-from effitrain_helpers.checks import lesson_1_2 as l12
-from effitrain_helpers.checks import lesson_1_3 as l13
-from effitrain_helpers.media import make_shapes, make_tones, resample
-from effitrain_helpers.models import choose_model
-from effitrain_helpers.pairs import make_pairs
-from effitrain_helpers.processors import choose_feature_extractor, choose_image_processor
+from effitrain_helpers.teach.checks import lesson_1_2 as l12
+from effitrain_helpers.teach.checks import lesson_1_3 as l13
+from effitrain_helpers.sources.media import make_shapes, make_tones, resample
+from effitrain_helpers.sources.models import choose_model
+from effitrain_helpers.sources.pairs import make_pairs
+from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
 
 
 @pytest.fixture(scope="module")

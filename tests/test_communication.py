@@ -1,6 +1,6 @@
 """The communication counter, in a real 2-process group."""
 
-from effitrain_helpers.launch import launch
+from effitrain_helpers.processes.launch import launch
 
 
 def test_ddp_gradient_syncs_and_explicit_all_reduces_are_counted():
@@ -8,7 +8,7 @@ def test_ddp_gradient_syncs_and_explicit_all_reduces_are_counted():
         import torch
         import torch.distributed as dist
 
-        from effitrain_helpers.communication import CommunicationCounter
+        from effitrain_helpers.measure.communication import CommunicationCounter
 
         torch.manual_seed(0)
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(10, 10))

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from effitrain_helpers import corpus, media, pairs, processors
+from effitrain_helpers.sources import corpus, media, pairs, processors
 
 
 def test_workbook_pairs_have_the_mrpc_layout():

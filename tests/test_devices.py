@@ -1,6 +1,6 @@
 import json
 
-from effitrain_helpers import devices
+from effitrain_helpers.core import devices
 
 
 def test_summary_describes_this_machine():

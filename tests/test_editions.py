@@ -11,11 +11,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from effitrain_helpers import editions
+from effitrain_helpers.teach import editions
 from effitrain_helpers.cli import main
-from effitrain_helpers.editions import MarkerError, build_editions, exercise_cells, parse_cell
-from effitrain_helpers.exercises import CORRECT, NOT_ATTEMPTED, Exercise, Incorrect, ____, solutions_enabled
-from effitrain_helpers.lessons import SYLLABUS, lesson_table, measured_seconds
+from effitrain_helpers.teach.editions import MarkerError, build_editions, exercise_cells, parse_cell
+from effitrain_helpers.teach.exercises import CORRECT, NOT_ATTEMPTED, Exercise, Incorrect, ____, solutions_enabled
+from effitrain_helpers.teach.lessons import SYLLABUS, lesson_table, measured_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -258,7 +258,7 @@ def test_filling_in_the_solution_turns_the_check_correct(built, prefix, module, 
     (region,) = dict(marked)[index]
     student = nbformat.read(out / "student" / path.name, as_version=4)
     cell = next(c.source for c in student.cells if c.cell_type == "code" and f"{name}.check(" in c.source)
-    exercise = getattr(importlib.import_module(f"effitrain_helpers.checks.{module}"), name)
+    exercise = getattr(importlib.import_module(f"effitrain_helpers.teach.checks.{module}"), name)
 
     def run(code):
         recorder = _Recorder(exercise)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from effitrain_helpers import efficiency as ef
+from effitrain_helpers.training import efficiency as ef
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4", None])
@@ -60,7 +60,7 @@ def test_accumulation_keeps_a_kth_of_the_activations_and_gives_the_big_batch_wei
 
 
 def test_accumulation_in_two_processes_matches_one_process_with_the_whole_batch():
-    from effitrain_helpers.launch import launch
+    from effitrain_helpers.processes.launch import launch
 
     workload = dict(steps=2, seq_len=16)
     ranks = launch(ef.run_techniques, ef.Techniques(accumulation_steps=2, batch_size=4, **workload), num_processes=2,

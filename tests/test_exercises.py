@@ -1,4 +1,4 @@
-from effitrain_helpers.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Incorrect, ____
+from effitrain_helpers.teach.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Incorrect, ____
 
 
 def _must_be_42(x):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from effitrain_helpers import kit
+from effitrain_helpers.sources import kit
 from effitrain_helpers.cli import main
-from effitrain_helpers.kit import GLUE_MRPC_FILES, ITEMS, MANIFEST
-from effitrain_helpers.pairs import MRPC_SAMPLE, load_local_pairs, load_pairs
+from effitrain_helpers.sources.kit import GLUE_MRPC_FILES, ITEMS, MANIFEST
+from effitrain_helpers.sources.pairs import MRPC_SAMPLE, load_local_pairs, load_pairs
 
 
 @pytest.fixture
@@ -24,8 +24,8 @@ def no_kit(monkeypatch, tmp_path):
 
 def _write_kit(folder: Path, keys=tuple(ITEMS)) -> Path:
     """A kit in prefetch's layout, from the workbook's own checkpoint and processors and real MRPC rows."""
-    from effitrain_helpers.models import build_offline_checkpoint
-    from effitrain_helpers.processors import choose_feature_extractor, choose_image_processor
+    from effitrain_helpers.sources.models import build_offline_checkpoint
+    from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
 
     makers = {"model": build_offline_checkpoint, "image_processor": lambda: choose_image_processor().path,
               "feature_extractor": lambda: choose_feature_extractor().path}
@@ -53,15 +53,15 @@ def built_kit(tmp_path_factory):
 def test_no_kit_costs_nothing_and_changes_nothing(no_kit):
     assert kit.find_kit() is None and kit.kit_item("model") is None
     assert "Offline kit: none" in kit.describe_kit()
-    from effitrain_helpers.models import choose_model
+    from effitrain_helpers.sources.models import choose_model
 
     assert choose_model().source == "offline-build"
 
 
 def test_a_kit_is_found_and_used_by_every_loader(built_kit, monkeypatch, capsys):
-    from effitrain_helpers.models import choose_model, load_classifier
-    from effitrain_helpers.processors import choose_feature_extractor, choose_image_processor
-    from effitrain_helpers.train import TrainConfig, learning_rate
+    from effitrain_helpers.sources.models import choose_model, load_classifier
+    from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
+    from effitrain_helpers.training.train import TrainConfig, learning_rate
 
     monkeypatch.setenv(kit.KIT_ENV, str(built_kit))
     choice = choose_model()
@@ -81,7 +81,7 @@ def test_a_kit_is_found_and_used_by_every_loader(built_kit, monkeypatch, capsys)
 def test_a_kit_without_an_item_falls_back_for_that_item(no_kit, monkeypatch):
     folder = _write_kit(no_kit / "partial", keys=("mrpc",))
     monkeypatch.setenv(kit.KIT_ENV, str(folder))
-    from effitrain_helpers.models import choose_model
+    from effitrain_helpers.sources.models import choose_model
 
     assert choose_model().source == "offline-build"
     assert load_pairs()[1].source == "kit"
@@ -96,7 +96,7 @@ def test_the_default_place_is_used_without_the_variable(no_kit):
 
 def test_a_missing_kit_folder_is_a_clear_error(no_kit, monkeypatch):
     monkeypatch.setenv(kit.KIT_ENV, str(no_kit / "nowhere"))
-    from effitrain_helpers.models import choose_model
+    from effitrain_helpers.sources.models import choose_model
 
     with pytest.raises(ValueError, match="EFFITRAIN_KIT=.*nowhere.*does not exist.*unset EFFITRAIN_KIT"):
         choose_model()
@@ -117,7 +117,7 @@ def test_a_broken_item_is_a_clear_error(no_kit, monkeypatch):
     folder = _write_kit(no_kit / "broken", keys=("model",))
     (folder / ITEMS["model"].folder / "model.safetensors").unlink()
     monkeypatch.setenv(kit.KIT_ENV, str(folder))
-    from effitrain_helpers.models import choose_model
+    from effitrain_helpers.sources.models import choose_model
 
     with pytest.raises(ValueError, match="lacks model.safetensors or .*the copy is broken"):
         choose_model()
@@ -157,9 +157,9 @@ def test_prefetch_writes_the_layout_the_loaders_read(no_kit, monkeypatch):
     """prefetch and the loaders share ITEMS: a fake download in prefetch's hands gives a kit the loaders use."""
     import huggingface_hub
 
-    import effitrain_helpers.models as models
+    import effitrain_helpers.sources.models as models
 
-    from effitrain_helpers.processors import choose_feature_extractor, choose_image_processor
+    from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
 
     real = {"model": Path(models.build_offline_checkpoint()), "image_processor": Path(choose_image_processor().path),
             "feature_extractor": Path(choose_feature_extractor().path)}  # before the Hub is made to look reachable
@@ -187,7 +187,7 @@ def test_prefetch_writes_the_layout_the_loaders_read(no_kit, monkeypatch):
     assert set(summary["items"]) == set(ITEMS)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv(kit.KIT_ENV, str(no_kit / "kit"))
-    from effitrain_helpers.processors import choose_feature_extractor as fe, choose_image_processor as ip
+    from effitrain_helpers.sources.processors import choose_feature_extractor as fe, choose_image_processor as ip
 
     assert models.choose_model().source == "kit" and load_pairs()[1].source == "kit"
     assert ip().source == "kit" and fe().source == "kit"

@@ -5,9 +5,9 @@ import time
 import psutil
 import pytest
 
-from effitrain_helpers import launch as launch_mod
-from effitrain_helpers.launch import RankFailed, launch, usable_cores
-from effitrain_helpers.sharding import shard_indices, summarize_shards
+from effitrain_helpers.processes import launch as launch_mod
+from effitrain_helpers.processes.launch import RankFailed, launch, usable_cores
+from effitrain_helpers.processes.sharding import shard_indices, summarize_shards
 
 
 def _children() -> set[int]:
@@ -143,7 +143,7 @@ def test_a_worker_ends_itself_when_its_parent_dies(tmp_path):
 
     script = tmp_path / "parent.py"
     script.write_text(
-        "from effitrain_helpers.launch import launch\n"
+        "from effitrain_helpers.processes.launch import launch\n"
         "def hang():\n    import time\n    time.sleep(120)\n"
         "launch(hang, num_processes=2)\n"
     )

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from effitrain_helpers import models
+from effitrain_helpers.core import hub
+from effitrain_helpers.sources import models
 
 
 @pytest.fixture
@@ -85,8 +86,8 @@ def test_name_must_be_a_string(bad):
 
 def test_offline_flag_means_no_network_attempt(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(models.socket, "create_connection", lambda *a, **k: pytest.fail("network touched"))
-    assert models.hub_reachable() is False
+    monkeypatch.setattr(hub.socket, "create_connection", lambda *a, **k: pytest.fail("network touched"))
+    assert hub.hub_reachable() is False
 
 
 def test_unreachable_hub_answers_within_the_timeout(monkeypatch):
@@ -97,9 +98,9 @@ def test_unreachable_hub_answers_within_the_timeout(monkeypatch):
         time.sleep(3)  # a DNS lookup or connect that hangs, then fails
         raise OSError("unreachable")
 
-    monkeypatch.setattr(models.socket, "create_connection", hang)
+    monkeypatch.setattr(hub.socket, "create_connection", hang)
     start = time.perf_counter()
-    assert models.hub_reachable(timeout=0.5) is False
+    assert hub.hub_reachable(timeout=0.5) is False
     assert time.perf_counter() - start < 2
 
 
@@ -144,12 +145,12 @@ def test_num_labels_is_validated(bad):
 
 def test_ranks_of_a_group_building_the_offline_model_at_once_all_load_it(tmp_path, monkeypatch):
     """save_pretrained writes nothing on ranks other than 0: those ranks wait for rank 0's copy."""
-    from effitrain_helpers.launch import launch
+    from effitrain_helpers.processes.launch import launch
 
     monkeypatch.setenv("EFFITRAIN_CACHE", str(tmp_path))
 
     def load():
-        from effitrain_helpers.models import load_classifier
+        from effitrain_helpers.sources.models import load_classifier
 
         model, _ = load_classifier(verbose=False)
         return model.config.model_type

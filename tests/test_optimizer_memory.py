@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from effitrain_helpers import optimizer_memory as om
-from effitrain_helpers.optimizer_compare import (bitsandbytes_status, check_betas, check_learning_rate,
+from effitrain_helpers.measure import optimizer_memory as om
+from effitrain_helpers.training.optimizer_compare import (bitsandbytes_status, check_betas, check_learning_rate,
                                                  learning_rates, make_optimizer)
 
 

@@ -1,7 +1,8 @@
 import pytest
 
-from effitrain_helpers import bench, plots
-from effitrain_helpers.widgets import benchmark_widget
+from effitrain_helpers.measure import bench
+from effitrain_helpers.teach import plots
+from effitrain_helpers.teach.widgets import benchmark_widget
 
 
 def test_gflops_plot_has_one_line_per_device_and_dtype():
@@ -52,7 +53,7 @@ def test_chapter_3_figures_have_their_panels():
 
 
 def test_efficiency_widget_compares_a_chosen_run_with_everything_off(capsys):
-    from effitrain_helpers.widgets import efficiency_widget
+    from effitrain_helpers.teach.widgets import efficiency_widget
 
     box = efficiency_widget(num_processes=2, steps=2)
     box.controls["local_sgd"].value = 2
@@ -76,7 +77,7 @@ def test_state_bytes_plot_labels_the_ratio():
 
 
 def test_optimizer_widget_runs_the_comparison_with_its_choices(capsys):
-    from effitrain_helpers.widgets import optimizer_widget
+    from effitrain_helpers.teach.widgets import optimizer_widget
 
     box = optimizer_widget(steps=5)
     box.controls["optimizers"].value = ("adamw", "adafactor")

@@ -64,8 +64,8 @@ def test_every_lesson_of_chapter_one_is_numbered():
 
 def test_importing_the_helpers_does_not_import_heavy_libraries():
     code = (
-        "import sys, effitrain_helpers, effitrain_helpers.settings, effitrain_helpers.models, "
-        "effitrain_helpers.exercises, effitrain_helpers.plots, effitrain_helpers.cli\n"
+        "import sys, effitrain_helpers, effitrain_helpers.core.settings, effitrain_helpers.sources.models, "
+        "effitrain_helpers.teach.exercises, effitrain_helpers.teach.plots, effitrain_helpers.cli\n"
         "heavy = [m for m in ('transformers', 'accelerate', 'datasets', 'matplotlib') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from effitrain_helpers.efficiency import lesson_batches, lesson_model
-from effitrain_helpers.saved_memory import SavedTensors, saved_bytes
+from effitrain_helpers.training.efficiency import lesson_batches, lesson_model
+from effitrain_helpers.measure.saved_memory import SavedTensors, saved_bytes
 
 
 def test_a_linear_layer_keeps_its_input_and_weight_only_when_the_input_needs_a_gradient():

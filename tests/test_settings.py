@@ -1,6 +1,6 @@
 import pytest
 
-from effitrain_helpers.settings import SETTINGS, Settings
+from effitrain_helpers.core.settings import SETTINGS, Settings
 
 
 def test_size_defaults_to_small(monkeypatch):

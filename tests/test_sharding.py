@@ -1,6 +1,6 @@
 import pytest
 
-from effitrain_helpers.sharding import summarize_shards, validate_request
+from effitrain_helpers.processes.sharding import summarize_shards, validate_request
 
 
 def test_summary_of_disjoint_covering_shards():

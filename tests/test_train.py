@@ -9,12 +9,12 @@ import sys
 import pytest
 import torch
 
-from effitrain_helpers import train
-from effitrain_helpers.code_view import changed_lines
-from effitrain_helpers.ddp_checks import four_steps, summarize_four_steps
-from effitrain_helpers.launch import launch
-from effitrain_helpers.metrics import accuracy_f1, majority_rate, trainer_metrics
-from effitrain_helpers.scaling import measure_scaling
+from effitrain_helpers.training import train
+from effitrain_helpers.teach.code_view import changed_lines
+from effitrain_helpers.training.ddp_checks import four_steps, summarize_four_steps
+from effitrain_helpers.processes.launch import launch
+from effitrain_helpers.measure.metrics import accuracy_f1, majority_rate, trainer_metrics
+from effitrain_helpers.training.scaling import measure_scaling
 
 SMALL = dict(n_train=160, n_validation=37, epochs=1, batch_size=8)
 
@@ -88,7 +88,7 @@ def test_four_steps_hold_and_a_broken_replica_is_caught():
 
 
 def test_validation_does_not_move_with_the_training_size():
-    from effitrain_helpers.pairs import make_pairs
+    from effitrain_helpers.sources.pairs import make_pairs
 
     assert make_pairs(20, 30)["validation"][:] == make_pairs(500, 30)["validation"][:]
 
@@ -122,7 +122,7 @@ def test_metrics_offline():
 
 def test_the_script_runs_under_torchrun_with_two_processes():
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run([torchrun, "--nproc_per_node", "2", "-m", "effitrain_helpers.train", "--epochs", "1",
+    out = subprocess.run([torchrun, "--nproc_per_node", "2", "-m", "effitrain_helpers.training.train", "--epochs", "1",
                           "--n-train", "64", "--n-validation", "21", "--json"],
                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -132,6 +132,6 @@ def test_the_script_runs_under_torchrun_with_two_processes():
 
 
 def test_the_script_refuses_bad_values():
-    out = subprocess.run([sys.executable, "-m", "effitrain_helpers.train", "--learning-rate", "0"],
+    out = subprocess.run([sys.executable, "-m", "effitrain_helpers.training.train", "--learning-rate", "0"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "learning_rate=0.0 must be a positive number" in out.stderr

@@ -1,0 +1,1 @@
+"""The ground floor: settings, the cache, the hardware, the Hub question, argument checks."""

@@ -1,0 +1,1 @@
+"""Measuring: matrix-product speed, metrics, bytes saved for backward, communication, optimizer state."""

@@ -1,0 +1,91 @@
+"""One worker process of ``launch`` (run as ``python -m effitrain_helpers.processes.launch_worker FOLDER``).
+
+Sets its thread count, joins the process group, checks it really is rank ``RANK`` of ``WORLD_SIZE``, runs
+the function from ``FOLDER/payload.pkl`` and writes ``rank{R}.result.pkl``, or ``rank{R}.error.pkl``
+with the exception's type, message and traceback (then exits with 1).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+
+def _watch_parent() -> None:
+    """End this worker if the process that launched it (the notebook kernel) dies."""
+    parent = int(os.environ.get("EFFITRAIN_PARENT_PID", "0"))
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    if parent:
+        threading.Thread(target=watch, daemon=True).start()
+
+
+def _join_group(rank: int, world: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    backend = os.environ.get("EFFITRAIN_BACKEND", "gloo")
+    timeout = timedelta(seconds=float(os.environ.get("EFFITRAIN_TIMEOUT", "300")))
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
+    seen = [None] * world
+    dist.all_gather_object(seen, rank)
+    if seen != list(range(world)) or dist.get_world_size() != world:
+        raise RuntimeError(f"process group is broken: expected ranks 0..{world - 1}, the group reports {seen}")
+
+
+def _check_accelerate(world: int) -> None:
+    """If ``fn`` created an Accelerator, it must have seen the whole group (not N lone processes)."""
+    if "accelerate" not in sys.modules:
+        return
+    from accelerate.state import PartialState
+
+    if PartialState._shared_state and PartialState().num_processes != world:
+        raise RuntimeError(
+            f"Accelerate saw {PartialState().num_processes} process(es) instead of {world}: it fell back to "
+            "single-process mode (on a CPU machine it needs ACCELERATE_USE_CPU=1 or Accelerator(cpu=True))."
+        )
+
+
+def main(folder: str) -> int:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    out = Path(folder)
+    _watch_parent()
+    try:
+        import cloudpickle
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        fn, args, kwargs = cloudpickle.loads((out / "payload.pkl").read_bytes())
+        _join_group(rank, world)
+        value = fn(*args, **kwargs)
+        _check_accelerate(world)
+        (out / f"rank{rank}.result.pkl").write_bytes(cloudpickle.dumps(value))
+        import torch.distributed as dist
+
+        dist.barrier()  # nobody leaves while a peer may still need the group
+        dist.destroy_process_group()
+        return 0
+    except BaseException as err:  # report everything, including KeyboardInterrupt and SystemExit
+        report = {"rank": rank, "type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc()}
+        (out / f"rank{rank}.error.pkl").write_bytes(pickle.dumps(report))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

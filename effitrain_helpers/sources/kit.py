@@ -1,0 +1,240 @@
+"""Where is the classroom's offline kit, and what is in it? (``effitrain prefetch``; used by models, processors, pairs)
+
+An instructor runs ``effitrain prefetch [--dir DIR]`` once on a machine with network: it downloads the course's
+real model and data into one folder, which is then copied to every student machine. With that folder present,
+the lessons load the real model, processors and GLUE MRPC from it, with no network, and say so.
+
+Where the kit is: ``$EFFITRAIN_KIT`` when set, else ``<cache folder>/kit`` (``~/.cache/effitrain/kit``; see
+``settings``). No kit there: the loaders carry on as before (HF cache, Hub, the workbook's own), at the cost
+of one ``stat``. A kit that is there but broken (``$EFFITRAIN_KIT`` pointing nowhere, no manifest, a listed
+item with files missing) raises a ``ValueError`` saying what is wrong and how to fix it.
+
+The layout, defined once here (``ITEMS``) and used by both ``prefetch`` and the loaders::
+
+    KIT/
+      effitrain-kit.json                         manifest: which items are complete
+      models/distilbert-base-cased/              config.json, model.safetensors, tokenizer files
+      processors/google--vit-base-patch16-224/   preprocessor_config.json (lesson 1.2, images)
+      processors/facebook--wav2vec2-base/        preprocessor_config.json (lesson 1.2, audio)
+      datasets/glue-mrpc/mrpc/                   train-/validation-/test-00000-of-00001.parquet
+
+Each item folder holds the files exactly as on the Hub (``from_pretrained`` and ``load_dataset("parquet")``
+read them). ``prefetch`` writes the manifest first and adds each item when its download is complete, so an
+interrupted prefetch leaves a kit whose finished items work and the rest fall back as if absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from effitrain_helpers.core.settings import SETTINGS
+
+KIT_ENV = "EFFITRAIN_KIT"
+MANIFEST = "effitrain-kit.json"
+KIT_FORMAT = 1
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+GLUE_MRPC_FILES = {"train": "mrpc/train-00000-of-00001.parquet",
+                   "validation": "mrpc/validation-00000-of-00001.parquet",
+                   "test": "mrpc/test-00000-of-00001.parquet"}  # the file names on the Hub, in the HF cache and in the kit
+
+
+@dataclass(frozen=True)
+class KitItem:
+    """One thing the kit holds: which Hub repository, where in the kit, which files prove it is complete."""
+
+    key: str
+    repo_id: str
+    repo_type: str  # "model" or "dataset"
+    folder: str  # relative to the kit
+    patterns: tuple[str, ...]  # what prefetch downloads
+    needs: tuple[tuple[str, ...], ...] = field(default=())  # for each tuple, one of its files must be there
+    lesson: str = ""
+
+
+ITEMS: dict[str, KitItem] = {item.key: item for item in (
+    KitItem("model", "distilbert-base-cased", "model", "models/distilbert-base-cased",
+            ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"),
+            (("config.json",), WEIGHT_FILES, ("tokenizer.json", "vocab.txt")), "1.1 onwards"),
+    KitItem("image_processor", "google/vit-base-patch16-224", "model", "processors/google--vit-base-patch16-224",
+            ("preprocessor_config.json", "config.json"), (("preprocessor_config.json",),), "1.2"),
+    KitItem("feature_extractor", "facebook/wav2vec2-base", "model", "processors/facebook--wav2vec2-base",
+            ("preprocessor_config.json", "config.json"), (("preprocessor_config.json",),), "1.2"),
+    KitItem("mrpc", "nyu-mll/glue", "dataset", "datasets/glue-mrpc", tuple(GLUE_MRPC_FILES.values()),
+            ((GLUE_MRPC_FILES["train"],), (GLUE_MRPC_FILES["validation"],)), "1.3 onwards"),
+)}
+
+
+@dataclass(frozen=True)
+class KitHit:
+    """An item found in the kit: ``path`` is its folder, ``reason`` the sentence the loaders print."""
+
+    path: Path
+    reason: str
+
+
+def kit_location(folder: str | Path | None = None) -> tuple[Path, str]:
+    """Where the kit is looked for, and why there (``folder`` if given, ``$EFFITRAIN_KIT``, or the default)."""
+    if folder is not None:
+        return Path(folder).expanduser(), "the folder you gave"
+    explicit = os.environ.get(KIT_ENV, "").strip()
+    if explicit:
+        return Path(explicit).expanduser(), f"set by {KIT_ENV}"
+    return SETTINGS.cache_dir / "kit", "the default place"
+
+
+def read_manifest(kit: Path) -> dict:
+    """The manifest of the kit folder ``kit``; ``ValueError`` when it is missing or unreadable."""
+    try:
+        manifest = json.loads((kit / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"offline kit folder {str(kit)!r} has no {MANIFEST}: it is not a kit made by "
+                         "`effitrain prefetch`. Fix: copy the whole kit folder again, run `effitrain prefetch "
+                         f"--dir {kit}` on a machine with network, or unset {KIT_ENV}.") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"offline kit manifest {str(kit / MANIFEST)!r} cannot be read ({err}). Fix: copy the kit "
+                         "folder again or re-run `effitrain prefetch`.") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("items"), dict):
+        raise ValueError(f"offline kit manifest {str(kit / MANIFEST)!r} is not one `effitrain prefetch` wrote. "
+                         "Fix: re-run `effitrain prefetch`.")
+    return manifest
+
+
+def find_kit(folder: str | Path | None = None) -> tuple[Path, dict] | None:
+    """``(kit folder, manifest)`` when a kit is present, None when there is none; ``ValueError`` when broken."""
+    kit, why = kit_location(folder)
+    if not kit.exists():
+        if folder is not None:
+            raise ValueError(f"kit folder {str(kit)!r} does not exist. Fix: pass the folder `effitrain prefetch` wrote.")
+        if why.startswith("set by"):
+            raise ValueError(f"{KIT_ENV}={str(kit)!r} does not exist. Allowed: the folder `effitrain prefetch` "
+                             f"wrote. Fix: correct the path, copy the kit there, or unset {KIT_ENV} to use the "
+                             "workbook's own models.")
+        return None
+    if not kit.is_dir():
+        raise ValueError(f"offline kit {str(kit)!r} ({why}) is a file, not a folder. Fix: point {KIT_ENV} to the "
+                         "kit folder.")
+    return kit, read_manifest(kit)
+
+
+def missing_files(folder: Path, item: KitItem) -> list[str]:
+    """The files ``item`` needs that ``folder`` lacks (one name per alternative group; empty when complete)."""
+    return [" or ".join(group) for group in item.needs if not any((folder / f).is_file() for f in group)]
+
+
+def kit_item(key: str) -> KitHit | None:
+    """The kit's copy of item ``key`` (see ``ITEMS``), or None when there is no kit or it lacks the item.
+
+    ``ValueError`` when the kit lists the item but its files are missing (a broken copy).
+    """
+    if key not in ITEMS:
+        raise ValueError(f"kit item {key!r} does not exist; allowed: {', '.join(ITEMS)}.")
+    found = find_kit()
+    if found is None:
+        return None
+    kit, manifest = found
+    if key not in manifest["items"]:
+        return None
+    item = ITEMS[key]
+    folder = kit / item.folder
+    missing = missing_files(folder, item)
+    if missing:
+        raise ValueError(f"offline kit {str(kit)!r} lists {item.repo_id} but {str(folder)!r} lacks "
+                         f"{', '.join(missing)}: the copy is broken. Fix: copy the kit folder again, or re-run "
+                         f"`effitrain prefetch --dir {kit}` on a machine with network.")
+    _, why = kit_location()
+    return KitHit(folder, f"{item.repo_id} from the offline kit at {kit} ({why}), no network needed")
+
+
+def describe_kit(folder: str | Path | None = None) -> str:
+    """One or a few lines: where the kit is looked for (or ``folder``), and what it holds (start page, CLI)."""
+    kit, why = kit_location(folder)
+    try:
+        found = find_kit(folder)
+    except ValueError as err:
+        return f"Offline kit: broken: {err}"
+    if found is None:
+        return (f"Offline kit: none ({KIT_ENV} is not set and {kit} does not exist): lessons use the Hugging Face "
+                "cache, the Hub when reachable, or the workbook's own small models and data.")
+    lines = [f"Offline kit: {kit} ({why})"]
+    for item in ITEMS.values():
+        if item.key not in found[1]["items"]:
+            state = "not in this kit"
+        else:
+            missing = missing_files(kit / item.folder, item)
+            state = f"BROKEN, lacks {', '.join(missing)}" if missing else "ready"
+        lines.append(f"  {item.repo_id:<30} lesson {item.lesson:<12} {state}")
+    return "\n".join(lines)
+
+
+def _write_manifest(kit: Path, manifest: dict) -> None:
+    tmp = kit / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, kit / MANIFEST)
+
+
+def prepare_target(target: Path) -> bool:
+    """Make ``target`` ready for a kit; True when this call created it. ``ValueError`` when it cannot be used."""
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"--dir {str(target)!r} is a file, not a folder. Fix: pass a folder path for the kit.")
+    if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
+        raise ValueError(f"--dir {str(target)!r} holds other files and is not a kit. Fix: pass a new or empty folder "
+                         "(or an existing kit, to complete or update it).")
+    created = not target.exists()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / ".effitrain-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"cannot write to the kit folder {str(target)!r} ({err.strerror or err}). Fix: pass a folder "
+                         "you can write to with --dir, or fix its permissions.") from None
+    return created
+
+
+def prefetch(target: str | Path | None = None, timeout: float = 3.0, progress: bool = True) -> dict:
+    """Download every ``ITEMS`` entry into the kit folder ``target`` (default: ``kit_location()``).
+
+    Fails within about ``timeout`` seconds, with a ``ValueError`` that says so, when the Hub cannot be reached
+    (or ``HF_HUB_OFFLINE`` is set). Returns ``{"kit": path, "items": {key: folder}, "seconds": s}``.
+    """
+    from effitrain_helpers.core.hub import hub_offline_requested, hub_reachable
+
+    target = Path(target).expanduser() if target is not None else kit_location()[0]
+    created = prepare_target(target)
+    offline_hint = ("Run `effitrain prefetch` on a machine with network, then copy the folder to the student "
+                    "machines. Meanwhile the lessons keep using the workbook's own small models and data.")
+    problem = ("HF_HUB_OFFLINE is set, so nothing may be downloaded (unset it to prefetch)"
+               if hub_offline_requested() else
+               None if hub_reachable(timeout) else
+               f"the Hugging Face Hub ({os.environ.get('HF_ENDPOINT', 'https://huggingface.co')}) does not answer "
+               f"within {timeout:g} s: no network")
+    if problem:
+        if created:
+            target.rmdir()
+        raise ValueError(f"prefetch needs the network: {problem}. {offline_hint}")
+    from huggingface_hub import snapshot_download
+
+    start = time.perf_counter()
+    manifest = read_manifest(target) if (target / MANIFEST).is_file() else {"format": KIT_FORMAT, "items": {}}
+    manifest["complete"] = False
+    _write_manifest(target, manifest)
+    for item in ITEMS.values():
+        if progress:
+            print(f"prefetch: {item.repo_id} ({item.repo_type}) -> {item.folder}", flush=True)
+        folder = target / item.folder
+        snapshot_download(item.repo_id, repo_type=item.repo_type, local_dir=folder, allow_patterns=list(item.patterns))
+        missing = missing_files(folder, item)
+        if missing:
+            raise ValueError(f"{item.repo_id} downloaded without {', '.join(missing)}: the Hub repository changed? "
+                             "Report it to the workbook's maintainers.")
+        manifest["items"][item.key] = {"repo_id": item.repo_id, "folder": item.folder,
+                                       "downloaded": time.strftime("%Y-%m-%d %H:%M:%S")}
+        _write_manifest(target, manifest)
+    manifest["complete"] = True
+    _write_manifest(target, manifest)
+    return {"kit": str(target), "items": {k: v["folder"] for k, v in manifest["items"].items()},
+            "seconds": time.perf_counter() - start}

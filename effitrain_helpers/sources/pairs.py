@@ -1,0 +1,193 @@
+"""Where do my sentence pairs come from? (lesson 1.3, chapters 2-4)
+
+``load_pairs(source)`` returns a ``DatasetDict`` with ``train`` and ``validation`` splits in the GLUE MRPC
+layout (``sentence1``, ``sentence2``, ``label`` 1 = paraphrase / 0 = not, ``idx``), and a
+:class:`DataChoice` saying which data it is and why. Sources, in order:
+
+1. ``source`` given: a local CSV or JSON file (or a folder with ``*train*`` and ``*dev*``/``*validation*``
+   files) with those columns; labels may be 0/1 or spelled ``equivalent`` / ``not_equivalent``;
+2. ``glue/mrpc`` from the classroom's offline kit (``effitrain prefetch``; see ``kit``), else from the
+   Hugging Face cache or the Hub (when reachable, never with ``HF_HUB_OFFLINE=1``);
+3. the workbook's own pairs, built from its word lists so that the label is learnable: a paraphrase
+   keeps who did what to whom (voice, word order and synonyms change); a non-paraphrase changes the
+   subject, the object or the action.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from effitrain_helpers.sources.corpus import OBJECTS, SUBJECTS, SYNONYMS, TAILS, clause, lower_first
+from effitrain_helpers.sources.kit import ITEMS
+
+LABEL_NAMES = ["not_equivalent", "equivalent"]
+MRPC_SAMPLE = Path(__file__).parent / "sample_data" / "mrpc"  # 12 real GLUE MRPC rows (see its README)
+
+@dataclass(frozen=True)
+class DataChoice:
+    """Which sentence pairs a lesson uses, and why."""
+
+    name: str
+    source: str  # "local", "kit", "cache", "hub" or "workbook"
+    reason: str
+
+    def __str__(self) -> str:
+        return f"Data: {self.name} ({self.source}): {self.reason}"
+
+
+def make_pair(rng: random.Random) -> tuple[str, str, int]:
+    """One (sentence1, sentence2, label) pair; label 1 when sentence2 says the same thing."""
+    subject, obj, tail = rng.choice(SUBJECTS), rng.choice(OBJECTS), rng.choice(TAILS)
+    verb = rng.choice(list(SYNONYMS))
+    first = clause(subject, verb, obj, passive=False)
+    label = int(rng.random() < 0.55)
+    passive = rng.random() < 0.5
+    # a paraphrase always changes its wording: passive voice, or else the verb's synonym
+    s2_verb = SYNONYMS[verb] if label and not passive else rng.choice([verb, SYNONYMS[verb]])
+    s2_subject, s2_obj = subject, obj
+    if not label:  # change two of who, what and to whom
+        keep = rng.choice(["subject", "object", "verb"])
+        if keep != "subject":
+            s2_subject = rng.choice([s for s in SUBJECTS if s != subject])
+        if keep != "object":
+            s2_obj = rng.choice([o for o in OBJECTS if o != obj])
+        if keep != "verb":
+            s2_verb = rng.choice([v for v in SYNONYMS if v != verb])
+    second = clause(s2_subject, s2_verb, s2_obj, passive=passive)
+    if tail:
+        first += f" {tail}"
+        second = f"{tail[0].upper() + tail[1:]}, {lower_first(second)}" if rng.random() < 0.3 else f"{second} {tail}"
+    return first + ".", second + ".", label
+
+
+def make_pairs(n_train: int = 800, n_validation: int = 200, seed: int = 0):
+    """The workbook's own MRPC-style ``DatasetDict`` (train / validation), deterministic for a seed."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+    for name, n in (("n_train", n_train), ("n_validation", n_validation)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name}={n!r} must be a whole number >= 1.")
+    features = Features({"sentence1": Value("string"), "sentence2": Value("string"),
+                         "label": ClassLabel(names=LABEL_NAMES), "idx": Value("int32")})
+    splits = {}
+    for offset, (split, n) in enumerate((("train", n_train), ("validation", n_validation))):
+        rng = random.Random(f"{seed}-{offset}")  # each split its own stream: validation does not move with n_train
+        rows = [make_pair(rng) for _ in range(n)]
+        splits[split] = Dataset.from_dict(
+            {"sentence1": [r[0] for r in rows], "sentence2": [r[1] for r in rows],
+             "label": [r[2] for r in rows], "idx": list(range(n))}, features=features)
+    return DatasetDict(splits)
+
+
+def _normalise_labels(ds):
+    """Map labels spelled 'equivalent' / 'not_equivalent' to 1 / 0 and add ``idx`` when missing."""
+    from datasets import ClassLabel, Value
+
+    missing = {"sentence1", "sentence2", "label"} - set(ds.column_names)
+    if missing:
+        raise ValueError(
+            f"the file has columns {ds.column_names}; missing {sorted(missing)}. Allowed: sentence1, sentence2, "
+            "label (0/1 or equivalent/not_equivalent), optional idx. Fix: rename the columns in the file."
+        )
+    if ds.features["label"].dtype in ("string", "large_string"):
+        bad = sorted(set(ds["label"]) - set(LABEL_NAMES))
+        if bad:
+            raise ValueError(f"label values {bad} are not allowed; use 0/1 or {LABEL_NAMES}.")
+        ds = ds.map(lambda row: {"label": LABEL_NAMES.index(row["label"])})
+    ds = ds.cast_column("label", ClassLabel(names=LABEL_NAMES))
+    if "idx" not in ds.column_names:
+        ds = ds.add_column("idx", list(range(len(ds))))
+    return ds.cast_column("idx", Value("int32"))
+
+
+def _local_files(path: Path) -> dict[str, str]:
+    if path.is_file():
+        return {"train": str(path)}
+    files = sorted(p for p in path.iterdir() if p.suffix in {".csv", ".json", ".jsonl"})
+    train = [p for p in files if "train" in p.name]
+    val = [p for p in files if "dev" in p.name or "valid" in p.name]
+    if not train or not val:
+        raise ValueError(
+            f"folder {str(path)!r} needs a *train* and a *dev* (or *validation*) CSV/JSON file; found "
+            f"{[p.name for p in files] or 'none'}."
+        )
+    return {"train": str(train[0]), "validation": str(val[0])}
+
+
+def load_local_pairs(source: str | Path):
+    """Sentence pairs from a local CSV/JSON file or folder, in the MRPC layout (see module docstring)."""
+    from datasets import DatasetDict, load_dataset
+
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise ValueError(f"data source {str(source)!r} does not exist; pass a CSV/JSON file or a folder of them.")
+    files = _local_files(path)
+    suffix = Path(next(iter(files.values()))).suffix
+    if suffix not in {".csv", ".json", ".jsonl"}:
+        raise ValueError(f"file {str(path)!r} is not .csv, .json or .jsonl; convert it to one of those.")
+    raw = load_dataset("csv" if suffix == ".csv" else "json", data_files=files)
+    data = DatasetDict({split: _normalise_labels(ds) for split, ds in raw.items()})
+    if "validation" not in data:  # one file: hold out a fifth for validation
+        parts = data["train"].train_test_split(test_size=0.2, seed=0)
+        data = DatasetDict({"train": parts["train"], "validation": parts["test"]})
+    return data
+
+
+GLUE_REPO = ITEMS["mrpc"].repo_id  # "nyu-mll/glue", defined with the offline kit's layout
+
+
+def cached_glue_mrpc() -> dict[str, str] | None:
+    """Paths of GLUE MRPC's train and validation parquet files in the Hugging Face cache, or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from effitrain_helpers.sources.kit import GLUE_MRPC_FILES
+    from effitrain_helpers.core.hub import hf_cache_dir
+
+    files = {}
+    for split in ("train", "validation"):
+        found = try_to_load_from_cache(GLUE_REPO, GLUE_MRPC_FILES[split], cache_dir=hf_cache_dir(),
+                                       repo_type="dataset")
+        if not isinstance(found, str):
+            return None
+        files[split] = found
+    return files
+
+
+def _cap(data, n_train: int, n_validation: int):
+    """At most ``n_train`` / ``n_validation`` rows (a CPU lesson does not need all 3,668 MRPC pairs)."""
+    from datasets import DatasetDict
+
+    caps = {"train": n_train, "validation": n_validation}
+    return DatasetDict({k: ds.select(range(min(len(ds), caps.get(k, len(ds))))) for k, ds in data.items()})
+
+
+def load_pairs(source: str | Path | None = None, n_train: int = 800, n_validation: int = 200):
+    """Return ``(DatasetDict, DataChoice)``: MRPC-layout pairs from ``source``, GLUE MRPC, or the workbook's own.
+
+    Every source is capped at ``n_train`` / ``n_validation`` rows. Never waits on the network when offline.
+    """
+    from datasets import load_dataset
+
+    from effitrain_helpers.sources.kit import GLUE_MRPC_FILES, kit_item
+    from effitrain_helpers.core.hub import hub_offline_requested, hub_reachable
+
+    if source is not None:
+        data, choice = load_local_pairs(source), DataChoice(str(source), "local", "you gave a local file")
+    elif (kit := kit_item("mrpc")) is not None:
+        data = load_dataset("parquet", data_files={s: str(kit.path / GLUE_MRPC_FILES[s]) for s in ("train", "validation")})
+        choice = DataChoice("glue/mrpc", "kit", f"GLUE MRPC: {kit.reason}")
+    elif (files := cached_glue_mrpc()) is not None:
+        data = load_dataset("parquet", data_files=files)
+        choice = DataChoice("glue/mrpc", "cache", "GLUE MRPC is in the Hugging Face cache")
+    elif hub_reachable():
+        data = load_dataset(GLUE_REPO, "mrpc")
+        data.pop("test", None)
+        choice = DataChoice("glue/mrpc", "hub", "GLUE MRPC, downloaded from the Hub")
+    else:
+        why = "HF_HUB_OFFLINE is set" if hub_offline_requested() else "the Hub cannot be reached"
+        data = make_pairs(n_train, n_validation)
+        choice = DataChoice("workbook MRPC-style pairs", "workbook",
+                            f"GLUE MRPC is not cached and {why}: using the workbook's own pairs")
+    return _cap(data, n_train, n_validation), choice

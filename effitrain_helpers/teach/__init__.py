@@ -1,0 +1,1 @@
+"""Teaching: exercises and their checks, classroom editions, the course map, plots and widgets."""

@@ -1,0 +1,30 @@
+"""The start page's one exercise (notebooks/00_start_here.ipynb): how check, hint and solution work."""
+
+from __future__ import annotations
+
+import math
+
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+
+
+def _check_matrix_bytes(answer) -> None:
+    n = as_number(answer)
+    if math.isclose(n, 4_000_000):
+        return
+    if math.isclose(n, 1_000_000):
+        raise Incorrect("that is how many numbers the matrix holds; each float32 number takes 4 bytes.")
+    if math.isclose(n, 4_000_000 / 2**20, rel_tol=1e-3) or math.isclose(n, 4.0):
+        raise Incorrect("give the answer in bytes, not MiB or MB.")
+    if math.isclose(n, 8_000_000):
+        raise Incorrect("8 bytes is a float64 number; float32 takes 4.")
+    raise Incorrect(f"{answer!r} bytes is not it: count the numbers, then multiply by the bytes of one float32.")
+
+
+q1 = Exercise(
+    "start: bytes of a float32 matrix",
+    _check_matrix_bytes,
+    usage="q1.check(matrix_bytes)",
+    hints=["A 1000 x 1000 matrix holds a million numbers.",
+           "float32 means 32 bits = 4 bytes per number: 1000 * 1000 * 4."],
+    solution_code="matrix_bytes = 1000 * 1000 * 4\nq1.check(matrix_bytes)",
+)

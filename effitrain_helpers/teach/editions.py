@@ -1,0 +1,296 @@
+"""Which notebooks do students and instructors get? The classroom editions, built from the solved source.
+
+The notebooks in ``notebooks/`` are the solved source. ``build_editions(out)`` (``effitrain editions --out
+DIR``, ``make editions``) writes two folders of notebooks, outputs stripped:
+
+- ``DIR/student/``: every solution region replaced by its starter code (blanks ``____``), cells tagged
+  ``instructor-only`` (instructor notes, hidden self-tests) removed. An untouched exercise's ``check()``
+  reports *Not attempted*, so restart-and-run-all runs to the end. ``effitrain-edition.json`` there says
+  whether ``q1.solution()`` works (``--no-solutions`` turns it off for a graded class; hints always work);
+- ``DIR/instructor/``: the solutions and the instructor notes, marker comments removed.
+
+Marking an exercise cell in the source (README, "Contributing"): the solution lines go between two comment
+lines, ``# BEGIN SOLUTION`` and ``# END SOLUTION`` (indented like the code they enclose), and the cell's
+``qN.check(...)`` call comes after them. The student gets, instead of the region, the region's ``# STARTER:``
+lines (the text after the colon, at the marker's indentation) or, when it has none, a starter made from the
+solution: ``return ____`` when the region returns, else ``name = ____`` for every name it assigns
+(``a, b = ____, ____`` for a pair) and ``def f(args): return ____`` for a function it defines.
+
+The build refuses, naming notebook, cell and problem: a ``qN.check(`` cell with no markers, unbalanced or
+nested markers, a region with no check call after it, an empty region, a starter without ``____``, and a
+``# STARTER:`` line outside a region. Used by the CLI and ``tests/test_editions.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+BEGIN, END, STARTER = "# BEGIN SOLUTION", "# END SOLUTION", "# STARTER:"
+INSTRUCTOR_TAG = "instructor-only"
+EDITION_FILE = "effitrain-edition.json"  # the same name exercises.solutions_enabled reads
+EDITIONS = ("student", "instructor")
+_BEGIN = re.compile(r"^(\s*)#\s*BEGIN SOLUTION\s*$")
+_END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
+_STARTER = re.compile(r"^\s*#\s*STARTER:(.*)$")
+CHECK_CALL = re.compile(r"\bq\d+\.check\(")
+BLANK_IMPORT = "from effitrain_helpers.teach.exercises import ____  # the blank the exercises start with"
+_IMPORTS_BLANK = re.compile(r"^\s*from\s+effitrain_helpers\.exercises\s+import\s+.*\b____\b", re.M)
+_IMPORTS_CHECKS = re.compile(r"^\s*from\s+effitrain_helpers\.checks\.\w+\s+import\b", re.M)
+
+
+class MarkerError(ValueError):
+    """A notebook's exercise markers are wrong: the message names the notebook, the cell and the problem."""
+
+
+@dataclass
+class Region:
+    """One solution region of a cell: lines ``begin``..``end`` (the marker lines, 0-based)."""
+
+    begin: int
+    end: int
+    indent: str
+    solution: list[str]  # the lines between the markers, minus # STARTER: lines
+    starter: list[str]  # what the student edition gets instead, indented
+
+    @property
+    def solution_code(self) -> str:
+        return "\n".join(self.solution)
+
+
+def default_source() -> Path:
+    """The solved notebooks of this checkout (``notebooks/`` next to the package)."""
+    return Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def _derive_starter(solution: list[str], indent: str, where: str) -> list[str]:
+    """A starter made from the solution's own shape (see module docstring)."""
+    code = textwrap.dedent("\n".join(solution))
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as err:
+        raise MarkerError(f"{where}: the solution region is not valid Python on its own ({err.msg}, line "
+                          f"{err.lineno}), so no starter can be made from it. Fix: add `{STARTER} ...` lines "
+                          "with the starter code inside the region.") from None
+    if any(isinstance(node, ast.Return) for node in tree.body):
+        return [f"{indent}return ____"]
+    lines: list[str] = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                lines.append(f"{indent}{target.id} = ____")
+            elif isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in target.elts):
+                names = ", ".join(e.id for e in target.elts)
+                lines.append(f"{indent}{names} = {', '.join(['____'] * len(target.elts))}")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines += [f"{indent}def {node.name}({ast.unparse(node.args)}):", f"{indent}    return ____"]
+    lines = list(dict.fromkeys(lines))  # a name assigned twice gets one blank
+    if not lines:
+        raise MarkerError(f"{where}: the solution region assigns no name and returns nothing, so no starter can "
+                          f"be made from it. Fix: add `{STARTER} ...` lines with the starter code inside the region.")
+    return lines
+
+
+def parse_cell(source: str, where: str) -> list[Region]:
+    """The solution regions of one code cell's ``source``; :class:`MarkerError` when the markers are wrong.
+
+    ``where`` (e.g. ``"notebooks/1_1_x.ipynb, cell 38"``) starts every error message.
+    """
+    lines = source.splitlines()
+    regions: list[Region] = []
+    open_at, indent, body, starters = None, "", [], []
+    for i, line in enumerate(lines):
+        if (m := _BEGIN.match(line)):
+            if open_at is not None:
+                raise MarkerError(f"{where}: unbalanced markers: '{BEGIN}' on line {i + 1} while the one on line "
+                                  f"{open_at + 1} is still open. Fix: add '{END}' before it.")
+            open_at, indent, body, starters = i, m.group(1), [], []
+        elif _END.match(line):
+            if open_at is None:
+                raise MarkerError(f"{where}: unbalanced markers: '{END}' on line {i + 1} has no '{BEGIN}' before it.")
+            if not any(b.strip() for b in body):
+                raise MarkerError(f"{where}: the solution region on lines {open_at + 1}-{i + 1} is empty. "
+                                  "Fix: put the solution lines between the markers.")
+            starter = [indent + s for s in starters] or _derive_starter(body, indent, where)
+            if not any("____" in s for s in starter):
+                raise MarkerError(f"{where}: the starter of the region on lines {open_at + 1}-{i + 1} has no blank "
+                                  "____, so check() could not report 'not attempted'. Fix: put ____ where the "
+                                  "learner's answer goes.")
+            regions.append(Region(open_at, i, indent, body, starter))
+            open_at = None
+        elif (m := _STARTER.match(line)):
+            if open_at is None:
+                raise MarkerError(f"{where}: '{STARTER}' on line {i + 1} is outside a solution region. "
+                                  f"Fix: move it between '{BEGIN}' and '{END}'.")
+            starters.append(m.group(1)[1:] if m.group(1).startswith(" ") else m.group(1))
+        elif open_at is not None:
+            body.append(line)
+    if open_at is not None:
+        raise MarkerError(f"{where}: unbalanced markers: '{BEGIN}' on line {open_at + 1} is never closed. "
+                          f"Fix: add '{END}' after the solution lines.")
+    if regions and not any(CHECK_CALL.search(line) for line in lines[regions[-1].end + 1:]):
+        raise MarkerError(f"{where}: a marked exercise with no check call after its solution. Fix: end the cell "
+                          "with `qN.check(...)` (the exercise's check).")
+    if not regions and any(CHECK_CALL.search(line) for line in lines if not line.lstrip().startswith("#")):
+        raise MarkerError(f"{where}: an exercise cell (it calls qN.check) whose solution is not marked, so the "
+                          f"student edition would give the answer away. Fix: put the solution lines between "
+                          f"'{BEGIN}' and '{END}' (README, Contributing).")
+    return regions
+
+
+def _is_instructor_only(cell) -> bool:
+    return INSTRUCTOR_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def exercise_cells(nb, name: str) -> list[tuple[int, list[Region]]]:
+    """``(cell index, regions)`` of every marked exercise cell of ``nb`` (cells counted from 0, as nbformat
+    does); raises one :class:`MarkerError` listing every problem found."""
+    found, errors = [], []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or _is_instructor_only(cell):
+            continue
+        try:
+            regions = parse_cell(cell.source, f"{name}, cell {i}")
+        except MarkerError as err:
+            errors.append(str(err))
+            continue
+        if regions:
+            found.append((i, regions))
+    if errors:  # every problem of the notebook at once
+        raise MarkerError("\n".join(errors))
+    return found
+
+
+def _replace(source: str, regions: list[Region], keep_solution: bool) -> str:
+    lines = source.splitlines()
+    out: list[str] = []
+    cursor = 0
+    for r in regions:
+        out += lines[cursor:r.begin]
+        out += r.solution if keep_solution else r.starter
+        cursor = r.end + 1
+    out += lines[cursor:]
+    return "\n".join(out)
+
+
+def _import_blank(cells: list, first_exercise: int) -> None:
+    """Make ``____`` defined in a student notebook: add its import to the cell that imports the lesson's
+    exercises (``from effitrain_helpers.teach.checks.lesson_X_Y import ...``), else before the first exercise."""
+    for cell in cells:
+        if cell.cell_type == "code" and _IMPORTS_CHECKS.search(cell.source):
+            cell.source = cell.source.rstrip("\n") + "\n" + BLANK_IMPORT
+            return
+    exercise = next(c for c in cells if c.cell_type == "code" and "____" in c.source)
+    exercise.source = BLANK_IMPORT + "\n" + exercise.source
+
+
+def _strip(cell) -> None:
+    if cell.cell_type == "code":
+        cell.outputs, cell.execution_count = [], None
+    cell.metadata.pop("execution", None)
+
+
+def make_edition(nb, name: str, edition: str, solutions: bool = True):
+    """A copy of notebook ``nb`` as the ``edition`` ('student' or 'instructor'), outputs stripped."""
+    import copy
+
+    import nbformat
+
+    if edition not in EDITIONS:
+        raise ValueError(f"edition={edition!r} is not allowed; choose one of {', '.join(EDITIONS)}.")
+    marked = dict(exercise_cells(nb, name))
+    out = copy.deepcopy(nb)
+    cells = []
+    for i, cell in enumerate(out.cells):
+        if edition == "student" and _is_instructor_only(cell):
+            continue
+        if i in marked:
+            cell.source = _replace(cell.source, marked[i], keep_solution=edition == "instructor")
+        _strip(cell)
+        cells.append(cell)
+    if edition == "student" and marked and not any(_IMPORTS_BLANK.search(c.source) for c in cells
+                                                   if c.cell_type == "code"):
+        _import_blank(cells, min(marked))
+    banner = {
+        "student": "*Student edition: each exercise starts with blanks `____` to fill in; `q1.check(...)` says "
+                   "Correct, Incorrect or Not attempted, `q1.hint()` gives a hint"
+                   + (", `q1.solution()` shows an answer.*" if solutions else
+                      ". Solutions are turned off for this class.*"),
+        "instructor": "*Instructor edition: solutions filled in, and instructor notes (timing, what to show, "
+                      "common mistakes) in the cells marked **Instructor notes**. Students get the student "
+                      "edition.*",
+    }[edition]
+    out.cells = [nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})] + cells
+    out.metadata.pop("widgets", None)  # the saved state of widgets whose outputs were just stripped
+    out.metadata["effitrain"] = {"edition": edition, "source": name, "solutions": solutions or edition == "instructor"}
+    return out
+
+
+def check_out_folder(out: Path, force: bool) -> None:
+    """Refuse an output folder that is a file, or holds files, unless ``force``."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a file, not a folder. Fix: pass a folder path.")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ValueError(f"--out folder {str(out)!r} exists and is not empty. Fix: choose a new or empty folder, or "
+                         "add --force to replace its student/ and instructor/ folders (other files are kept).")
+
+
+def _source_notebooks(source: str | Path | None) -> dict:
+    import nbformat
+
+    source = default_source() if source is None else Path(source).expanduser()
+    paths = sorted(source.glob("*.ipynb")) if source.is_dir() else []
+    if not paths:
+        raise ValueError(f"source folder {str(source)!r} holds no notebooks. Fix: pass --source with the solved "
+                         "notebooks (the workbook's notebooks/ folder).")
+    return {p.name: nbformat.read(p, as_version=4) for p in paths}
+
+
+def _check_all(notebooks: dict) -> dict[str, list]:
+    exercises, errors = {}, []
+    for name, nb in notebooks.items():  # every notebook checked, every problem reported at once
+        try:
+            exercises[name] = exercise_cells(nb, name)
+        except MarkerError as err:
+            errors.append(str(err))
+    if errors:
+        raise MarkerError("cannot build the editions:\n" + "\n".join(errors))
+    return exercises
+
+
+def check_markers(source: str | Path | None = None) -> dict[str, int]:
+    """``{notebook: number of marked exercises}`` for the notebooks in ``source``; :class:`MarkerError` if any
+    marker is wrong (``effitrain editions --check``: what a contributor runs after adding a lesson)."""
+    return {name: len(cells) for name, cells in _check_all(_source_notebooks(source)).items()}
+
+
+def build_editions(out: str | Path, source: str | Path | None = None, force: bool = False,
+                   solutions: bool = True) -> dict:
+    """Write ``out/student`` and ``out/instructor`` from the notebooks in ``source``; return a summary.
+
+    Every notebook is checked before anything is written, so a marker error leaves ``out`` untouched.
+    """
+    import nbformat
+
+    out = Path(out).expanduser()
+    notebooks = _source_notebooks(source)
+    check_out_folder(out, force)
+    exercises = _check_all(notebooks)  # every notebook checked before anything is written
+    for edition in EDITIONS:
+        folder = out / edition
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        for name, nb in notebooks.items():
+            nbformat.write(make_edition(nb, name, edition, solutions), folder / name)
+        (folder / EDITION_FILE).write_text(json.dumps(
+            {"edition": edition, "solutions": solutions or edition == "instructor"}, indent=2) + "\n")
+    return {"out": str(out), "notebooks": len(notebooks), "solutions_in_student_edition": solutions,
+            "exercises": {name: len(cells) for name, cells in exercises.items()}}

@@ -1,0 +1,213 @@
+"""Check, hint and solution for the "Let's practice" sections (in the spirit of Kaggle Learn).
+
+A lesson's exercises live in ``effitrain_helpers.teach.checks.lesson_X_Y`` as :class:`Exercise` objects:
+
+- ``q1.check(answer, ...)`` shows *Correct*, *Incorrect* (with a message that helps) or *Not attempted*;
+  it never raises, whatever the learner passes;
+- ``q1.hint()`` shows the next hint (graded: the first is gentle, the last nearly gives it away);
+- ``q1.solution()`` shows the solution code, unless solutions are turned off for the class (see
+  :func:`solutions_enabled`: a graded class's student edition, or ``EFFITRAIN_SOLUTIONS=off``).
+
+``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests).
+``____`` is the blank that starter code leaves for the learner to fill in: an answer that is ``____`` (or
+``...``), holds one (``(____, ____)``), or a function whose code still uses ``____`` is *not attempted*.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
+_ICONS = {CORRECT: "✅ Correct", INCORRECT: "❌ Incorrect", NOT_ATTEMPTED: "⏳ Not attempted"}
+
+
+class Blank:
+    """The placeholder ``____`` in starter code; checking it reports 'not attempted'."""
+
+    def __repr__(self) -> str:
+        return "____"
+
+
+____ = Blank()
+
+
+class Spy:
+    """Wraps ``target`` and records, in ``calls``, each call of a method named in ``watch`` (for checkers that
+    must know *how* an answer worked, e.g. whether it used ``accelerator.backward``)."""
+
+    def __init__(self, target: Any, watch: tuple[str, ...]):
+        self._target, self._watch, self.calls = target, set(watch), []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if name not in self._watch or not callable(attr):
+            return attr
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return recorded
+
+
+class Incorrect(Exception):
+    """Raised by a checker with a message for the learner (why the answer is wrong, what to look at)."""
+
+
+@dataclass
+class CheckResult:
+    """What ``check`` found: ``status`` is 'correct', 'incorrect' or 'not attempted'."""
+
+    exercise: str
+    status: str
+    message: str = ""
+
+    def __bool__(self) -> bool:
+        return self.status == CORRECT
+
+    def __repr__(self) -> str:
+        return f"{_ICONS[self.status]} ({self.exercise})" + (f": {self.message}" if self.message else "")
+
+    def _repr_markdown_(self) -> str:
+        color = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#9a6700"}[self.status]
+        text = f" {self.message}" if self.message else ""
+        return f'<span style="color:{color}">**{_ICONS[self.status]}** ({self.exercise}).</span>{text}'
+
+
+def as_number(answer: Any) -> float:
+    """A Python, NumPy or 0-d torch number as float, for checkers; anything else is :class:`Incorrect`."""
+    if not isinstance(answer, (bool, str)):
+        try:
+            return float(answer)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise Incorrect(f"answer should be a number; you gave {type(answer).__name__} {answer!r}.")
+
+
+def _show(obj: Any) -> None:
+    if isinstance(obj, str):  # hints and solutions: as text (display() would show a quoted repr)
+        print(obj)
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is not None:
+            display(obj)
+            return
+    except ImportError:
+        pass
+    print(repr(obj) if not isinstance(obj, str) else obj)
+
+
+def _is_blank(value: Any) -> bool:
+    return isinstance(value, Blank) or value is Ellipsis
+
+
+def _uses_blank(code: types.CodeType) -> bool:
+    """Whether compiled code (or code nested in it) reads the name ``____``."""
+    return "____" in code.co_names or any(isinstance(c, types.CodeType) and _uses_blank(c) for c in code.co_consts)
+
+
+def _unfinished(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is still starter code (a message), or None when the learner gave a real answer.
+
+    Catches ``____`` / ``...`` themselves, inside a tuple, list, set or dict (``(____, ____)``), and a
+    function whose body still uses ``____`` (``def f(x): return ____``).
+    """
+    if _is_blank(value):
+        return "replace ____ with your answer, then run the cell again."
+    if isinstance(value, types.MethodType):
+        value = value.__func__
+    if isinstance(value, types.FunctionType) and _uses_blank(value.__code__):
+        return f"your function {value.__name__}() still contains ____: write its code, then run the cell again."
+    if depth < 3 and isinstance(value, (tuple, list, set, frozenset, dict)):
+        items = list(value.keys()) + list(value.values()) if isinstance(value, dict) else list(value)
+        if any(_unfinished(v, depth + 1) for v in items):
+            return "some parts of your answer are still ____: fill them all in, then run the cell again."
+    return None
+
+
+EDITION_FILE = "effitrain-edition.json"
+_OFF = {"0", "off", "no", "false"}
+
+
+def solutions_enabled() -> tuple[bool, str]:
+    """Whether ``solution()`` shows solutions here, and why not when it does not.
+
+    Off when ``EFFITRAIN_SOLUTIONS`` is ``off``/``0``/``no``/``false``, or when the notebook's folder holds an
+    ``effitrain-edition.json`` with ``"solutions": false`` (written by ``effitrain editions --no-solutions``
+    into a graded class's student edition). Read at each call, so it follows the kernel's current folder.
+    """
+    if os.environ.get("EFFITRAIN_SOLUTIONS", "").strip().lower() in _OFF:
+        return False, "EFFITRAIN_SOLUTIONS is off on this machine"
+    try:
+        edition = json.loads((Path.cwd() / EDITION_FILE).read_text())
+    except (OSError, ValueError):
+        return True, ""
+    if isinstance(edition, dict) and edition.get("solutions") is False:
+        return False, f"this {edition.get('edition', 'student')} edition was built without solutions (graded class)"
+    return True, ""
+
+
+@dataclass
+class Exercise:
+    """One exercise: a checker that raises :class:`Incorrect` for a wrong answer, hints, a solution."""
+
+    name: str
+    checker: Callable[..., None]
+    usage: str  # how to call check, e.g. "q1.check(answer, model.config)"
+    hints: list[str] = field(default_factory=list)
+    solution_code: str = ""
+    _hints_shown: int = 0
+
+    def evaluate(self, *answers: Any, **context: Any) -> CheckResult:
+        """Judge ``answers`` without displaying anything; never raises."""
+        if not answers:
+            return CheckResult(self.name, NOT_ATTEMPTED, "replace ____ with your answer, then run the cell again.")
+        unfinished = next((why for why in map(_unfinished, answers) if why), None)
+        if unfinished:
+            return CheckResult(self.name, NOT_ATTEMPTED, unfinished)
+        try:
+            inspect.signature(self.checker).bind(*answers, **context)
+        except TypeError:
+            return CheckResult(self.name, INCORRECT, f"call it as `{self.usage}`.")
+        try:
+            self.checker(*answers, **context)
+        except Incorrect as err:
+            return CheckResult(self.name, INCORRECT, str(err))
+        except Exception as err:  # the learner's answer broke the checker: say how, don't crash the notebook
+            return CheckResult(self.name, INCORRECT, f"checking your answer raised {type(err).__name__}: {err}")
+        return CheckResult(self.name, CORRECT)
+
+    def check(self, *answers: Any, **context: Any) -> None:
+        """Show Correct / Incorrect / Not attempted for ``answers``."""
+        _show(self.evaluate(*answers, **context))
+
+    def hint(self, n: int | None = None) -> None:
+        """Show hint ``n`` (1-based), or the next one not seen yet."""
+        if not self.hints:
+            _show("No hints for this one: re-read the cell above the exercise.")
+            return
+        if n is None:
+            self._hints_shown = min(self._hints_shown + 1, len(self.hints))
+            n = self._hints_shown
+        if not isinstance(n, int) or not 1 <= n <= len(self.hints):
+            _show(f"Hint number {n!r} does not exist: this exercise has hints 1 to {len(self.hints)}.")
+            return
+        _show(f"Hint {n} of {len(self.hints)}: {self.hints[n - 1]}")
+
+    def solution(self) -> None:
+        """Show the solution code (unless solutions are turned off for this class: see solutions_enabled)."""
+        enabled, why = solutions_enabled()
+        if not enabled:
+            _show(f"Solutions are turned off for this class ({why}). Hints still work: {self.usage.split('.')[0]}.hint(); "
+                  "or ask your instructor.")
+            return
+        _show(f"Solution ({self.name}):\n\n{self.solution_code.strip()}")

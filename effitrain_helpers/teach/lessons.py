@@ -1,0 +1,103 @@
+"""Which lessons does the course have, and which of them are in this workbook? (start page, README, tests)
+
+``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter (the one place they are
+written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
+when it exists (its title then comes from the notebook's own first heading), "coming" when it does not yet, and
+the notebook's wall time from the latest ``make bench`` report on this machine when there is one. Nothing here
+is a measured number written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+BENCH_REPORT = ROOT / "benchmarks" / "results" / "report.json"
+
+CHAPTERS = {
+    1: "Data preparation with Accelerator",
+    2: "Distributed training with Accelerator and Trainer",
+    3: "Improving training efficiency",
+    4: "Training with efficient optimizers",
+}
+SYLLABUS = (
+    ("1.1", "Prepare models with AutoModel and Accelerator"),
+    ("1.2", "Preprocess images and audio"),
+    ("1.3", "Preprocess text"),
+    ("2.1", "Train models with Trainer"),
+    ("2.2", "Train models with Accelerator"),
+    ("2.3", "Evaluate models with Accelerator"),
+    ("3.1", "Gradient accumulation"),
+    ("3.2", "Gradient checkpointing and local SGD"),
+    ("3.3", "Mixed precision training"),
+    ("4.1", "Balanced training with AdamW"),
+    ("4.2", "Memory-efficient training with Adafactor"),
+    ("4.3", "8-bit Adam"),
+)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson: ``notebook`` is its file name (None while it is coming), ``seconds`` its measured wall time."""
+
+    number: str
+    chapter: int
+    title: str
+    notebook: str | None
+    seconds: float | None
+
+    @property
+    def status(self) -> str:
+        return "ready" if self.notebook else "coming"
+
+
+def _notebook_title(path: Path) -> str | None:
+    """The title in the notebook's first heading (``# Lesson 1.1 · Title``), without the lesson number."""
+    try:
+        cells = json.loads(path.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for cell in cells:
+        if cell.get("cell_type") == "markdown":
+            first = "".join(cell.get("source", "")).splitlines()[:1]
+            m = re.match(r"#\s*Lesson\s+[\d.]+\s*[·:-]?\s*(.+)", first[0]) if first else None
+            return m.group(1).strip() if m else None
+    return None
+
+
+def measured_seconds(report: Path = BENCH_REPORT) -> tuple[dict[str, float], str | None]:
+    """``({notebook: seconds}, hardware)`` from the latest ``make bench`` report, or ``({}, None)`` without one."""
+    try:
+        data = json.loads(report.read_text())
+        return {r["notebook"]: float(r["seconds"]) for r in data.get("notebooks", [])}, data.get("hardware")
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}, None
+
+
+def lesson_table(notebooks: Path = NOTEBOOKS, report: Path = BENCH_REPORT) -> list[Lesson]:
+    """Every lesson of ``SYLLABUS``, with its notebook in ``notebooks`` (or None) and its measured time."""
+    times, _ = measured_seconds(report)
+    rows = []
+    for number, title in SYLLABUS:
+        major, minor = number.split(".")
+        found = sorted(notebooks.glob(f"{major}_{minor}_*.ipynb"))
+        path = found[0] if found else None
+        rows.append(Lesson(number, int(major), (path and _notebook_title(path)) or title,
+                           path.name if path else None, times.get(path.name) if path else None))
+    return rows
+
+
+def markdown_table(lessons: list[Lesson]) -> str:
+    """The lessons as a Markdown table, grouped by chapter (what the start page shows)."""
+    lines = ["| lesson | title | notebook | time on this machine (`make bench`) |", "|---|---|---|---|"]
+    for chapter, name in CHAPTERS.items():
+        lines.append(f"| **{chapter}** | **{name}** | | |")
+        for les in (x for x in lessons if x.chapter == chapter):
+            where = f"`{les.notebook}`" if les.notebook else "*coming*"
+            time = f"{les.seconds:.0f} s" if les.seconds is not None else ("not measured yet" if les.notebook else "")
+            lines.append(f"| {les.number} | {les.title} | {where} | {time} |")
+    return "\n".join(lines)

@@ -1,0 +1,334 @@
+"""The lessons' figures, drawn large enough for a projector.
+
+- ``plot_gflops``: matrix-product throughput against size, one line per device and dtype (lesson 1.1)
+- ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
+- ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
+
+    from effitrain_helpers.measure.bench import MatmulResult
+
+FONT = 13
+
+
+def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None) -> "Figure":
+    """GFLOP/s against matrix size (log-log), one line per (device, dtype), with min-max error bars."""
+    import matplotlib.pyplot as plt
+
+    if not results:
+        raise ValueError("no results to plot; run run_benchmark(...) first and pass its results.")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig = ax.figure
+    series: dict[tuple[str, str], list] = {}
+    for r in results:
+        series.setdefault((r.device, r.dtype), []).append(r)
+    for (device, dtype), rows in series.items():
+        rows.sort(key=lambda r: r.size)
+        x = [r.size for r in rows]
+        y = [r.gflops for r in rows]
+        low = [r.gflops - 2 * r.size**3 / r.seconds_max / 1e9 for r in rows]
+        high = [2 * r.size**3 / r.seconds_min / 1e9 - r.gflops for r in rows]
+        ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=3, label=f"{device} {dtype}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("matrix size n (n x n times n x n)", fontsize=FONT)
+    ax.set_ylabel("GFLOP/s (2n^3 / median time)", fontsize=FONT)
+    ax.set_title(title or f"Matrix product throughput on {results[0].device_name}", fontsize=FONT)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=FONT - 2)
+    fig.tight_layout()
+    return fig
+
+
+def _box(ax, x, y, w, h, text, color):
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", fc=color, ec="black", lw=1))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=FONT - 2)
+
+
+def _arrow(ax, start, end, text=""):
+    ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "lw": 1.5})
+    if text:
+        ax.text((start[0] + end[0]) / 2 + 0.05, (start[1] + end[1]) / 2, text, fontsize=FONT - 4)
+
+
+def plot_four_steps(num_devices: int = 2) -> "Figure":
+    """The four steps of one data-parallel training step, drawn for ``num_devices`` devices."""
+    import matplotlib.pyplot as plt
+
+    if not isinstance(num_devices, int) or not 2 <= num_devices <= 4:
+        raise ValueError(f"num_devices={num_devices!r}: draw between 2 and 4 devices.")
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 6)
+    ax.axis("off")
+    _box(ax, 3.5, 5.2, 3, 0.6, "global batch (all samples)", "#dddddd")
+    width = 8 / num_devices
+    for i in range(num_devices):
+        x = 1 + i * width
+        _arrow(ax, (5, 5.2), (x + width * 0.4, 4.55), "1. shard" if i == 0 else "")
+        _box(ax, x, 4.0, width * 0.8, 0.5, f"shard {i}", "#cfe8ff")
+        _box(ax, x, 2.8, width * 0.8, 0.8, f"device {i}\nmodel copy (2. replicate)", "#ffe7b3")
+        _arrow(ax, (x + width * 0.4, 4.0), (x + width * 0.4, 3.6))
+        _box(ax, x, 1.8, width * 0.8, 0.5, f"gradients {i}", "#ffd0d0")
+        _arrow(ax, (x + width * 0.4, 2.8), (x + width * 0.4, 2.3))
+        _arrow(ax, (x + width * 0.4, 1.8), (5, 1.1), "3. aggregate" if i == 0 else "")
+    _box(ax, 3.0, 0.4, 4, 0.7, "averaged gradient -> one update\n4. synchronise: same weights everywhere", "#d5f5d5")
+    ax.set_title("One step of data-parallel training", fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig
+
+
+def plot_image_before_after(image, pixel_values, mean, std) -> "Figure":
+    """An image as stored (any size) beside what the model receives (``pixel_values``, de-normalised to show)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    pixels = np.asarray(pixel_values, dtype=np.float32)
+    if pixels.ndim != 3 or pixels.shape[0] != 3:
+        raise ValueError(f"pixel_values of one image should have shape (3, H, W); got {pixels.shape}.")
+    shown = pixels.transpose(1, 2, 0) * np.asarray(std) + np.asarray(mean)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.2))
+    left.imshow(image)
+    left.set_title(f"stored: {image.size[0]} x {image.size[1]} pixels, uint8", fontsize=FONT)
+    right.imshow(np.clip(shown, 0, 1))
+    right.set_title(f"pixel_values: {pixels.shape[1]} x {pixels.shape[2]}, float32\n"
+                    f"values in [{pixels.min():.2f}, {pixels.max():.2f}]", fontsize=FONT)
+    for ax in (left, right):
+        ax.set_xlabel("width (pixels)")
+        ax.set_ylabel("height (pixels)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_resampling(wave, rate: int, resampled, target_rate: int, window_ms: float = 10.0) -> "Figure":
+    """The first ``window_ms`` milliseconds of a waveform before and after resampling, on one time axis."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for signal, sr, style, label in ((wave, rate, "o-", f"original, {rate} Hz"),
+                                     (resampled, target_rate, "x--", f"resampled, {target_rate} Hz")):
+        n = int(sr * window_ms / 1000)
+        ax.plot(np.arange(n) / sr * 1000, np.asarray(signal)[:n], style, markersize=4, label=f"{label} ({n} samples)")
+    ax.set_xlabel("time (ms)", fontsize=FONT)
+    ax.set_ylabel("amplitude", fontsize=FONT)
+    ax.set_title(f"Same sound, same duration, {target_rate / rate:.2f}x as many samples per second", fontsize=FONT)
+    ax.legend(fontsize=FONT - 2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_shards(reports: list[dict], num_samples: int, title: str = "") -> "Figure":
+    """Which sample (column) each rank (row) received; a darker cell marks a sample given more than once."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from collections import Counter
+
+    counts = Counter(i for r in reports for i in r["indices"])
+    grid = np.zeros((len(reports), num_samples))
+    for row, report in enumerate(reports):
+        for i in report["indices"]:
+            grid[row, i] = 2 if counts[i] > 1 else 1
+    fig, ax = plt.subplots(figsize=(max(6, num_samples * 0.55), 0.9 * len(reports) + 1.6))
+    ax.imshow(grid, cmap="Blues", vmin=0, vmax=2.4, aspect="auto")
+    for row, report in enumerate(reports):
+        for i in report["indices"]:
+            ax.text(i, row, str(i), ha="center", va="center", fontsize=FONT - 3,
+                    color="white" if counts[i] > 1 else "black")
+    ax.set_yticks(range(len(reports)), [f"rank {r['rank']}" for r in reports], fontsize=FONT - 1)
+    ax.set_xticks(range(num_samples))
+    ax.set_xlabel("sample index (dark: sent to more than one rank)", fontsize=FONT - 1)
+    ax.set_title(title or f"{num_samples} samples over {len(reports)} processes", fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def plot_scaling(one: dict, many: dict) -> "Figure":
+    """Samples per second (left) and time per step split into compute and communication (right)."""
+    import matplotlib.pyplot as plt
+
+    n = many["world_size"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = ["1 process", f"{n} processes\nworkbook loop", f"{n} processes\nplain DDP"]
+    values = [one["workbook_samples_per_s"], many["workbook_samples_per_s"], many["ddp_samples_per_s"]]
+    left.bar(labels, values, color=["#999999", "#1f77b4", "#ff7f0e"])
+    left.set_ylabel("samples per second (all processes)", fontsize=FONT - 1)
+    left.set_title("Training throughput", fontsize=FONT)
+    for k, (label, data) in enumerate((("1 process", one), (f"{n} processes", many))):
+        compute, comm = data["compute_s_per_step"] * 1e3, data["communication_s_per_step"] * 1e3
+        right.bar(k, compute, color="#2ca02c", label="compute" if k == 0 else None)
+        right.bar(k, comm, bottom=compute, color="#d62728", label="communication" if k == 0 else None)
+    right.set_xticks([0, 1], ["1 process", f"{n} processes"])
+    right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
+    right.set_title("Where a step's time goes", fontsize=FONT)
+    right.legend(fontsize=FONT - 3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_saved_bytes(labels: list[str], values: list[float], title: str) -> "Figure":
+    """Bars of bytes saved for backward (shown in MiB), one per setting, value written on each bar (lesson 3.1)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    mib = [v / 2**20 for v in values]
+    bars = ax.bar(labels, mib, color=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"][:len(labels)])
+    ax.bar_label(bars, [f"{m:.1f} MiB" for m in mib], fontsize=FONT - 2)
+    ax.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
+    ax.set_title(title, fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def plot_checkpointing(rows: list[dict]) -> "Figure":
+    """Activation memory (left) and step time (right) against sequence length, without and with activation
+    checkpointing (lesson 3.2; rows from ``efficiency.measure_checkpointing``)."""
+    import matplotlib.pyplot as plt
+
+    lengths = [r["seq_len"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, color in (("off", "#1f77b4"), ("on", "#ff7f0e")):
+        name = f"checkpointing {label}"
+        left.plot(lengths, [r[f"activation_bytes_{label}"] / 2**20 for r in rows], "o-", color=color, label=name)
+        right.plot(lengths, [r[f"step_seconds_{label}"] * 1e3 for r in rows], "o-", color=color, label=name)
+    if "activation_bytes_on_expected" in rows[0]:
+        left.plot(lengths, [r["activation_bytes_on_expected"] / 2**20 for r in rows], "x:", color="#ff7f0e",
+                  label="theory, with")
+    right.plot(lengths, [r["step_seconds_off"] * 4e3 / 3 for r in rows], "x:", color="#ff7f0e",
+               label="theory, with (4/3 x without)")
+    left.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
+    right.set_ylabel("forward + backward (ms)", fontsize=FONT - 1)
+    left.set_title("Memory", fontsize=FONT)
+    right.set_title("Time", fontsize=FONT)
+    for ax in (left, right):
+        ax.set_xlabel(f"sequence length (batch {rows[0]['batch_size']})", fontsize=FONT - 1)
+        ax.set_xticks(lengths)
+        ax.legend(fontsize=FONT - 3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_local_sgd(summary: dict) -> "Figure":
+    """Loss per step (left) and synchronisations per run (right) for the ways of ``efficiency.measure_local_sgd``
+    or a dict of the same shape (lesson 3.2)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = list(summary)
+    for name in names:
+        losses = summary[name]["mean_losses"]
+        left.plot(range(1, len(losses) + 1), losses, label=name.replace("_", " "))
+    left.set_xlabel("optimizer step", fontsize=FONT - 1)
+    left.set_ylabel("training loss (mean over processes)", fontsize=FONT - 1)
+    left.set_title("Loss curves", fontsize=FONT)
+    left.legend(fontsize=FONT - 3)
+    bars = right.bar([n.replace("_", "\n") for n in names], [summary[n]["synchronisations"] for n in names],
+                     color="#9467bd")
+    right.bar_label(bars, [f"{summary[n]['bytes_per_rank'] / 2**20:.0f} MiB" for n in names], fontsize=FONT - 3)
+    right.set_ylabel("synchronisations (label: MiB sent per process)", fontsize=FONT - 2)
+    right.set_title("Communication", fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def plot_precision(runs: dict) -> "Figure":
+    """Loss per step (left) and seconds per step (right), one per precision (lesson 3.3; runs from
+    ``efficiency.measure_precision`` or of the same shape)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = ["-", "--", ":"]
+    labels = [name if run.get("precision_effective", name) == name else f"{name}\n(ran as {run['precision_effective']})"
+              for name, run in runs.items()]
+    for (name, run), style, label in zip(runs.items(), styles, labels):
+        left.plot(range(1, len(run["losses"]) + 1), run["losses"], style, lw=2, label=label.replace("\n", " "))
+    left.set_xlabel("optimizer step", fontsize=FONT - 1)
+    left.set_ylabel("training loss", fontsize=FONT - 1)
+    left.set_title("Loss curves", fontsize=FONT)
+    left.legend(fontsize=FONT - 3)
+    bars = right.bar(labels, [r["seconds_per_step"] * 1e3 for r in runs.values()], color="#8c564b")
+    right.bar_label(bars, [f"{r['seconds_per_step'] * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
+    right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
+    right.set_title("Speed", fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+# --- chapter 4: optimizers -------------------------------------------------------------------------------------
+
+def plot_state_bytes(rows: list[tuple[str, float, float]], title: str = "Optimizer state", unit: str = "MiB") -> "Figure":
+    """Measured against theoretical optimizer-state bytes: ``rows`` of ``(label, measured_bytes, theory_bytes)``
+    (lessons 4.1-4.3). Bars are drawn in ``unit`` (``MiB``, ``KiB`` or ``B``) and labelled with the ratio."""
+    import matplotlib.pyplot as plt
+
+    scale = {"MiB": 2**20, "KiB": 2**10, "B": 1}
+    if unit not in scale:
+        raise ValueError(f"unit={unit!r} is not allowed; allowed: {', '.join(scale)}.")
+    if not rows:
+        raise ValueError("no rows to plot; pass [(label, measured_bytes, theory_bytes), ...].")
+    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(rows)), 4.2))
+    xs = range(len(rows))
+    measured = [m / scale[unit] for _, m, _ in rows]
+    theory = [t / scale[unit] for _, _, t in rows]
+    ax.bar([x - 0.2 for x in xs], measured, 0.4, label="measured (optimizer.state)", color="#1f77b4")
+    ax.bar([x + 0.2 for x in xs], theory, 0.4, label="theory (from shapes)", color="#bbbbbb", hatch="//")
+    for x, (_, m, t) in zip(xs, rows):
+        ax.text(x, max(m, t) / scale[unit], f"{m / t:.3f}x theory" if t else "", ha="center", va="bottom",
+                fontsize=FONT - 3)
+    ax.set_xticks(list(xs), [label for label, _, _ in rows], fontsize=FONT - 1)
+    ax.set_ylabel(f"state ({unit})", fontsize=FONT)
+    ax.set_title(title, fontsize=FONT)
+    ax.legend(fontsize=FONT - 3)
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    return fig
+
+
+def plot_optimizer_comparison(comparison) -> "Figure":
+    """The chapter 4 comparison in one figure (lesson 4.3, ``effitrain optimizers``): state bytes measured and
+    theoretical, milliseconds per step, and the training-loss curves with each final evaluation loss."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    runs = comparison.runs
+    if not runs:
+        raise ValueError("the comparison has no runs; run compare_optimizers(...) with at least one optimizer.")
+    fig, (mem, speed, curves) = plt.subplots(1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [1, 1, 1.6]})
+    xs = np.arange(len(runs))
+    names = [r.name for r in runs]
+    mem.bar(xs - 0.2, [r.state_bytes / 2**20 for r in runs], 0.4, label="measured", color="#1f77b4")
+    mem.bar(xs + 0.2, [r.expected_state_bytes / 2**20 for r in runs], 0.4, label="theory", color="#bbbbbb", hatch="//")
+    mem.set_xticks(xs, names)
+    mem.set_ylabel("optimizer state (MiB)", fontsize=FONT - 1)
+    mem.set_title("Memory", fontsize=FONT)
+    mem.legend(fontsize=FONT - 3)
+    speed.bar(xs, [r.seconds_per_step * 1e3 for r in runs], yerr=[r.seconds_per_step_iqr * 1e3 / 2 for r in runs],
+              color="#2ca02c", capsize=4, label="whole step")
+    speed.bar(xs, [r.optimizer_seconds_per_step * 1e3 for r in runs], color="#d62728", width=0.5,
+              label="optimizer.step()")
+    speed.set_xticks(xs, names)
+    speed.set_ylabel(f"ms per step (median) on {comparison.device}", fontsize=FONT - 1)
+    speed.set_title("Time", fontsize=FONT)
+    speed.legend(fontsize=FONT - 3)
+    window = max(1, comparison.steps // 15)
+    for r in runs:
+        smooth = np.convolve(r.losses, np.ones(window) / window, mode="valid")
+        line, = curves.plot(np.arange(len(smooth)) + window, smooth, label=f"{r.name} (lr {r.learning_rate:g})")
+        curves.scatter([comparison.steps], [r.final_loss], color=line.get_color(), marker="o", zorder=3)
+    curves.set_xlabel("step", fontsize=FONT - 1)
+    curves.set_ylabel(f"training loss (mean of {window} steps)", fontsize=FONT - 1)
+    curves.set_title("Loss (dots: evaluation loss at the end)", fontsize=FONT)
+    curves.legend(fontsize=FONT - 3)
+    curves.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,362 @@
+"""Which optimizer keeps the least memory, at what speed and loss? (lessons 4.1-4.3, ``effitrain optimizers``)
+
+A fair comparison: the same model (``models.load_classifier``, copied from one set of initial weights), the
+same batches in the same order (built once from chapter 2's data), the same number of steps, the same seed.
+Per optimizer it measures the optimizer's state bytes (``optimizer_memory.state_bytes``) next to the theory,
+the median time per training step after a warm-up, and the loss on a fixed evaluation set after the last step.
+
+- :func:`make_optimizer` builds ``torch.optim.AdamW``, ``transformers.Adafactor`` (external learning rate,
+  as ``Trainer(optim="adafactor")`` sets it) or ``bitsandbytes.optim.AdamW8bit`` from a name;
+- :func:`train_steps` trains a model with an optimizer *you* built, on fixed batches (the lessons call it);
+- :func:`compare_optimizers` does the whole comparison and returns one :class:`OptimizerRun` per optimizer.
+
+bitsandbytes is imported only inside the functions that need it. When it cannot be imported, the 8-bit run is
+skipped with a note (:func:`bitsandbytes_status` says why) and the rest still runs. The workbook's launcher
+starts fresh processes, so importing bitsandbytes in a notebook before ``launch`` is harmless (accelerate's
+``notebook_launcher`` forks the kernel instead, and a run it launches breaks when bitsandbytes came first).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+from effitrain_helpers.measure.optimizer_memory import OPTIMIZER_NAMES, check_optimizer_name, expected_state_bytes, n_parameters, \
+    parameter_bytes, state_bytes
+
+LABELS = {"adamw": "AdamW", "adafactor": "Adafactor", "adamw8bit": "AdamW8bit"}
+CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
+           "adamw8bit": "bitsandbytes.optim.AdamW8bit"}
+# One learning rate for all three, decayed linearly to 0: on the default run (150 steps, seeds 0-2 tried) their final
+# losses came within 4% of each other (benchmarks check 10%). Pre-trained checkpoints: the usual 5e-5 (not tuned here).
+# The workbook's small model learns from random weights; a pre-trained checkpoint wants smaller steps.
+# the workbook's small model learns from random weights; a pre-trained checkpoint wants smaller steps.
+DEFAULT_LR_SMALL = {"adamw": 1e-3, "adafactor": 1e-3, "adamw8bit": 1e-3}
+DEFAULT_LR_PRETRAINED = {"adamw": 5e-5, "adafactor": 5e-5, "adamw8bit": 5e-5}
+
+
+def check_learning_rate(lr, name: str = "learning_rate") -> float:
+    """``lr`` as a float if it is a finite number > 0; otherwise a ``ValueError`` naming it."""
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"{name}={lr!r} is not allowed: a learning rate must be a number > 0. "
+                         "Fix: pass e.g. 1e-3 (the workbook's small model) or 5e-5 (a pre-trained DistilBERT).")
+    return float(lr)
+
+
+def check_betas(betas) -> tuple[float, float]:
+    """``betas`` as a pair of floats in [0, 1); otherwise a ``ValueError`` naming the bad value."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"betas={betas!r} is not allowed: give two numbers (beta1, beta2), each in [0, 1). "
+                         "Fix: betas=(0.9, 0.999), AdamW's default.")
+    for i, b in enumerate(betas):
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < 1):
+            raise ValueError(f"betas[{i}]={b!r} is not allowed: each beta must be in [0, 1) (0 included, 1 not). "
+                             "Fix: betas=(0.9, 0.999), AdamW's default.")
+    return float(betas[0]), float(betas[1])
+
+
+def bitsandbytes_status() -> tuple[bool, str]:
+    """``(True, 'bitsandbytes X.Y.Z ...')`` when bitsandbytes imports here, else ``(False, why)``. Never raises."""
+    try:
+        import bitsandbytes
+    except Exception as err:  # ImportError, or a broken native library
+        return False, (f"bitsandbytes cannot be imported on this platform ({type(err).__name__}: {err}); "
+                       "the 8-bit optimizer is skipped. Fix: pip install 'bitsandbytes>=0.50' (CPU support since 0.50).")
+    return True, f"bitsandbytes {getattr(bitsandbytes, '__version__', '?')} is available (8-bit optimizers on CPU since 0.50)"
+
+
+def learning_rates(names, learning_rate=None, model_source: str = "offline-build") -> dict[str, float]:
+    """The learning rate of each optimizer: ``learning_rate`` (one number for all, or a dict by name), else
+    the defaults for the model's source (:data:`DEFAULT_LR_SMALL` or :data:`DEFAULT_LR_PRETRAINED`)."""
+    defaults = DEFAULT_LR_SMALL if model_source == "offline-build" else DEFAULT_LR_PRETRAINED
+    if learning_rate is None:
+        return {n: defaults[n] for n in names}
+    if isinstance(learning_rate, dict):
+        for key in learning_rate:
+            check_optimizer_name(key)
+        return {n: check_learning_rate(learning_rate.get(n, defaults[n]), f"learning_rate[{n!r}]") for n in names}
+    lr = check_learning_rate(learning_rate)
+    return {n: lr for n in names}
+
+
+def _bnb_overrides_present() -> bool:
+    """Whether bitsandbytes' process-wide manager holds per-parameter overrides (they are keyed by position,
+    so they also reach later optimizers)."""
+    import bitsandbytes as bnb
+
+    manager = bnb.optim.GlobalOptimManager.get_instance()
+    return bool(getattr(manager, "index2config", None) or getattr(manager, "module_weight_config_triple", None))
+
+
+def make_optimizer(name: str, params, lr: float, betas=(0.9, 0.999), weight_decay: float = 0.01):
+    """The optimizer called ``name`` over ``params``.
+
+    ``adamw``: ``torch.optim.AdamW``; ``adafactor``: ``transformers.Adafactor`` with an external learning rate
+    (``scale_parameter=False, relative_step=False``, as ``Trainer(optim="adafactor")`` builds it; ``beta1`` is
+    left at ``None``, so ``betas`` do not apply); ``adamw8bit``: ``bitsandbytes.optim.AdamW8bit``.
+    Raises ``ValueError`` for an unknown name, a learning rate <= 0 or betas outside [0, 1), and
+    ``RuntimeError`` for ``adamw8bit`` when bitsandbytes cannot be imported.
+    """
+    name = check_optimizer_name(name)
+    lr = check_learning_rate(lr)
+    betas = check_betas(betas)
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not weight_decay >= 0:
+        raise ValueError(f"weight_decay={weight_decay!r} must be a number >= 0 (e.g. 0.01).")
+    if name == "adamw":
+        import torch
+
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+    if name == "adafactor":
+        from transformers import Adafactor
+
+        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False, warmup_init=False,
+                         weight_decay=weight_decay)
+    ok, why = bitsandbytes_status()
+    if not ok:
+        raise RuntimeError(why)
+    import bitsandbytes as bnb
+
+    return bnb.optim.AdamW8bit(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+@dataclass
+class OptimizerRun:
+    """What one optimizer did in the comparison. Bytes are bytes; seconds are wall-clock seconds."""
+
+    name: str
+    optimizer_class: str
+    learning_rate: float
+    steps: int
+    n_parameters: int
+    parameter_bytes: int
+    state_bytes: int  # measured from optimizer.state after the last step
+    expected_state_bytes: int  # theory from the parameter shapes (optimizer_memory)
+    seconds_per_step: float  # median over the steps after the warm-up: forward, backward, step, zero_grad
+    seconds_per_step_iqr: float  # spread: interquartile range of the same steps
+    optimizer_seconds_per_step: float  # median of optimizer.step() alone
+    initial_loss: float  # loss on the fixed evaluation batches before training
+    final_loss: float  # loss on the same batches after the last step
+    losses: list[float] = field(default_factory=list)  # training loss of each step
+
+    @property
+    def bytes_per_parameter(self) -> float:
+        return self.state_bytes / self.n_parameters
+
+    @property
+    def state_vs_theory(self) -> float:
+        return self.state_bytes / self.expected_state_bytes
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["bytes_per_parameter"] = self.bytes_per_parameter
+        return out
+
+
+@dataclass
+class Comparison:
+    """The result of :func:`compare_optimizers`: the runs, notes (e.g. why one was skipped), and what ran."""
+
+    runs: list[OptimizerRun]
+    notes: list[str]
+    model: str
+    data: str
+    device: str
+    steps: int
+    batch_size: int
+    seed: int
+
+    def run(self, name: str) -> OptimizerRun:
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise KeyError(f"no run named {name!r}; ran: {[r.name for r in self.runs]}")
+
+    def to_records(self) -> list[dict]:
+        return [{**r.to_dict(), "device": self.device, "model": self.model} for r in self.runs]
+
+
+def fixed_batches(tokenizer, steps: int, batch_size: int = 16, n_eval: int = 128, seed: int = 0,
+                  n_train: int = 1600, data: str | None = None):
+    """``(train_batches, eval_batches, data_choice)``: ``steps`` padded training batches in one seeded order
+    (cycling through the ``n_train`` pairs), and the evaluation pairs in batches of 64. Built once, so every
+    optimizer sees exactly the same tensors."""
+    import torch
+    from transformers import DataCollatorWithPadding
+
+    from effitrain_helpers.training.train import TrainConfig, build_data
+
+    config = TrainConfig(data=data, n_train=n_train, n_validation=n_eval, batch_size=batch_size, seed=seed)
+    tokenized, choice = build_data(config, tokenizer)
+    columns = ["input_ids", "attention_mask", "labels"]
+    train, evaluation = (tokenized[s].with_format("torch", columns=columns) for s in ("train", "validation"))
+    collate = DataCollatorWithPadding(tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    while len(order) < steps * batch_size:
+        order += torch.randperm(len(train), generator=generator).tolist()
+    train_batches = [collate([train[i] for i in order[s * batch_size:(s + 1) * batch_size]]) for s in range(steps)]
+    eval_batches = [collate([evaluation[i] for i in range(k, min(k + 64, len(evaluation)))])
+                    for k in range(0, len(evaluation), 64)]
+    return train_batches, eval_batches, choice
+
+
+def evaluation_loss(model, batches) -> float:
+    """Mean cross-entropy of ``model`` over ``batches`` (weighted by batch size), without gradients."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            n = len(batch["labels"])
+            total += model(**batch).loss.item() * n
+            count += n
+    model.train(was_training)
+    return total / count
+
+
+def train_steps(model, optimizer, batches, eval_batches=None, scheduler=None, warmup: int = 3,
+                progress: bool = False) -> dict:
+    """Train ``model`` with ``optimizer`` (built by you) on ``batches``, one step per batch (lessons 4.1-4.3).
+
+    ``scheduler`` (optional) is stepped after each optimizer step. Returns ``losses`` (per step), ``seconds_per_step`` (median after ``warmup`` steps, and its IQR),
+    ``optimizer_seconds_per_step`` (median of ``optimizer.step()`` alone), ``state_bytes`` (measured after
+    the last step), and ``initial_loss`` / ``final_loss`` on ``eval_batches`` when given.
+    """
+    import torch
+
+    if not batches:
+        raise ValueError("batches is empty: pass at least one batch (e.g. from fixed_batches(tokenizer, steps=10)).")
+    device = next(model.parameters()).device
+    initial = evaluation_loss(model, eval_batches) if eval_batches else float("nan")
+    model.train()
+    losses, step_times, opt_times = [], [], []
+    iterator = batches
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(batches, desc=type(optimizer).__name__, leave=False)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for batch in iterator:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        sync()
+        start = time.perf_counter()
+        loss = model(**batch).loss
+        loss.backward()
+        sync()
+        before_step = time.perf_counter()
+        optimizer.step()
+        sync()
+        opt_times.append(time.perf_counter() - before_step)
+        if scheduler is not None:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+    timed = step_times[warmup:] if len(step_times) > warmup else step_times
+    timed_opt = opt_times[warmup:] if len(opt_times) > warmup else opt_times
+    quartiles = statistics.quantiles(timed, n=4) if len(timed) >= 2 else [timed[0]] * 3
+    return {"losses": losses, "seconds_per_step": statistics.median(timed),
+            "seconds_per_step_iqr": quartiles[2] - quartiles[0],
+            "optimizer_seconds_per_step": statistics.median(timed_opt), "state_bytes": state_bytes(optimizer),
+            "initial_loss": initial, "final_loss": evaluation_loss(model, eval_batches) if eval_batches else float("nan")}
+
+
+SCHEDULES = ("linear", "constant")
+
+
+def make_scheduler(optimizer, steps: int):
+    """Chapter 2's schedule: the learning rate decays linearly from its value to 0 over ``steps`` (no warm-up)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    return get_linear_schedule_with_warmup(optimizer, num_warmup_steps=0, num_training_steps=steps)
+
+
+def default_steps() -> int:
+    """Training steps of the default comparison: 150 in the small size, 400 in the full size."""
+    from effitrain_helpers.core.settings import SETTINGS
+
+    return 150 if SETTINGS.size == "small" else 400
+
+
+def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, learning_rate=None,
+                       betas=(0.9, 0.999), weight_decay: float = 0.01, batch_size: int = 16, seed: int = 0,
+                       model: str | None = None, schedule: str = "linear", progress: bool = False,
+                       verbose: bool = False) -> Comparison:
+    """Train the same model from the same weights on the same batches with each optimizer (lessons 4.3, CLI).
+
+    ``optimizers``: names from ``OPTIMIZER_NAMES``; ``learning_rate``: one number, a dict by name, or None for
+    the defaults of :func:`learning_rates`; ``schedule``: ``linear`` (decay to 0 over the steps, chapter 2's
+    ``get_linear_schedule_with_warmup`` without warm-up) or ``constant``. All inputs are checked before anything trains. ``adamw8bit`` is
+    skipped, with a note, when bitsandbytes cannot be imported.
+    """
+    import torch
+
+    from effitrain_helpers.sources.models import choose_model, load_classifier
+
+    if isinstance(optimizers, str):
+        optimizers = [o for o in optimizers.split(",") if o.strip()]
+    names = [check_optimizer_name(o) for o in optimizers]
+    if not names:
+        raise ValueError(f"optimizers={optimizers!r} is empty; allowed: {', '.join(OPTIMIZER_NAMES)}.")
+    names = list(dict.fromkeys(names))
+    steps = default_steps() if steps is None else steps
+    for label, value, low in (("steps", steps, 1), ("batch_size", batch_size, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{label}={value!r} must be a whole number >= {low}.")
+    check_betas(betas)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} is not allowed; allowed: {', '.join(SCHEDULES)}.")
+    choice = choose_model(model)
+    rates = learning_rates(names, learning_rate, choice.source)
+    notes = []
+    if "adamw8bit" in names:
+        ok, why = bitsandbytes_status()
+        if not ok:
+            notes.append(why)
+            names.remove("adamw8bit")
+        elif _bnb_overrides_present():
+            notes.append("bitsandbytes' GlobalOptimManager holds overrides from an earlier optimizer in this process "
+                         "(Trainer(optim='adamw_bnb_8bit') adds some for embeddings): the 8-bit state may exceed the "
+                         "theory. Fix: bitsandbytes.optim.GlobalOptimManager.get_instance().initialize().")
+    torch.manual_seed(seed)
+    base, tokenizer = load_classifier(model, verbose=verbose)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    batches, eval_batches, data_choice = fixed_batches(tokenizer, steps, batch_size, seed=seed)
+    runs = []
+    for name in names:
+        torch.manual_seed(seed)
+        net = copy.deepcopy(base).to(device)
+        optimizer = make_optimizer(name, net.parameters(), rates[name], betas, weight_decay)
+        scheduler = make_scheduler(optimizer, steps) if schedule == "linear" else None
+        result = train_steps(net, optimizer, batches, eval_batches, scheduler, progress=progress)
+        runs.append(OptimizerRun(
+            name=name, optimizer_class=f"{type(optimizer).__module__}.{type(optimizer).__name__}",
+            learning_rate=rates[name], steps=steps, n_parameters=n_parameters(net), parameter_bytes=parameter_bytes(net),
+            state_bytes=result["state_bytes"], expected_state_bytes=expected_state_bytes(name, net),
+            seconds_per_step=result["seconds_per_step"], seconds_per_step_iqr=result["seconds_per_step_iqr"],
+            optimizer_seconds_per_step=result["optimizer_seconds_per_step"], initial_loss=result["initial_loss"],
+            final_loss=result["final_loss"], losses=result["losses"]))
+        del net, optimizer
+    device_name = "CPU" if device.type == "cpu" else torch.cuda.get_device_name(device)
+    return Comparison(runs, notes, f"{choice.path} ({choice.source})", str(data_choice.name), device_name, steps,
+                      batch_size, seed)
+
+
+def comparison_table(comparison: Comparison) -> str:
+    """The comparison as a fixed-width text table (units in the header)."""
+    head = (f"{'optimizer':<10} {'lr':>8} {'state MiB':>10} {'theory MiB':>10} {'meas/theory':>11} "
+            f"{'B/param':>8} {'ms/step':>8} {'opt ms':>7} {'final loss':>10}")
+    lines = [head, "-" * len(head)]
+    for r in comparison.runs:
+        lines.append(f"{r.name:<10} {r.learning_rate:>8.0e} {r.state_bytes / 2**20:>10.3f} "
+                     f"{r.expected_state_bytes / 2**20:>10.3f} {r.state_vs_theory:>11.4f} {r.bytes_per_parameter:>8.3f} "
+                     f"{r.seconds_per_step * 1e3:>8.1f} {r.optimizer_seconds_per_step * 1e3:>7.1f} {r.final_loss:>10.4f}")
+    lines.append(f"{comparison.steps} steps of batch {comparison.batch_size}, seed {comparison.seed}, on "
+                 f"{comparison.device}; model {comparison.model}; data {comparison.data}")
+    lines += [f"note: {n}" for n in comparison.notes]
+    return "\n".join(lines)

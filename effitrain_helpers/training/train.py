@@ -1,0 +1,320 @@
+"""The fine-tuning of chapter 2: a plain PyTorch loop, the same loop with Accelerate, and their evaluation.
+
+Lesson 2.2 shows ``train_plain`` and ``train_accelerate`` side by side (only a few lines differ) and runs the
+second in N real processes; lesson 2.3 looks at ``evaluate``. The module is also a script that runs unchanged
+on one machine or many::
+
+    python -m effitrain_helpers.training.train --epochs 2                     # one process
+    torchrun --nproc_per_node 2 -m effitrain_helpers.training.train --json    # N processes (CPU or one GPU each)
+    accelerate launch -m effitrain_helpers.training.train --json
+    torchrun --nnodes 2 --node_rank R --master_addr HOST --nproc_per_node 8 -m effitrain_helpers.training.train
+
+Every rank reports a fingerprint of its final weights; rank 0 prints whether they are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class TrainConfig:
+    """What to fine-tune, on what, and how. Bad values raise ``ValueError`` naming the value and the fix."""
+
+    model: str | None = None  # a folder or Hub id; None: the course's model or the workbook's own
+    data: str | None = None  # a local CSV/JSON file or folder in the MRPC layout; None: GLUE MRPC or the workbook's
+    label_column: str = "label"
+    n_train: int = 3000
+    n_validation: int = 200
+    batch_size: int = 16
+    eval_batch_size: int = 64
+    learning_rate: float | None = None  # None: 1e-3 for the workbook's small model, 5e-5 for a pre-trained one
+    epochs: int = 2
+    warmup_steps: int = 10
+    max_length: int = 128
+    seed: int = 0
+    output_dir: str | None = None  # where rank 0 saves the fine-tuned model and tokenizer (None: not saved)
+
+    def __post_init__(self) -> None:
+        for name in ("n_train", "n_validation", "batch_size", "eval_batch_size", "epochs", "max_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a whole number >= 1 (e.g. {name}={asdict(TrainConfig())[name]}).")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be a whole number >= 0.")
+        lr = self.learning_rate
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0):
+            raise ValueError(f"learning_rate={lr!r} must be a positive number, e.g. 1e-3 (small model) or 5e-5 (DistilBERT).")
+
+
+def learning_rate(config: TrainConfig) -> float:
+    """``config.learning_rate``, or the rate that suits the model that will be loaded: 1e-3 for the workbook's
+    small model trained from random weights, 5e-5 for a real pre-trained checkpoint."""
+    from effitrain_helpers.sources.models import choose_model
+
+    if config.learning_rate is not None:
+        return config.learning_rate
+    return 1e-3 if choose_model(config.model).source == "offline-build" else 5e-5
+
+
+def build_data(config: TrainConfig, tokenizer):
+    """Tokenized train / validation splits with ``labels`` (and ``idx``), in torch format; checked first."""
+    from effitrain_helpers.sources.pairs import load_pairs
+
+    pairs, choice = load_pairs(config.data, n_train=config.n_train, n_validation=config.n_validation)
+    for split, ds in pairs.items():
+        if config.label_column not in ds.column_names:
+            raise ValueError(
+                f"label_column={config.label_column!r} is not a column of the {split} split (columns: "
+                f"{ds.column_names}). Fix: pass label_column= the name of the column holding 0/1 labels."
+            )
+    classes = sorted(set(pairs["train"][config.label_column]))
+    if len(classes) < 2:
+        raise ValueError(
+            f"the training split has only one class ({classes}); a classifier needs examples of both. "
+            "Fix: use data with paraphrases (1) and non-paraphrases (0)."
+        )
+
+    def tokenize(batch):
+        return tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=config.max_length)
+
+    data = pairs.map(tokenize, batched=True, remove_columns=["sentence1", "sentence2"])
+    data = data.rename_column(config.label_column, "labels")
+    data.set_format("torch", columns=["input_ids", "attention_mask", "labels", "idx"])
+    return data, choice
+
+
+def preflight(config: TrainConfig, num_processes: int = 1):
+    """Check config, data and process count in this process, before any process starts; returns the data."""
+    from effitrain_helpers.sources.models import load_classifier
+
+    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+        raise ValueError(f"num_processes={num_processes!r} must be a whole number >= 1.")
+    _, tokenizer = load_classifier(config.model, verbose=False)
+    data, choice = build_data(config, tokenizer)
+    for split in ("train", "validation"):
+        if len(data[split]) < num_processes:
+            raise ValueError(
+                f"{num_processes} processes but only {len(data[split])} {split} samples: some processes would get "
+                f"nothing. Fix: use at most {len(data[split])} processes, or more samples."
+            )
+    return data, choice
+
+
+def make_loaders(data, tokenizer, config: TrainConfig):
+    """Training loader (shuffled, dynamic padding) and evaluation loader, without the ``idx`` column."""
+    from torch.utils.data import DataLoader
+    from transformers import DataCollatorWithPadding
+
+    collator = DataCollatorWithPadding(tokenizer)
+    columns = ["input_ids", "attention_mask", "labels"]
+    train = DataLoader(data["train"].with_format("torch", columns=columns), batch_size=config.batch_size,
+                       shuffle=True, collate_fn=collator)
+    evaluation = DataLoader(data["validation"].with_format("torch", columns=columns),
+                            batch_size=config.eval_batch_size, collate_fn=collator)
+    return train, evaluation
+
+
+def weights_fingerprint(model) -> str:
+    """A short hash of every parameter's bytes: equal fingerprints mean bit-identical weights."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def cpu_group_requested() -> bool:
+    """True in a multi-process run without CUDA: Accelerate then needs ``cpu=True`` to form a CPU group."""
+    import torch
+
+    return not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def evaluate_plain(model, loader, device) -> dict[str, float]:
+    """Accuracy and F1 of ``model`` on ``loader`` in one process."""
+    import torch
+
+    from effitrain_helpers.measure.metrics import accuracy_f1
+
+    model.eval()
+    predictions, labels = [], []
+    with torch.no_grad():
+        for batch in loader:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            logits = model(**batch).logits
+            predictions.append(logits.argmax(-1))
+            labels.append(batch["labels"])
+    return accuracy_f1(torch.cat(predictions), torch.cat(labels))
+
+
+def evaluate(model, loader, accelerator, drop_repeats: bool = True) -> dict[str, float]:
+    """Accuracy and F1 over the whole validation set, whatever the number of processes (lesson 2.3).
+
+    ``gather_for_metrics`` collects every process's predictions and drops the samples Accelerate repeated to
+    even out the last batch, so each sample counts exactly once. ``drop_repeats=False`` uses plain
+    ``gather`` instead, to show what goes wrong.
+    """
+    import torch
+
+    from effitrain_helpers.measure.metrics import accuracy_f1
+
+    model.eval()
+    predictions, labels = [], []
+    with torch.no_grad():
+        for batch in loader:
+            logits = model(**batch).logits
+            gather = accelerator.gather_for_metrics if drop_repeats else accelerator.gather
+            batch_predictions, batch_labels = gather((logits.argmax(-1), batch["labels"]))
+            predictions.append(batch_predictions)
+            labels.append(batch_labels)
+    predictions, labels = torch.cat(predictions), torch.cat(labels)
+    return {**accuracy_f1(predictions, labels), "n_evaluated": len(labels)}
+
+
+def train_plain(config: TrainConfig) -> dict:
+    """Lesson 2.2, before: plain PyTorch, everything moved to the device by hand."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup, set_seed
+
+    from effitrain_helpers.sources.models import load_classifier
+
+    set_seed(config.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, tokenizer = load_classifier(config.model, verbose=False)
+    data, _ = build_data(config, tokenizer)
+    train_loader, eval_loader = make_loaders(data, tokenizer, config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config))
+    scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.epochs * len(train_loader))
+    model.to(device)
+    history, start = [], time.perf_counter()
+    for epoch in range(config.epochs):
+        model.train()
+        losses = []
+        for batch in train_loader:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
+                        **evaluate_plain(model, eval_loader, device)})
+    seconds = time.perf_counter() - start
+    if config.output_dir:
+        model.save_pretrained(config.output_dir)
+        tokenizer.save_pretrained(config.output_dir)
+    return {"history": history, "seconds": seconds, "world_size": 1,
+            "rank": 0, "samples_per_second": config.epochs * len(data["train"]) / seconds,
+            "fingerprint": weights_fingerprint(model)}
+
+
+def train_accelerate(config: TrainConfig) -> dict:
+    """Lesson 2.2, after: the same loop with Accelerate; runs unchanged in 1 or N processes."""
+    import torch
+    from accelerate import Accelerator
+    from transformers import get_linear_schedule_with_warmup, set_seed
+
+    from effitrain_helpers.sources.models import load_classifier
+
+    set_seed(config.seed)
+    accelerator = Accelerator(cpu=cpu_group_requested())
+    model, tokenizer = load_classifier(config.model, verbose=False)
+    data, _ = build_data(config, tokenizer)
+    train_loader, eval_loader = make_loaders(data, tokenizer, config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config))
+    scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.epochs * len(train_loader))
+    model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, eval_loader, scheduler)
+    history, start = [], time.perf_counter()
+    for epoch in range(config.epochs):
+        model.train()
+        losses = []
+        for batch in train_loader:
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
+                        **evaluate(model, eval_loader, accelerator)})
+    seconds = time.perf_counter() - start
+    if config.output_dir:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            accelerator.unwrap_model(model).save_pretrained(config.output_dir)
+            tokenizer.save_pretrained(config.output_dir)
+    return {"history": history, "seconds": seconds, "world_size": accelerator.num_processes,
+            "rank": accelerator.process_index, "samples_per_second": config.epochs * len(data["train"]) / seconds,
+            "fingerprint": weights_fingerprint(accelerator.unwrap_model(model))}
+
+
+def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int = 64, drop_repeats: bool = True) -> dict:
+    """Lesson 2.3: evaluate a saved model on the first ``n_validation`` pairs, in this process's share."""
+    from accelerate import Accelerator
+
+    from effitrain_helpers.sources.models import load_classifier
+
+    accelerator = Accelerator(cpu=cpu_group_requested())
+    config = TrainConfig(model=path, n_train=20, n_validation=n_validation, eval_batch_size=eval_batch_size)
+    model, tokenizer = load_classifier(path, verbose=False)
+    data, _ = build_data(config, tokenizer)
+    _, eval_loader = make_loaders(data, tokenizer, config)
+    model, eval_loader = accelerator.prepare(model, eval_loader)
+    return {"rank": accelerator.process_index, "world_size": accelerator.num_processes,
+            "batches_here": len(eval_loader), **evaluate(model, eval_loader, accelerator, drop_repeats)}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for name, value in asdict(TrainConfig()).items():
+        kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # other None defaults: str
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name)
+    parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON summary")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Script entry point (``python -m effitrain_helpers.training.train``, ``torchrun``, ``accelerate launch``)."""
+    from accelerate.utils import gather_object
+
+    args = _parser().parse_args(argv)
+    options = {k: v for k, v in vars(args).items() if k != "json"}
+    try:
+        config = TrainConfig(**options)
+    except ValueError as err:
+        print(f"effitrain train: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        result = train_accelerate(config)
+    except ValueError as err:  # bad data (label column, one class): said before any step runs
+        print(f"effitrain train: error: {err}", file=sys.stderr)
+        return 2
+    fingerprints = gather_object([result["fingerprint"]])
+    if result["rank"] == 0:
+        summary = {"world_size": result["world_size"], "history": result["history"],
+                   "samples_per_second": result["samples_per_second"], "fingerprints": fingerprints,
+                   "identical_weights": len(set(fingerprints)) == 1}
+        if args.json:
+            print(json.dumps(summary))
+        else:
+            for row in result["history"]:
+                print(f"epoch {row['epoch']}: train loss {row['train_loss']:.3f}, validation accuracy "
+                      f"{row['accuracy']:.3f}, F1 {row['f1']:.3f}")
+            print(f"{summary['world_size']} process(es); final weights identical on every rank: "
+                  f"{summary['identical_weights']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
