@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from effitrain_helpers.core.settings import SETTINGS, Settings
@@ -24,3 +26,30 @@ def test_set_size_validates():
     with pytest.raises(ValueError, match="'medium'"):
         SETTINGS.set_size("medium")
     assert SETTINGS.size == before
+
+
+def test_every_lesson_row_has_both_sizes_with_the_same_keys():
+    from effitrain_helpers.core.sizes import LESSON_SIZES
+
+    for lesson, row in LESSON_SIZES.items():
+        assert set(row) == {"small", "full"}, lesson
+        assert set(row["small"]) == set(row["full"]), lesson
+
+
+def test_lesson_size_reads_the_current_size_and_refuses_unknown_rows(monkeypatch):
+    from effitrain_helpers.core.settings import SETTINGS
+    from effitrain_helpers.core.sizes import lesson_size
+
+    monkeypatch.setattr(SETTINGS, "size", "full")
+    assert lesson_size("3.1").steps == 10 and lesson_size("3.1", "small").steps == 3
+    with pytest.raises(ValueError, match="no size row"):
+        lesson_size("9.9")
+
+
+def test_set_size_reaches_launched_processes(monkeypatch):
+    from effitrain_helpers.core.settings import SETTINGS
+
+    monkeypatch.setattr(SETTINGS, "size", "small")
+    monkeypatch.setenv("EFFITRAIN_SIZE", "small")
+    SETTINGS.set_size("full")
+    assert os.environ["EFFITRAIN_SIZE"] == "full"  # what launch's workers inherit

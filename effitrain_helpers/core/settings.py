@@ -47,10 +47,12 @@ class Settings:
         return cls(size=_size_from_env(), cache_dir=_cache_from_env())
 
     def set_size(self, size: str) -> None:
-        """Switch between ``small`` and ``full`` for the rest of this kernel."""
+        """Switch between ``small`` and ``full`` for the rest of this kernel, and for the processes it launches
+        (they read ``EFFITRAIN_SIZE`` from the environment they inherit)."""
         if size not in SIZES:
             raise ValueError(f"size={size!r} is not allowed; choose one of {', '.join(SIZES)}.")
         self.size = size
+        os.environ["EFFITRAIN_SIZE"] = size
 
 
 SETTINGS = Settings.from_env()

@@ -25,15 +25,6 @@ MAX_SIZE = 32768
 TARGET_REPEAT_S = 0.1  # each repeat runs the product enough times to last about this long
 WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least twice)
 
-# Sizes a lesson measures by default: (small setting, full setting). A CPU without bf16/fp16 units runs
-# 16-bit products about 100x slower than float32, so its 16-bit sizes stay small.
-DEFAULT_SIZES = {
-    ("cpu", "float32"): ([128, 256, 512], [256, 512, 1024, 2048]),
-    ("cpu", "16-bit"): ([128, 256, 512], [128, 256, 512]),
-    ("gpu", "float32"): ([256, 1024, 2048], [1024, 2048, 4096, 8192]),
-    ("gpu", "16-bit"): ([256, 1024, 2048], [1024, 2048, 4096, 8192]),
-}
-
 # Dense peaks (GFLOP/s, no sparsity; SXM boards where there are several) of common GPUs, from their makers'
 # data sheets. float32 is the plain (non-tensor-core) rate. A missing dtype means no fast path for it.
 GPU_PEAK_GFLOPS = {
@@ -77,10 +68,11 @@ def gflops(size: int, seconds: float) -> float:
 
 def default_sizes(device: str, dtype: str, size: str = "small") -> list[int]:
     """The sizes a lesson measures on ``device`` in ``dtype`` for the ``small`` or ``full`` setting."""
+    from effitrain_helpers.core.sizes import lesson_size
+
     kind = "cpu" if device == "cpu" else "gpu"
-    width = "float32" if dtype == "float32" else "16-bit"
-    small, full = DEFAULT_SIZES[(kind, width)]
-    return list(full if size == "full" else small)
+    width = "float32" if dtype == "float32" else "16bit"
+    return list(getattr(lesson_size("1.1", size), f"{kind}_{width}"))
 
 
 # ---------------------------------------------------------------- validating what the user asked for

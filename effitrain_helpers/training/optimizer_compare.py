@@ -278,9 +278,9 @@ def make_scheduler(optimizer, steps: int):
 
 def default_steps() -> int:
     """Training steps of the default comparison: 150 in the small size, 400 in the full size."""
-    from effitrain_helpers.core.settings import SETTINGS
+    from effitrain_helpers.core.sizes import lesson_size
 
-    return 150 if SETTINGS.size == "small" else 400
+    return lesson_size("4").steps
 
 
 def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, learning_rate=None,

@@ -1,0 +1,44 @@
+"""How big is each lesson's run in the ``small`` and ``full`` size? (every lesson's set-up cell)
+
+One table for the whole workbook: a lesson reads its row with ``lesson_size("3.1")`` instead of writing its own
+``... if SETTINGS.size == "small" else ...``. ``small`` keeps each lesson near a minute on a 2-core CPU (and
+is what the tests run); ``full`` is for demos on a GPU.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from effitrain_helpers.core.settings import SETTINGS, SIZES
+
+# lesson -> size -> values. Chapter 4's three lessons share one row ("4"): they train the same steps.
+LESSON_SIZES: dict[str, dict[str, dict]] = {
+    "1.1": {  # matrix sides benchmarked; a CPU without bf16/fp16 units runs 16-bit ~100x slower: keep it small
+        "small": {"cpu_float32": (128, 256, 512), "cpu_16bit": (128, 256, 512),
+                  "gpu_float32": (256, 1024, 2048), "gpu_16bit": (256, 1024, 2048)},
+        "full": {"cpu_float32": (256, 512, 1024, 2048), "cpu_16bit": (128, 256, 512),
+                 "gpu_float32": (1024, 2048, 4096, 8192), "gpu_16bit": (1024, 2048, 4096, 8192)},
+    },
+    "1.2": {"small": {"n_images": 60, "n_sounds": 40}, "full": {"n_images": 600, "n_sounds": 400}},
+    "1.3": {"small": {"n_train": 800, "n_validation": 200}, "full": {"n_train": 3668, "n_validation": 408}},
+    "2.1": {"small": {"n_train": 3000, "n_validation": 200}, "full": {"n_train": 3668, "n_validation": 408}},
+    "2.2": {"small": {"n_train": 1600, "epochs": 2}, "full": {"n_train": 3000, "epochs": 3}},
+    "3.1": {"small": {"steps": 3}, "full": {"steps": 10}},  # optimizer steps per run
+    "3.2": {"small": {"seq_lens": (32, 64, 128)}, "full": {"seq_lens": (128, 256, 512)}},
+    "3.3": {"small": {"steps": 6}, "full": {"steps": 30}},
+    "4": {"small": {"steps": 150}, "full": {"steps": 400}},  # lessons 4.1-4.3 and `effitrain optimizers`
+}
+
+
+def lesson_size(lesson: str, size: str | None = None) -> SimpleNamespace:
+    """The values of ``lesson``'s row for ``size`` (default: the current ``SETTINGS.size``), as attributes.
+
+    >>> lesson_size("3.1", "small").steps
+    3
+    """
+    size = SETTINGS.size if size is None else size
+    if lesson not in LESSON_SIZES:
+        raise ValueError(f"lesson {lesson!r} has no size row; rows: {', '.join(LESSON_SIZES)}.")
+    if size not in SIZES:
+        raise ValueError(f"size={size!r} is not allowed; choose one of {', '.join(SIZES)}.")
+    return SimpleNamespace(**LESSON_SIZES[lesson][size])
