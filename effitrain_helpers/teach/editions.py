@@ -40,8 +40,8 @@ _END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
 _STARTER = re.compile(r"^\s*#\s*STARTER:(.*)$")
 CHECK_CALL = re.compile(r"\bq\d+\.check\(")
 BLANK_IMPORT = "from effitrain_helpers.teach.exercises import ____  # the blank the exercises start with"
-_IMPORTS_BLANK = re.compile(r"^\s*from\s+effitrain_helpers\.exercises\s+import\s+.*\b____\b", re.M)
-_IMPORTS_CHECKS = re.compile(r"^\s*from\s+effitrain_helpers\.checks\.\w+\s+import\b", re.M)
+_IMPORTS_BLANK = re.compile(r"^\s*from\s+effitrain_helpers\.teach\.exercises\s+import\s+.*\b____\b", re.M)
+_IMPORTS_CHECKS = re.compile(r"^\s*from\s+effitrain_helpers\.teach\.checks\.\w+\s+import\b", re.M)
 
 
 class MarkerError(ValueError):
