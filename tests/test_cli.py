@@ -129,8 +129,8 @@ def test_optimizers_text_table(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["optimizers", "--optimizers", "sgd"], "optimizer 'sgd' is not known; allowed: adamw, adafactor, adamw8bit"),
-    (["optimizers", "--learning-rate", "0"], "learning_rate=0.0 is not allowed"),
-    (["optimizers", "--learning-rate=-1e-3"], "learning_rate=-0.001 is not allowed"),
+    (["optimizers", "--learning-rate", "0"], "learning_rate=0.0 must be a positive number"),
+    (["optimizers", "--learning-rate=-1e-3"], "learning_rate=-0.001 must be a positive number"),
     (["optimizers", "--steps", "0"], "steps=0 must be a whole number >= 1"),
 ])
 def test_optimizers_bad_input_is_one_line_and_exit_code_2(args, words):

@@ -100,7 +100,7 @@ def test_resampling_keeps_duration_and_pitch(rate):
 
 @pytest.mark.parametrize("bad", [0, -16000, 1.5, True])
 def test_resample_rejects_bad_rates(bad):
-    with pytest.raises(ValueError, match="must be a positive whole number"):
+    with pytest.raises(ValueError, match=r"orig_rate=.* must be a whole number >= 1. Fix: .* Hz"):
         media.resample(np.zeros(10), bad, 16000)
 
 

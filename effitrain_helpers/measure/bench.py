@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 import torch
 
 from effitrain_helpers.core.devices import available_devices, cpu_model_name
+from effitrain_helpers.core.validate import positive_int
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICE_CHOICES = ("cpu", "cuda", "mps", "all")
@@ -186,8 +187,7 @@ def _device_name(device: str) -> str:
 
 
 def _check_repeats(repeats: int) -> None:
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats={repeats!r} must be a whole number >= 1 (5 is a good default).")
+    positive_int("repeats", repeats, hint="repeats=5 is a good default")
 
 
 def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats: int = 5) -> MatmulResult:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from effitrain_helpers.core.validate import positive_int, whole_number
+
 STEP_TENSOR_BYTES = 4  # torch.optim.AdamW keeps `step` as a float32 0-d tensor per parameter tensor
 ADAFACTOR_RMS_BYTES = 4  # transformers.Adafactor keeps `RMS` as a float32 0-d tensor per parameter tensor
 BNB_BLOCK_SIZE = 256  # bitsandbytes Optimizer2State.init_state: one absmax per 256 values
@@ -155,9 +157,9 @@ def adamw8bit_tensor_bytes(numel: int, min_8bit_size: int = BNB_MIN_8BIT_SIZE, b
     """Theory for one tensor under ``bitsandbytes.optim.AdamW8bit`` (lesson 4.3), without the shared maps:
     ``numel < min_8bit_size``: 2 float32 states (8 bytes per value); otherwise 2 uint8 states (2 bytes per
     value) plus 2 float32 absmax per block of ``block_size`` values."""
-    for name, value in (("numel", numel), ("min_8bit_size", min_8bit_size), ("block_size", block_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_8bit_size" else 1):
-            raise ValueError(f"{name}={value!r} must be a whole number >= 1 (e.g. {name}=4096).")
+    positive_int("numel", numel, hint="numel=768 * 3072, the values in one tensor")
+    whole_number("min_8bit_size", min_8bit_size, minimum=0, hint=f"min_8bit_size={BNB_MIN_8BIT_SIZE}, bitsandbytes' default")
+    positive_int("block_size", block_size, hint=f"block_size={BNB_BLOCK_SIZE}, bitsandbytes' default")
     if numel < min_8bit_size:
         return 8 * numel
     return 2 * numel + 2 * 4 * math.ceil(numel / block_size)

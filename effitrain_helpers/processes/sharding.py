@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from effitrain_helpers.core.validate import positive_int
+
 
 def shard_indices(num_samples: int, batch_size: int = 4, even_batches: bool = True) -> dict:
     """In one process of a group: the indices its prepared DataLoader yields, batch by batch."""
@@ -60,5 +62,4 @@ def summarize_shards(reports: list[dict], num_samples: int) -> ShardSummary:
 def validate_request(num_samples: int, batch_size: int) -> None:
     """Clear errors for a shard request that cannot work."""
     for name, value in (("samples", num_samples), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a whole number >= 1, e.g. --samples 10 --batch-size 2.")
+        positive_int(name, value, hint="e.g. --samples 10 --batch-size 2")

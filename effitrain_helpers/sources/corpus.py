@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+from effitrain_helpers.core.validate import positive_int
+
 SUBJECTS = [
     "The engineer", "A student", "The instructor", "Our team", "The researcher", "A data scientist",
     "The company", "The new model", "The training job", "The cluster", "A small laptop", "The GPU",
@@ -107,7 +109,6 @@ def sentence(rng: random.Random) -> str:
 
 def corpus_sentences(n: int = 4000, seed: int = 0) -> list[str]:
     """``n`` deterministic template sentences followed by the news-style ones: the tokenizer's training text."""
-    if n < 1:
-        raise ValueError(f"n={n!r} sentences requested; ask for at least 1.")
+    positive_int("n", n, hint="ask for at least 1 sentence, e.g. n=4000")
     rng = random.Random(seed)
     return [sentence(rng) for _ in range(n)] + NEWS

@@ -15,6 +15,8 @@ import random
 
 import numpy as np
 
+from effitrain_helpers.core.validate import positive_int
+
 SHAPES = ["circle", "square", "triangle"]
 SOUNDS = ["tone", "chirp"]
 SAMPLING_RATES = [8000, 16000, 22050, 44100]
@@ -22,8 +24,7 @@ SAMPLING_RATES = [8000, 16000, 22050, 44100]
 
 def _check_counts(**counts: int) -> None:
     for name, n in counts.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name}={n!r} must be a whole number >= 1.")
+        positive_int(name, n)
 
 
 def draw_shape(shape: str, rng: random.Random):
@@ -107,8 +108,7 @@ def resample(wave, orig_rate: int, target_rate: int = 16000) -> np.ndarray:
     from scipy.signal import resample_poly
 
     for name, rate in (("orig_rate", orig_rate), ("target_rate", target_rate)):
-        if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
-            raise ValueError(f"{name}={rate!r} must be a positive whole number of samples per second (Hz).")
+        positive_int(name, rate, hint=f"give a sampling rate in Hz (samples per second), e.g. {name}=16000")
     wave = np.asarray(wave, dtype=np.float32)
     if orig_rate == target_rate:
         return wave

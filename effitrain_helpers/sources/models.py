@@ -27,6 +27,7 @@ from effitrain_helpers.core.cache import build_once
 from effitrain_helpers.core.hub import hf_cache_dir, hub_offline_requested, hub_reachable
 from effitrain_helpers.sources.kit import ITEMS, WEIGHT_FILES, kit_item
 from effitrain_helpers.core.settings import SETTINGS
+from effitrain_helpers.core.validate import positive_int
 
 DEFAULT_MODEL = ITEMS["model"].repo_id  # "distilbert-base-cased", defined with the offline kit's layout
 OFFLINE_MODEL = {"dim": 128, "n_layers": 2, "n_heads": 4, "hidden_dim": 512, "max_position_embeddings": 512,
@@ -211,8 +212,7 @@ def load_classifier(name: str | None = None, num_labels: int = 2, verbose: bool 
     Prints one line saying which model was used and why; ``verbose=False`` prints nothing, not even the
     library's loading report (for code that runs in every process of a group).
     """
-    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
-        raise ValueError(f"num_labels={num_labels!r} must be a whole number >= 1 (2 for paraphrase / not).")
+    positive_int("num_labels", num_labels, hint="num_labels=2 for paraphrase / not")
     choice = choose_model(name)
     if verbose:
         print(choice)

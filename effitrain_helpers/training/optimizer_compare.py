@@ -19,13 +19,14 @@ starts fresh processes, so importing bitsandbytes in a notebook before ``launch`
 from __future__ import annotations
 
 import copy
-import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+from effitrain_helpers.core.validate import non_negative_number, positive_int, positive_number, whole_number
 from effitrain_helpers.measure.optimizer_memory import OPTIMIZER_NAMES, check_optimizer_name, expected_state_bytes, n_parameters, \
     parameter_bytes, state_bytes
+from effitrain_helpers.training.train import LEARNING_RATE_HINT
 
 LABELS = {"adamw": "AdamW", "adafactor": "Adafactor", "adamw8bit": "AdamW8bit"}
 CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
@@ -33,17 +34,13 @@ CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
 # One learning rate for all three, decayed linearly to 0: on the default run (150 steps, seeds 0-2 tried) their final
 # losses came within 4% of each other (benchmarks check 10%). Pre-trained checkpoints: the usual 5e-5 (not tuned here).
 # The workbook's small model learns from random weights; a pre-trained checkpoint wants smaller steps.
-# the workbook's small model learns from random weights; a pre-trained checkpoint wants smaller steps.
 DEFAULT_LR_SMALL = {"adamw": 1e-3, "adafactor": 1e-3, "adamw8bit": 1e-3}
 DEFAULT_LR_PRETRAINED = {"adamw": 5e-5, "adafactor": 5e-5, "adamw8bit": 5e-5}
 
 
 def check_learning_rate(lr, name: str = "learning_rate") -> float:
     """``lr`` as a float if it is a finite number > 0; otherwise a ``ValueError`` naming it."""
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"{name}={lr!r} is not allowed: a learning rate must be a number > 0. "
-                         "Fix: pass e.g. 1e-3 (the workbook's small model) or 5e-5 (a pre-trained DistilBERT).")
-    return float(lr)
+    return positive_number(name, lr, hint=LEARNING_RATE_HINT)
 
 
 def check_betas(betas) -> tuple[float, float]:
@@ -103,8 +100,7 @@ def make_optimizer(name: str, params, lr: float, betas=(0.9, 0.999), weight_deca
     name = check_optimizer_name(name)
     lr = check_learning_rate(lr)
     betas = check_betas(betas)
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not weight_decay >= 0:
-        raise ValueError(f"weight_decay={weight_decay!r} must be a number >= 0 (e.g. 0.01).")
+    non_negative_number("weight_decay", weight_decay, hint="e.g. weight_decay=0.01")
     if name == "adamw":
         import torch
 
@@ -305,9 +301,9 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
         raise ValueError(f"optimizers={optimizers!r} is empty; allowed: {', '.join(OPTIMIZER_NAMES)}.")
     names = list(dict.fromkeys(names))
     steps = default_steps() if steps is None else steps
-    for label, value, low in (("steps", steps, 1), ("batch_size", batch_size, 1), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{label}={value!r} must be a whole number >= {low}.")
+    positive_int("steps", steps)
+    positive_int("batch_size", batch_size)
+    whole_number("seed", seed, minimum=0)
     check_betas(betas)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r} is not allowed; allowed: {', '.join(SCHEDULES)}.")

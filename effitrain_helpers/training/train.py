@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass
+
+from effitrain_helpers.core.validate import positive_int, positive_number, whole_number
+
+# The learning rates that suit the two kinds of model, as the fix to suggest for a bad one.
+LEARNING_RATE_HINT = "pass e.g. 1e-3 (the workbook's small model) or 5e-5 (a pre-trained DistilBERT)"
 
 
 @dataclass
@@ -43,14 +47,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_validation", "batch_size", "eval_batch_size", "epochs", "max_length"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a whole number >= 1 (e.g. {name}={asdict(TrainConfig())[name]}).")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be a whole number >= 0.")
-        lr = self.learning_rate
-        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0):
-            raise ValueError(f"learning_rate={lr!r} must be a positive number, e.g. 1e-3 (small model) or 5e-5 (DistilBERT).")
+            setattr(self, name, positive_int(name, getattr(self, name), hint=f"e.g. {name}={getattr(TrainConfig, name)}"))
+        self.warmup_steps = whole_number("warmup_steps", self.warmup_steps, minimum=0, hint="e.g. warmup_steps=10")
+        if self.learning_rate is not None:
+            self.learning_rate = positive_number("learning_rate", self.learning_rate, hint=LEARNING_RATE_HINT)
 
 
 def learning_rate(config: TrainConfig) -> float:
@@ -94,8 +94,7 @@ def preflight(config: TrainConfig, num_processes: int = 1):
     """Check config, data and process count in this process, before any process starts; returns the data."""
     from effitrain_helpers.sources.models import load_classifier
 
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-        raise ValueError(f"num_processes={num_processes!r} must be a whole number >= 1.")
+    positive_int("num_processes", num_processes)
     _, tokenizer = load_classifier(config.model, verbose=False)
     data, choice = build_data(config, tokenizer)
     for split in ("train", "validation"):
