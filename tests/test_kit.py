@@ -61,7 +61,7 @@ def test_no_kit_costs_nothing_and_changes_nothing(no_kit):
 def test_a_kit_is_found_and_used_by_every_loader(built_kit, monkeypatch, capsys):
     from effitrain_helpers.sources.models import choose_model, load_classifier
     from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
-    from effitrain_helpers.training.train import TrainConfig, learning_rate
+    from effitrain_helpers.training.runs import TrainConfig, learning_rate
 
     monkeypatch.setenv(kit.KIT_ENV, str(built_kit))
     choice = choose_model()
@@ -157,6 +157,7 @@ def test_prefetch_writes_the_layout_the_loaders_read(no_kit, monkeypatch):
     """prefetch and the loaders share ITEMS: a fake download in prefetch's hands gives a kit the loaders use."""
     import huggingface_hub
 
+    import effitrain_helpers.core.hub as hub
     import effitrain_helpers.sources.models as models
 
     from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
@@ -179,7 +180,7 @@ def test_prefetch_writes_the_layout_the_loaders_read(no_kit, monkeypatch):
         return str(local_dir)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
-    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: True)  # prefetch asks core.hub when it runs
     monkeypatch.delenv("HF_HUB_OFFLINE")
     summary = kit.prefetch(no_kit / "kit", progress=False)
     assert sorted(calls) == sorted((i.repo_id, i.repo_type) for i in ITEMS.values())

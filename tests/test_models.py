@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from effitrain_helpers.core import hub
-from effitrain_helpers.sources import models
+from effitrain_helpers.sources import ladder, models
 
 
 @pytest.fixture
@@ -53,7 +53,8 @@ def test_named_cached_model_is_used(empty_hf_cache):
 
 
 def test_hub_is_used_when_reachable_and_not_cached(empty_hf_cache, monkeypatch):
-    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: True)
+    for module in (models, ladder):  # a named model asks in models, the course's own on the ladder
+        monkeypatch.setattr(module, "hub_reachable", lambda timeout=3.0: True)
     assert models.choose_model().source == "hub"
     assert models.choose_model("owner/model").path == "owner/model"
 

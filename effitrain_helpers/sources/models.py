@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Callable
 
 from effitrain_helpers.core.cache import build_once
-from effitrain_helpers.core.hub import hf_cache_dir, hub_offline_requested, hub_reachable
+from effitrain_helpers.core.hub import hf_cache_dir, hub_reachable
 from effitrain_helpers.sources.kit import ITEMS, WEIGHT_FILES, kit_item
+from effitrain_helpers.sources.ladder import course_rung
 from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.core.validate import positive_int
 
@@ -102,8 +103,8 @@ def resolve_checkpoint(
     too (the weights); ``build_offline`` makes the workbook's own; ``kit_key`` names the offline kit's item
     that holds ``default_id`` (see ``kit.ITEMS``), looked up before the Hugging Face cache.
     """
-    kit = kit_item(kit_key) if kit_key is not None and (name is None or str(name) == default_id) else None
-    if kit is not None:
+    kit = kit_item(kit_key) if kit_key is not None and name is not None and str(name) == default_id else None
+    if kit is not None:  # the course's own id, named: the kit's copy
         return ModelChoice(str(kit.path), "kit", f"the course's {what} {kit.reason}", what)
     if name is not None:
         if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
@@ -128,13 +129,15 @@ def resolve_checkpoint(
         if hub_reachable():
             return ModelChoice(name, "hub", f"{name} is not cached; the Hub is reachable, downloading it", what)
         raise ValueError(_not_found_message(name, what))
-    snapshot = cached_snapshot(default_id, marker, needs_one_of)
-    if snapshot is not None:
-        return ModelChoice(str(snapshot), "cache", f"the course's {what} {default_id} is in the Hugging Face cache", what)
-    if hub_reachable():
+    rung = course_rung(kit_key, lambda: cached_snapshot(default_id, marker, needs_one_of))
+    if rung.source == "kit":
+        return ModelChoice(str(rung.found.path), "kit", f"the course's {what} {rung.found.reason}", what)
+    if rung.source == "cache":
+        return ModelChoice(str(rung.found), "cache", f"the course's {what} {default_id} is in the Hugging Face cache", what)
+    if rung.source == "hub":
         return ModelChoice(default_id, "hub", f"the course's {what}; the Hub is reachable", what)
-    why = "HF_HUB_OFFLINE is set" if hub_offline_requested() else "the Hub cannot be reached"
-    return ModelChoice(str(build_offline()), "offline-build", f"{default_id} is not cached and {why}: {offline_desc}", what)
+    reason = f"{default_id} is not cached and {rung.why_own}: {offline_desc}"
+    return ModelChoice(str(build_offline()), "offline-build", reason, what)
 
 
 def choose_model(name: str | None = None) -> ModelChoice:
@@ -206,29 +209,45 @@ def build_offline_checkpoint(force: bool = False) -> Path:
     return build_once(f"models/{offline_model_name()}", _write_offline_checkpoint, "config.json", force)
 
 
-def load_classifier(name: str | None = None, num_labels: int = 2, verbose: bool = True):
+def _model_choice(name) -> ModelChoice:
+    """``name`` itself when it is a ``ModelChoice`` already made (the model is not resolved twice), else
+    :func:`choose_model` of it."""
+    return name if isinstance(name, ModelChoice) else choose_model(name)
+
+
+def load_classifier(name: str | ModelChoice | None = None, num_labels: int = 2, verbose: bool = True):
     """Return ``(model, tokenizer)`` for sequence classification, loaded with ``from_pretrained``.
 
-    Prints one line saying which model was used and why; ``verbose=False`` prints nothing, not even the
-    library's loading report (for code that runs in every process of a group).
+    ``name`` is what :func:`choose_model` takes, or the ``ModelChoice`` it returned. Prints one line saying
+    which model was used and why; ``verbose=False`` prints nothing, not even the library's loading report (for
+    code that runs in every process of a group).
     """
     positive_int("num_labels", num_labels, hint="num_labels=2 for paraphrase / not")
-    choice = choose_model(name)
+    choice = _model_choice(name)
     if verbose:
         print(choice)
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    opts = {"local_files_only": choice.local_files_only, "trust_remote_code": False}
     level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     if not verbose:  # no loading report or progress bars (the one line above says what was loaded)
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(choice.path, num_labels=num_labels, **opts)
-        tokenizer = AutoTokenizer.from_pretrained(choice.path, **opts)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            choice.path, num_labels=num_labels, local_files_only=choice.local_files_only, trust_remote_code=False)
+        tokenizer = load_tokenizer(choice)
     finally:
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
     return model, tokenizer
+
+
+def load_tokenizer(name: str | ModelChoice | None = None):
+    """The tokenizer of the model :func:`load_classifier` would load, without loading the model's weights
+    (for code that only tokenizes). Prints nothing."""
+    from transformers import AutoTokenizer
+
+    choice = _model_choice(name)
+    return AutoTokenizer.from_pretrained(choice.path, local_files_only=choice.local_files_only, trust_remote_code=False)

@@ -170,24 +170,24 @@ def load_pairs(source: str | Path | None = None, n_train: int = 800, n_validatio
     """
     from datasets import load_dataset
 
-    from effitrain_helpers.sources.kit import GLUE_MRPC_FILES, kit_item
-    from effitrain_helpers.core.hub import hub_offline_requested, hub_reachable
+    from effitrain_helpers.sources.kit import GLUE_MRPC_FILES
+    from effitrain_helpers.sources.ladder import course_rung
 
     if source is not None:
-        data, choice = load_local_pairs(source), DataChoice(str(source), "local", "you gave a local file")
-    elif (kit := kit_item("mrpc")) is not None:
-        data = load_dataset("parquet", data_files={s: str(kit.path / GLUE_MRPC_FILES[s]) for s in ("train", "validation")})
-        choice = DataChoice("glue/mrpc", "kit", f"GLUE MRPC: {kit.reason}")
-    elif (files := cached_glue_mrpc()) is not None:
-        data = load_dataset("parquet", data_files=files)
+        return _cap(load_local_pairs(source), n_train, n_validation), DataChoice(str(source), "local", "you gave a local file")
+    rung = course_rung("mrpc", cached_glue_mrpc)
+    if rung.source == "kit":
+        data = load_dataset("parquet", data_files={s: str(rung.found.path / GLUE_MRPC_FILES[s]) for s in ("train", "validation")})
+        choice = DataChoice("glue/mrpc", "kit", f"GLUE MRPC: {rung.found.reason}")
+    elif rung.source == "cache":
+        data = load_dataset("parquet", data_files=rung.found)
         choice = DataChoice("glue/mrpc", "cache", "GLUE MRPC is in the Hugging Face cache")
-    elif hub_reachable():
+    elif rung.source == "hub":
         data = load_dataset(GLUE_REPO, "mrpc")
         data.pop("test", None)
         choice = DataChoice("glue/mrpc", "hub", "GLUE MRPC, downloaded from the Hub")
     else:
-        why = "HF_HUB_OFFLINE is set" if hub_offline_requested() else "the Hub cannot be reached"
         data = make_pairs(n_train, n_validation)
         choice = DataChoice("workbook MRPC-style pairs", "workbook",
-                            f"GLUE MRPC is not cached and {why}: using the workbook's own pairs")
+                            f"GLUE MRPC is not cached and {rung.why_own}: using the workbook's own pairs")
     return _cap(data, n_train, n_validation), choice

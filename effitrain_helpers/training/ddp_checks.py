@@ -51,7 +51,8 @@ def four_steps(global_batch: int = 8, max_length: int = 64, seed: int = 0, break
     from transformers import DataCollatorWithPadding, set_seed
 
     from effitrain_helpers.sources.models import load_classifier
-    from effitrain_helpers.training.train import TrainConfig, build_data, cpu_group_requested, weights_fingerprint
+    from effitrain_helpers.processes.group import cpu_group_requested
+    from effitrain_helpers.training.runs import TrainConfig, build_data, weights_fingerprint
 
     accelerator = Accelerator(cpu=cpu_group_requested())
     world, rank = accelerator.num_processes, accelerator.process_index

@@ -61,7 +61,7 @@ def lesson_rows(n: int, seq_len: int = 64, seed: int = 0) -> list[dict]:
     """``n`` tokenized sentence pairs, each padded (or cut) to exactly ``seq_len`` tokens, as a list of
     ``{"input_ids", "attention_mask", "labels"}`` tensors: a dataset ``Trainer`` accepts as it is."""
     from effitrain_helpers.sources.models import load_classifier
-    from effitrain_helpers.training.train import TrainConfig, build_data
+    from effitrain_helpers.training.runs import TrainConfig, build_data
 
     check_steps("n", n)
     check_steps("seq_len", seq_len)
@@ -184,7 +184,8 @@ def run_techniques(techniques: Techniques) -> dict:
     from effitrain_helpers.measure.bench import synchronize
     from effitrain_helpers.measure.communication import CommunicationCounter
     from effitrain_helpers.measure.saved_memory import SavedTensors
-    from effitrain_helpers.training.train import cpu_group_requested, weights_fingerprint
+    from effitrain_helpers.processes.group import cpu_group_requested
+    from effitrain_helpers.training.runs import weights_fingerprint
 
     t = techniques
     device = "cuda" if torch.cuda.is_available() else "cpu"

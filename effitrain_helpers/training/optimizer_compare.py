@@ -26,16 +26,11 @@ from dataclasses import asdict, dataclass, field
 from effitrain_helpers.core.validate import non_negative_number, positive_int, positive_number, whole_number
 from effitrain_helpers.measure.optimizer_memory import OPTIMIZER_NAMES, check_optimizer_name, expected_state_bytes, n_parameters, \
     parameter_bytes, state_bytes
-from effitrain_helpers.training.train import LEARNING_RATE_HINT
+from effitrain_helpers.training.runs import LEARNING_RATE_HINT, default_learning_rate
 
 LABELS = {"adamw": "AdamW", "adafactor": "Adafactor", "adamw8bit": "AdamW8bit"}
 CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
            "adamw8bit": "bitsandbytes.optim.AdamW8bit"}
-# One learning rate for all three, decayed linearly to 0: on the default run (150 steps, seeds 0-2 tried) their final
-# losses came within 4% of each other (benchmarks check 10%). Pre-trained checkpoints: the usual 5e-5 (not tuned here).
-# The workbook's small model learns from random weights; a pre-trained checkpoint wants smaller steps.
-DEFAULT_LR_SMALL = {"adamw": 1e-3, "adafactor": 1e-3, "adamw8bit": 1e-3}
-DEFAULT_LR_PRETRAINED = {"adamw": 5e-5, "adafactor": 5e-5, "adamw8bit": 5e-5}
 
 
 def check_learning_rate(lr, name: str = "learning_rate") -> float:
@@ -67,8 +62,12 @@ def bitsandbytes_status() -> tuple[bool, str]:
 
 def learning_rates(names, learning_rate=None, model_source: str = "offline-build") -> dict[str, float]:
     """The learning rate of each optimizer: ``learning_rate`` (one number for all, or a dict by name), else
-    the defaults for the model's source (:data:`DEFAULT_LR_SMALL` or :data:`DEFAULT_LR_PRETRAINED`)."""
-    defaults = DEFAULT_LR_SMALL if model_source == "offline-build" else DEFAULT_LR_PRETRAINED
+    :func:`~effitrain_helpers.training.runs.default_learning_rate` for the model's source, the same for all three.
+
+    One rate for all three, decayed linearly to 0: on the default run (150 steps, seeds 0-2 tried) their final
+    losses came within 4% of each other (benchmarks check 10%). Pre-trained checkpoints: the usual 5e-5 (not
+    tuned here)."""
+    defaults = dict.fromkeys(OPTIMIZER_NAMES, default_learning_rate(model_source))
     if learning_rate is None:
         return {n: defaults[n] for n in names}
     if isinstance(learning_rate, dict):
@@ -182,7 +181,7 @@ def fixed_batches(tokenizer, steps: int, batch_size: int = 16, n_eval: int = 128
     import torch
     from transformers import DataCollatorWithPadding
 
-    from effitrain_helpers.training.train import TrainConfig, build_data
+    from effitrain_helpers.training.runs import TrainConfig, build_data
 
     config = TrainConfig(data=data, n_train=n_train, n_validation=n_eval, batch_size=batch_size, seed=seed)
     tokenized, choice = build_data(config, tokenizer)
@@ -320,7 +319,7 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
                          "(Trainer(optim='adamw_bnb_8bit') adds some for embeddings): the 8-bit state may exceed the "
                          "theory. Fix: bitsandbytes.optim.GlobalOptimManager.get_instance().initialize().")
     torch.manual_seed(seed)
-    base, tokenizer = load_classifier(model, verbose=verbose)
+    base, tokenizer = load_classifier(choice, verbose=verbose)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     batches, eval_batches, data_choice = fixed_batches(tokenizer, steps, batch_size, seed=seed)
     runs = []

@@ -66,7 +66,8 @@ def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, 
     from transformers import DataCollatorWithPadding, set_seed
 
     from effitrain_helpers.sources.models import load_classifier
-    from effitrain_helpers.training.train import TrainConfig, build_data, cpu_group_requested
+    from effitrain_helpers.processes.group import cpu_group_requested
+    from effitrain_helpers.training.runs import TrainConfig, build_data
 
     accelerator = Accelerator(cpu=cpu_group_requested())
     world, rank = accelerator.num_processes, accelerator.process_index

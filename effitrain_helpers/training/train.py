@@ -16,86 +16,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-from effitrain_helpers.core.validate import positive_int, positive_number, whole_number
-
-# The learning rates that suit the two kinds of model, as the fix to suggest for a bad one.
-LEARNING_RATE_HINT = "pass e.g. 1e-3 (the workbook's small model) or 5e-5 (a pre-trained DistilBERT)"
-
-
-@dataclass
-class TrainConfig:
-    """What to fine-tune, on what, and how. Bad values raise ``ValueError`` naming the value and the fix."""
-
-    model: str | None = None  # a folder or Hub id; None: the course's model or the workbook's own
-    data: str | None = None  # a local CSV/JSON file or folder in the MRPC layout; None: GLUE MRPC or the workbook's
-    label_column: str = "label"
-    n_train: int = 3000
-    n_validation: int = 200
-    batch_size: int = 16
-    eval_batch_size: int = 64
-    learning_rate: float | None = None  # None: 1e-3 for the workbook's small model, 5e-5 for a pre-trained one
-    epochs: int = 2
-    warmup_steps: int = 10
-    max_length: int = 128
-    seed: int = 0
-    output_dir: str | None = None  # where rank 0 saves the fine-tuned model and tokenizer (None: not saved)
-
-    def __post_init__(self) -> None:
-        for name in ("n_train", "n_validation", "batch_size", "eval_batch_size", "epochs", "max_length"):
-            setattr(self, name, positive_int(name, getattr(self, name), hint=f"e.g. {name}={getattr(TrainConfig, name)}"))
-        self.warmup_steps = whole_number("warmup_steps", self.warmup_steps, minimum=0, hint="e.g. warmup_steps=10")
-        if self.learning_rate is not None:
-            self.learning_rate = positive_number("learning_rate", self.learning_rate, hint=LEARNING_RATE_HINT)
-
-
-def learning_rate(config: TrainConfig) -> float:
-    """``config.learning_rate``, or the rate that suits the model that will be loaded: 1e-3 for the workbook's
-    small model trained from random weights, 5e-5 for a real pre-trained checkpoint."""
-    from effitrain_helpers.sources.models import choose_model
-
-    if config.learning_rate is not None:
-        return config.learning_rate
-    return 1e-3 if choose_model(config.model).source == "offline-build" else 5e-5
-
-
-def build_data(config: TrainConfig, tokenizer):
-    """Tokenized train / validation splits with ``labels`` (and ``idx``), in torch format; checked first."""
-    from effitrain_helpers.sources.pairs import load_pairs
-
-    pairs, choice = load_pairs(config.data, n_train=config.n_train, n_validation=config.n_validation)
-    for split, ds in pairs.items():
-        if config.label_column not in ds.column_names:
-            raise ValueError(
-                f"label_column={config.label_column!r} is not a column of the {split} split (columns: "
-                f"{ds.column_names}). Fix: pass label_column= the name of the column holding 0/1 labels."
-            )
-    classes = sorted(set(pairs["train"][config.label_column]))
-    if len(classes) < 2:
-        raise ValueError(
-            f"the training split has only one class ({classes}); a classifier needs examples of both. "
-            "Fix: use data with paraphrases (1) and non-paraphrases (0)."
-        )
-
-    def tokenize(batch):
-        return tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=config.max_length)
-
-    data = pairs.map(tokenize, batched=True, remove_columns=["sentence1", "sentence2"])
-    data = data.rename_column(config.label_column, "labels")
-    data.set_format("torch", columns=["input_ids", "attention_mask", "labels", "idx"])
-    return data, choice
+from effitrain_helpers.core.validate import positive_int
+from effitrain_helpers.processes.group import cpu_group_requested
+from effitrain_helpers.training.runs import TrainConfig, build_data, learning_rate, weights_fingerprint
 
 
 def preflight(config: TrainConfig, num_processes: int = 1):
     """Check config, data and process count in this process, before any process starts; returns the data."""
-    from effitrain_helpers.sources.models import load_classifier
+    from effitrain_helpers.sources.models import load_tokenizer
 
     positive_int("num_processes", num_processes)
-    _, tokenizer = load_classifier(config.model, verbose=False)
+    tokenizer = load_tokenizer(config.model)
     data, choice = build_data(config, tokenizer)
     for split in ("train", "validation"):
         if len(data[split]) < num_processes:
@@ -118,24 +53,6 @@ def make_loaders(data, tokenizer, config: TrainConfig):
     evaluation = DataLoader(data["validation"].with_format("torch", columns=columns),
                             batch_size=config.eval_batch_size, collate_fn=collator)
     return train, evaluation
-
-
-def weights_fingerprint(model) -> str:
-    """A short hash of every parameter's bytes: equal fingerprints mean bit-identical weights."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-def cpu_group_requested() -> bool:
-    """True in a multi-process run without CUDA: Accelerate then needs ``cpu=True`` to form a CPU group."""
-    import torch
-
-    return not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def evaluate_plain(model, loader, device) -> dict[str, float]:
@@ -184,14 +101,15 @@ def train_plain(config: TrainConfig) -> dict:
     import torch
     from transformers import get_linear_schedule_with_warmup, set_seed
 
-    from effitrain_helpers.sources.models import load_classifier
+    from effitrain_helpers.sources.models import choose_model, load_classifier
 
     set_seed(config.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, tokenizer = load_classifier(config.model, verbose=False)
+    choice = choose_model(config.model)
+    model, tokenizer = load_classifier(choice, verbose=False)
     data, _ = build_data(config, tokenizer)
     train_loader, eval_loader = make_loaders(data, tokenizer, config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config, choice))
     scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.epochs * len(train_loader))
     model.to(device)
     history, start = [], time.perf_counter()
@@ -223,14 +141,15 @@ def train_accelerate(config: TrainConfig) -> dict:
     from accelerate import Accelerator
     from transformers import get_linear_schedule_with_warmup, set_seed
 
-    from effitrain_helpers.sources.models import load_classifier
+    from effitrain_helpers.sources.models import choose_model, load_classifier
 
     set_seed(config.seed)
     accelerator = Accelerator(cpu=cpu_group_requested())
-    model, tokenizer = load_classifier(config.model, verbose=False)
+    choice = choose_model(config.model)
+    model, tokenizer = load_classifier(choice, verbose=False)
     data, _ = build_data(config, tokenizer)
     train_loader, eval_loader = make_loaders(data, tokenizer, config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(config, choice))
     scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.epochs * len(train_loader))
     model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, eval_loader, scheduler)
