@@ -1,6 +1,7 @@
 # Two commands set everything up (see README):
 #   make lab    create the environment and open JupyterLab on notebooks/
 #   make test   create the environment and run the whole test suite (what CI runs)
+#   make test-fast   the tests that start no process and run no notebook (while you work)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ TORCH_VERSION   ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP  := $(VENV)/.effitrain-installed
 
-.PHONY: env lab test bench notebooks editions clean
+.PHONY: env lab test test-fast bench notebooks editions clean
 
 env: $(STAMP)
 
@@ -39,6 +40,12 @@ test: env
 	@start=$$(date +%s); \
 	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python -m pytest; status=$$?; \
 	echo "test suite took $$(( $$(date +%s) - start )) s"; exit $$status
+
+# The fast tier (README, Contributing): no process started, no notebook run; the linter included.
+test-fast: env
+	@start=$$(date +%s); \
+	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python -m pytest -m "not slow" tests; status=$$?; \
+	echo "fast tests took $$(( $$(date +%s) - start )) s"; exit $$status
 
 bench: env
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/run_benchmarks.py

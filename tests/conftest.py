@@ -11,3 +11,22 @@ os.environ["MPLBACKEND"] = "Agg"
 matplotlib.use("Agg")
 # Notebook kernels started by nbval inherit this, so the whole session builds the offline model once, here.
 os.environ.setdefault("EFFITRAIN_CACHE", tempfile.mkdtemp(prefix="effitrain-test-cache-"))
+
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_process(request, monkeypatch):
+    """The fast tier (``make test-fast``, ``-m "not slow"``) starts no process: a test that starts one (a
+    launch, the CLI in a subprocess, a kernel) fails here unless it is marked ``slow`` (or ``quick_process``:
+    the linter)."""
+    if not any(request.node.get_closest_marker(m) for m in ("slow", "quick_process")):
+        def refuse(self, args, *rest, **options):
+            pytest.fail(f"{request.node.nodeid} starts a process ({args!r}); mark it @pytest.mark.slow "
+                        "(or pytestmark = pytest.mark.slow for a whole module), or run it in this process.",
+                        pytrace=False)
+
+        monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    yield

@@ -1,8 +1,5 @@
 """Every checker of chapter 2, with known right and known wrong answers."""
 
-import math
-
-import numpy as np
 import pytest
 import torch
 from transformers import TrainingArguments

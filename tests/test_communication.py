@@ -1,6 +1,10 @@
 """The communication counter, in a real 2-process group."""
 
+import pytest
+
 from effitrain_helpers.processes.launch import launch
+
+pytestmark = pytest.mark.slow  # a real process group
 
 
 def test_ddp_gradient_syncs_and_explicit_all_reduces_are_counted():

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 from effitrain_helpers.core import devices
 
@@ -7,7 +8,10 @@ def test_summary_describes_this_machine():
     hw = devices.hardware_summary()
     assert hw.logical_cores >= 1 and hw.torch_threads >= 1
     assert hw.memory_total_gib > 0 and 0 <= hw.memory_available_gib <= hw.memory_total_gib
-    assert hw.cpu_model
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.startswith("model name")] if cpuinfo.is_file() else []
+    assert hw.cpu_model == (names[0] if names else devices.cpu_model_name()) and hw.cpu_model.strip()
     json.dumps(hw.to_dict())  # what `effitrain devices --json` prints
     text = hw.describe()
     assert "CPU" in text and "Memory" in text

@@ -3,7 +3,6 @@ solution text, starters that check as 'not attempted', filled-in solutions that 
 solutions switch, and every student notebook executed top to bottom."""
 
 import json
-import os
 import re
 import time
 from pathlib import Path

@@ -48,6 +48,7 @@ def test_split_batches_and_agreeing_steps():
     assert ef.agreeing_steps(ranks) == [1, 3]
 
 
+@pytest.mark.slow  # trains for many steps in this process
 def test_accumulation_keeps_a_kth_of_the_activations_and_gives_the_big_batch_weights():
     result = ef.measure_accumulation(micro_batch=2, accumulation_steps=2, seq_len=16, repeats=1)
     assert result["activation_ratio"] == pytest.approx(2, rel=0.03)
@@ -59,6 +60,7 @@ def test_accumulation_keeps_a_kth_of_the_activations_and_gives_the_big_batch_wei
     assert whole["activation_bytes"] / pieces["activation_bytes"] == pytest.approx(2, rel=0.03)
 
 
+@pytest.mark.slow
 def test_accumulation_in_two_processes_matches_one_process_with_the_whole_batch():
     from effitrain_helpers.processes.launch import launch
 
@@ -77,6 +79,7 @@ def test_checkpointing_saves_memory_close_to_theory():
     assert row["step_seconds_on"] > 0 and row["step_seconds_off"] > 0
 
 
+@pytest.mark.slow
 def test_local_sgd_synchronises_k_times_less_and_ends_with_identical_replicas():
     summary = ef.measure_local_sgd(local_sgd_steps=2, steps=4, num_processes=2, batch_size=4)
     dp, ls, none = summary["data_parallel"], summary["local_sgd"], summary["no_communication"]
@@ -88,6 +91,7 @@ def test_local_sgd_synchronises_k_times_less_and_ends_with_identical_replicas():
     assert ls["final_agree"]
 
 
+@pytest.mark.slow
 def test_precisions_run_in_fresh_processes_and_fp16_on_a_cpu_is_reported_as_fp32():
     runs = ef.measure_precision(("fp32", "bf16", "fp16"), steps=2, batch_size=4, seq_len=16)
     assert runs["bf16"]["compute_dtype"] == ["bfloat16"] and runs["fp32"]["compute_dtype"] == ["float32"]

@@ -1,3 +1,5 @@
+import re
+
 from effitrain_helpers.teach.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, Exercise, Incorrect, ____
 
 
@@ -36,7 +38,8 @@ def test_check_never_raises_and_shows_the_verdict(capsys):
 
 def test_hints_are_graded_then_stay_on_the_last(capsys):
     q = make()
-    q.hint(); q.hint(); q.hint()
+    for _ in range(3):
+        q.hint()
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["Hint 1 of 2: think deep", "Hint 2 of 2: six times seven", "Hint 2 of 2: six times seven"]
     q.hint(5)
@@ -48,8 +51,17 @@ def test_solution_is_shown(capsys):
     assert "answer = 42" in capsys.readouterr().out
 
 
-def test_markdown_view_is_coloured():
-    assert "color" in make().evaluate(42)._repr_markdown_()
+def _rgb(markdown: str) -> tuple[int, int, int]:
+    colour = re.search(r"color:#([0-9a-fA-F]{6})", markdown).group(1)
+    return tuple(int(colour[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def test_markdown_view_colours_each_status_its_own_way():
+    q = make()
+    right, wrong, blank = (_rgb(q.evaluate(*a)._repr_markdown_()) for a in ((42,), (41,), (____,)))
+    assert len({right, wrong, blank}) == 3
+    assert right[1] > max(right[0], right[2]), f"correct should be green, got {right}"
+    assert wrong[0] > max(wrong[1], wrong[2]), f"incorrect should be red, got {wrong}"
 
 
 def test_wrong_number_of_answers_says_how_to_call(capsys):

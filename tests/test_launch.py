@@ -14,6 +14,7 @@ def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
+@pytest.mark.slow
 def test_a_local_function_runs_in_a_real_group_and_results_come_back_in_rank_order(capsys):
     def who_am_i(tag):
         import torch
@@ -29,6 +30,7 @@ def test_a_local_function_runs_in_a_real_group_and_results_come_back_in_rank_ord
     assert "[rank 0] hello from 0" in out and "[rank 1] hello from 1" in out
 
 
+@pytest.mark.slow
 def test_accelerate_sees_a_multi_cpu_group():
     def accelerate_view():
         from accelerate import Accelerator
@@ -39,6 +41,7 @@ def test_accelerate_sees_a_multi_cpu_group():
     assert launch(accelerate_view, num_processes=2) == [(0, 2, "MULTI_CPU"), (1, 2, "MULTI_CPU")]
 
 
+@pytest.mark.slow
 def test_collectives_really_cross_processes():
     def total():
         import torch
@@ -51,6 +54,7 @@ def test_collectives_really_cross_processes():
     assert launch(total, num_processes=3) == [6.0, 6.0, 6.0]
 
 
+@pytest.mark.slow
 def test_a_silent_fall_back_to_one_process_is_caught():
     def lone_accelerator():
         import os
@@ -64,6 +68,7 @@ def test_a_silent_fall_back_to_one_process_is_caught():
         launch(lone_accelerator, num_processes=2)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_reports_its_traceback_and_leaves_no_process_behind():
     def fail_on_rank_one():
         import time
@@ -84,6 +89,7 @@ def test_a_failing_rank_reports_its_traceback_and_leaves_no_process_behind():
     assert _children() == before
 
 
+@pytest.mark.slow
 def test_timeout_ends_every_process():
     def hang():
         import time
@@ -96,6 +102,7 @@ def test_timeout_ends_every_process():
     assert _children() == before
 
 
+@pytest.mark.slow
 def test_it_still_works_after_an_accelerator_was_created_here():
     from accelerate import Accelerator
 
@@ -124,6 +131,7 @@ def test_other_bad_arguments():
         launch(print, num_processes=2, threads_per_process=0)
 
 
+@pytest.mark.slow
 def test_more_processes_than_gpus_runs_on_the_cpu_and_says_so(monkeypatch, capsys):
     monkeypatch.setattr(launch_mod, "gpu_count", lambda: 1)
 
@@ -137,6 +145,7 @@ def test_more_processes_than_gpus_runs_on_the_cpu_and_says_so(monkeypatch, capsy
     assert launch_mod.default_num_processes() == 2
 
 
+@pytest.mark.slow
 def test_a_worker_ends_itself_when_its_parent_dies(tmp_path):
     import subprocess
     import sys
@@ -161,6 +170,7 @@ def test_a_worker_ends_itself_when_its_parent_dies(tmp_path):
     assert not alive, "workers outlived the process that launched them"
 
 
+@pytest.mark.slow
 def test_output_with_carriage_returns_and_bad_bytes_is_relayed(capsys):
     def noisy():
         import sys
@@ -174,6 +184,7 @@ def test_output_with_carriage_returns_and_bad_bytes_is_relayed(capsys):
     assert "[rank 0] 100%\n" in out and "10%" not in out and "bad byte \ufffd here" in out
 
 
+@pytest.mark.slow
 def test_a_rank_that_exits_without_a_result_is_reported():
     def vanish():
         import os
@@ -184,6 +195,7 @@ def test_a_rank_that_exits_without_a_result_is_reported():
         launch(vanish, num_processes=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_samples, even", [(12, True), (10, True), (10, False)])
 def test_prepared_dataloader_shards(num_samples, even):
     reports = launch(shard_indices, num_samples, 2, even, num_processes=2)

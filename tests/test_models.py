@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from effitrain_helpers.core import hub
+from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.sources import ladder, models
 
 
@@ -117,7 +118,7 @@ def test_load_classifier_goes_through_from_pretrained(empty_hf_cache, capsys):
 
 def test_offline_checkpoint_is_deterministic(tmp_path, monkeypatch):
     first = models.build_offline_checkpoint()
-    monkeypatch.setattr(models.SETTINGS, "cache_dir", tmp_path)
+    monkeypatch.setattr(SETTINGS, "cache_dir", tmp_path)
     second = models.build_offline_checkpoint()
     assert first != second
     for name in ("config.json", "tokenizer.json", "model.safetensors"):
@@ -144,6 +145,7 @@ def test_num_labels_is_validated(bad):
         models.load_classifier(num_labels=bad)
 
 
+@pytest.mark.slow
 def test_ranks_of_a_group_building_the_offline_model_at_once_all_load_it(tmp_path, monkeypatch):
     """save_pretrained writes nothing on ranks other than 0: those ranks wait for rank 0's copy."""
     from effitrain_helpers.processes.launch import launch

@@ -52,6 +52,7 @@ def test_chapter_3_figures_have_their_panels():
     assert len(figures[1].axes[0].lines) == 2 and len(figures[3].axes[0].lines) == 2
 
 
+@pytest.mark.slow
 def test_efficiency_widget_compares_a_chosen_run_with_everything_off(capsys):
     from effitrain_helpers.teach.widgets import efficiency_widget
 
@@ -76,6 +77,7 @@ def test_state_bytes_plot_labels_the_ratio():
         plots.plot_state_bytes([])
 
 
+@pytest.mark.slow  # trains for many steps in this process
 def test_optimizer_widget_runs_the_comparison_with_its_choices(capsys):
     from effitrain_helpers.teach.widgets import optimizer_widget
 

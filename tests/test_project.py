@@ -62,6 +62,7 @@ def test_every_lesson_of_chapter_one_is_numbered():
     assert any(p.name.startswith("1_1_") for p in NOTEBOOKS)
 
 
+@pytest.mark.slow
 def test_importing_the_helpers_does_not_import_heavy_libraries():
     code = (
         "import sys, effitrain_helpers, effitrain_helpers.core.settings, effitrain_helpers.sources.models, "

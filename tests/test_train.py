@@ -46,6 +46,7 @@ def test_preflight_catches_bad_data_before_any_process(tmp_path):
         train.preflight(train.TrainConfig(n_train=20), 0)
 
 
+@pytest.mark.slow  # trains for many steps in this process
 def test_both_loops_train_and_agree_in_one_process():
     config = train.TrainConfig(**SMALL)
     plain, accelerated = train.train_plain(config), train.train_accelerate(config)
@@ -60,6 +61,7 @@ def test_the_accelerate_version_changes_only_the_accelerate_lines():
     assert "get_linear_schedule_with_warmup" not in changed and "AdamW" not in changed
 
 
+@pytest.mark.slow
 def test_training_in_two_processes_ends_with_identical_weights_and_full_evaluation(tmp_path):
     config = train.TrainConfig(**SMALL, output_dir=str(tmp_path))
     runs = launch(train.train_accelerate, config, num_processes=2, quiet=True)
@@ -74,6 +76,7 @@ def test_training_in_two_processes_ends_with_identical_weights_and_full_evaluati
     assert single["n_evaluated"] == 37 and wrong[0]["n_evaluated"] > 37
 
 
+@pytest.mark.slow
 def test_four_steps_hold_and_a_broken_replica_is_caught():
     healthy = summarize_four_steps(launch(four_steps, global_batch=8, num_processes=2, quiet=True), 8)
     assert all(healthy[k] for k in ("data_sharding", "model_replication", "gradient_aggregation",
@@ -103,6 +106,7 @@ def test_summary_flags_each_failure():
     assert not summarize_four_steps([base, {**other, "param_spread_after_step": 1e-4}], 4)["parameter_synchronization"]
 
 
+@pytest.mark.slow
 def test_scaling_measures_both_loops_and_the_collective():
     one = measure_scaling(steps=2, rounds=1)
     assert one["world_size"] == 1 and one["communication_s_per_step"] == 0 and one["allreduce_s"] == 0
@@ -120,6 +124,7 @@ def test_metrics_offline():
         accuracy_f1([1, 0], [1, 0, 1])
 
 
+@pytest.mark.slow
 def test_the_script_runs_under_torchrun_with_two_processes():
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     out = subprocess.run([torchrun, "--nproc_per_node", "2", "-m", "effitrain_helpers.training.train", "--epochs", "1",
@@ -131,7 +136,6 @@ def test_the_script_runs_under_torchrun_with_two_processes():
     assert summary["history"][0]["n_evaluated"] == 21
 
 
-def test_the_script_refuses_bad_values():
-    out = subprocess.run([sys.executable, "-m", "effitrain_helpers.training.train", "--learning-rate", "0"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and "learning_rate=0.0 must be a positive number" in out.stderr
+def test_the_script_refuses_bad_values(capsys):
+    assert train.main(["--learning-rate", "0"]) == 2  # what `python -m effitrain_helpers.training.train` returns
+    assert "learning_rate=0.0 must be a positive number" in capsys.readouterr().err

@@ -27,7 +27,6 @@ from effitrain_helpers.core.cache import build_once
 from effitrain_helpers.core.hub import hf_cache_dir, hub_reachable
 from effitrain_helpers.sources.kit import ITEMS, WEIGHT_FILES, kit_item
 from effitrain_helpers.sources.ladder import course_rung
-from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.core.validate import positive_int
 
 DEFAULT_MODEL = ITEMS["model"].repo_id  # "distilbert-base-cased", defined with the offline kit's layout

@@ -31,9 +31,10 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from effitrain_helpers.teach.exercises import EDITION_FILE  # written here, read by exercises.solutions_enabled
+
 BEGIN, END, STARTER = "# BEGIN SOLUTION", "# END SOLUTION", "# STARTER:"
 INSTRUCTOR_TAG = "instructor-only"
-EDITION_FILE = "effitrain-edition.json"  # the same name exercises.solutions_enabled reads
 EDITIONS = ("student", "instructor")
 _BEGIN = re.compile(r"^(\s*)#\s*BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*#\s*END SOLUTION\s*$")

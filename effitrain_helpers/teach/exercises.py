@@ -134,7 +134,7 @@ def _unfinished(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-EDITION_FILE = "effitrain-edition.json"
+EDITION_FILE = "effitrain-edition.json"  # what `effitrain editions` writes into an edition's folder
 _OFF = {"0", "off", "no", "false"}
 
 

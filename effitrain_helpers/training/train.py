@@ -9,7 +9,9 @@ on one machine or many::
     accelerate launch -m effitrain_helpers.training.train --json
     torchrun --nnodes 2 --node_rank R --master_addr HOST --nproc_per_node 8 -m effitrain_helpers.training.train
 
-Every rank reports a fingerprint of its final weights; rank 0 prints whether they are identical.
+Every rank reports a fingerprint of its final weights; rank 0 prints whether they are identical. The run's
+settings, data and fingerprint come from ``runs`` and the CPU-group question from ``processes.group`` (chapters
+3 and 4 use them too); this module holds only chapter 2's loops and evaluation.
 """
 
 from __future__ import annotations
