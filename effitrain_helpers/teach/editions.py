@@ -227,7 +227,9 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
                       "common mistakes) in the cells marked **Instructor notes**. Students get the student "
                       "edition.*",
     }[edition]
-    out.cells = [nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})] + cells
+    banner_cell = nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})
+    banner_cell.id = f"{edition}-edition-banner"  # not random: one source, one edition, byte for byte
+    out.cells = [banner_cell] + cells
     out.metadata.pop("widgets", None)  # the saved state of widgets whose outputs were just stripped
     out.metadata["effitrain"] = {"edition": edition, "source": name, "solutions": solutions or edition == "instructor"}
     return out
