@@ -13,7 +13,7 @@
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
-    effitrain workbook [--dir DIR] [--fresh LESSON] [--json]
+    effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--json]
     effitrain progress [--json]
     effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S]
 
@@ -233,7 +233,7 @@ def _prefetch(args) -> int:
 def _workbook(args) -> int:
     from effitrain_helpers.teach.workbook import FRESH, Workbook, describe
 
-    book = Workbook(args.dir)
+    book = Workbook(args.dir, args.source)
     report = [book.fresh(args.fresh)] if args.fresh else book.sync()
     if args.json:
         print(json.dumps({"folder": str(book.folder), "notebooks": [vars(c) for c in report]}))
@@ -284,6 +284,7 @@ def add_learner_commands(sub) -> None:
     p.add_argument("--dir", default=None, help="your workbook folder (default: $EFFITRAIN_WORKBOOK, else my-workbook/)")
     p.add_argument("--fresh", metavar="LESSON", default=None,
                    help="a fresh copy of one lesson (e.g. 2.2, or start); yours is kept, renamed *_mine-<time>")
+    p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=_workbook)
     p = sub.add_parser("progress", help="per lesson: exercises correct, attempted, not attempted (this machine)")

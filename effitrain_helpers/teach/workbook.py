@@ -20,6 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +64,22 @@ def lesson_id(notebook: str) -> str:
     return f"{parts[0]}.{parts[1]}" if len(parts) > 2 and parts[0].isdigit() and parts[1].isdigit() else notebook
 
 
-def fresh_command(notebook: str) -> str:
-    """The one command that gives a fresh copy of ``notebook`` while keeping the learner's."""
-    return f"effitrain workbook --fresh {lesson_id(notebook)}"
+def _program() -> str:
+    """How the learner's shell calls the command: ``effitrain`` when it is on PATH, else its path
+    (``.venv/bin/effitrain`` under ``make lab``, whose shell has not activated the environment)."""
+    script = Path(sys.executable).parent / "effitrain"
+    if shutil.which("effitrain") or not script.exists():
+        return "effitrain"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+def fresh_command(notebook: str, folder: Path) -> str:
+    """The one command that gives a fresh copy of ``notebook`` in ``folder`` while keeping the learner's."""
+    where = "" if folder.resolve() == default_folder().resolve() else f" --dir {shlex.quote(str(folder))}"
+    return f"{_program()} workbook{where} --fresh {lesson_id(notebook)}"
 
 
 class Workbook:
@@ -159,10 +175,10 @@ def describe(report: list[Copy], folder: Path) -> str:
     for c in report:
         if c.action == CHANGED:
             lines.append(f"  {c.notebook}: the lesson changed since your copy was made. For a fresh copy that "
-                         f"keeps yours (renamed *_mine-<time>.ipynb): {fresh_command(c.notebook)}")
+                         f"keeps yours (renamed *_mine-<time>.ipynb): {fresh_command(c.notebook, folder)}")
         elif c.action == NOT_OURS:
             lines.append(f"  {c.notebook}: not written by the workbook, left as it is. To replace it with the "
-                         f"lesson (yours kept, renamed): {fresh_command(c.notebook)}")
+                         f"lesson (yours kept, renamed): {fresh_command(c.notebook, folder)}")
         elif c.action in (NEW, UPDATED):
             lines.append(f"  {c.notebook}: {c.action}")
     return "\n".join(lines)
