@@ -234,7 +234,11 @@ def _workbook(args) -> int:
     from effitrain_helpers.teach.workbook import FRESH, Workbook, describe
 
     book = Workbook(args.dir, args.source)
-    report = [book.fresh(args.fresh)] if args.fresh else book.sync()
+    try:
+        report = [book.fresh(args.fresh)] if args.fresh else book.sync()
+    except OSError as err:
+        raise ValueError(f"cannot write your workbook in {str(book.folder)!r} ({err.strerror}). Fix: make it "
+                         "writable, or choose another folder with --dir (or EFFITRAIN_WORKBOOK).") from None
     if args.json:
         print(json.dumps({"folder": str(book.folder), "notebooks": [vars(c) for c in report]}))
     elif args.fresh:

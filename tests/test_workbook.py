@@ -142,3 +142,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
     assert main(["workbook", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
+
+
+def test_a_broken_manifest_makes_every_copy_the_learners(tmp_path, source):
+    folder = tmp_path / "book"
+    Workbook(folder, source).sync()
+    (folder / MANIFEST).write_text("[not, json")
+    before = (folder / "9_1_first.ipynb").read_bytes()
+    _lesson(source / "9_1_first.ipynb", note="changed")
+    assert set(_actions(Workbook(folder, source).sync()).values()) == {NOT_OURS}
+    assert (folder / "9_1_first.ipynb").read_bytes() == before

@@ -27,13 +27,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from effitrain_helpers.teach.editions import _check_all, _source_notebooks, default_source, make_edition
+from effitrain_helpers.teach.editions import check_all, source_notebooks, default_source, make_edition
 
 WORKBOOK_ENV = "EFFITRAIN_WORKBOOK"
 MANIFEST = ".effitrain-workbook.json"
 # What a run did with each lesson (the ``action`` of a :class:`Copy`).
 NEW, UPDATED, UNCHANGED, KEPT, CHANGED, NOT_OURS, FRESH = (
-    "new", "updated", "up to date", "yours, kept", "yours, lesson changed", "not written by the workbook",
+    "new", "updated", "up to date", "yours (kept)", "yours (lesson changed)", "not written by the workbook",
     "fresh copy")
 
 
@@ -90,12 +90,15 @@ class Workbook:
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"workbook folder {str(self.folder)!r} is a file, not a folder. Fix: pass --dir with a "
                              f"folder path (or set {WORKBOOK_ENV}).")
-        self.notebooks = _source_notebooks(source)
+        self.notebooks = source_notebooks(source)
         self.manifest_path = self.folder / MANIFEST
         try:
-            self.manifest = json.loads(self.manifest_path.read_text())
+            manifest = json.loads(self.manifest_path.read_text())
         except (OSError, ValueError):
-            self.manifest = {}
+            manifest = {}
+        # {notebook: {"written": sha256}}; an unreadable manifest makes every copy count as the learner's own
+        self.manifest = {k: v for k, v in manifest.items() if isinstance(v, dict) and "written" in v} \
+            if isinstance(manifest, dict) else {}
 
     def _edition_bytes(self, name: str) -> bytes:
         import nbformat
@@ -120,7 +123,7 @@ class Workbook:
 
     def sync(self) -> list[Copy]:
         """Bring the folder up to date with the lessons, never touching the learner's work (module docstring)."""
-        _check_all(self.notebooks)  # a marker error stops the run before anything is written
+        check_all(self.notebooks)  # a marker error stops the run before anything is written
         self.folder.mkdir(parents=True, exist_ok=True)
         report = []
         for name in self.notebooks:
@@ -152,7 +155,7 @@ class Workbook:
     def fresh(self, lesson: str) -> Copy:
         """A fresh copy of ``lesson``; the learner's copy, if touched, is renamed (never deleted) first."""
         name = self.find(lesson)
-        _check_all({name: self.notebooks[name]})
+        check_all({name: self.notebooks[name]})
         self.folder.mkdir(parents=True, exist_ok=True)
         path, kept = self.folder / name, None
         if path.exists() and self._touched(name):
