@@ -294,7 +294,8 @@ def add_learner_commands(sub) -> None:
     p = sub.add_parser("progress", help="per lesson: exercises correct, attempted, not attempted (this machine)")
     p.add_argument("--json", action="store_true", help="one JSON record per lesson")
     p.set_defaults(func=_progress)
-    p = sub.add_parser("grade", help="run every submitted notebook and write one CSV row per student and exercise",
+    p = sub.add_parser("grade", help="run every submitted notebook (the students' code, on this machine) and write "
+                                     "one CSV row per student and exercise",
                        description="Executes each submitted notebook (a copy; submissions are never modified) "
                                    "headless and offline in a fresh kernel, and writes its verdicts to a CSV file. "
                                    "WARNING: this runs the students' code on this machine with your permissions, "

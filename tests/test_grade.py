@@ -16,9 +16,9 @@ IMPORTS = "from effitrain_helpers.teach.checks.start_here import q1\nfrom effitr
 LIMIT = 20  # seconds per notebook: kernel start-up on a busy 2-core machine included
 
 
-def _submission(path, *sources):
+def _submission(path, *sources, kernel="python3"):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (IMPORTS, *sources)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": kernel, "display_name": "Python 3", "language": "python"}
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
 
@@ -31,7 +31,8 @@ def submissions(tmp_path):
                 "import os\nassert os.environ['HF_HUB_OFFLINE'] == '1' and os.environ['EFFITRAIN_SOLUTIONS'] == 'off'\n"
                 f"assert os.getcwd() != {str(folder / 'alice')!r}",
                 "matrix_bytes = 1000 * 1000 * 4\nq1.check(matrix_bytes)")
-    _submission(folder / "bob.ipynb", "matrix_bytes = ____\nq1.check(matrix_bytes)")
+    # bob's notebook names a kernel this machine does not have: graded with this Python regardless
+    _submission(folder / "bob.ipynb", "matrix_bytes = ____\nq1.check(matrix_bytes)", kernel="python3-on-bobs-laptop")
     (folder / "carol.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')
     _submission(folder / "dave.ipynb", "raise RuntimeError('my bug')", "q1.check(8_000_000)")
     _submission(folder / "erin.ipynb", "q1.check(4_000_000)", "while True:\n    pass")

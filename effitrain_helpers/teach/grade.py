@@ -5,7 +5,7 @@
 and, for each one:
 
 - copies it into a temporary folder (the submission itself is only read, never written) and executes the
-  copy there, in a fresh kernel of this Python, offline (``HF_HUB_OFFLINE=1``), with solutions off
+  copy there, in a fresh kernel of this Python (whatever kernel the notebook names), offline (``HF_HUB_OFFLINE=1``), with solutions off
   (``EFFITRAIN_SOLUTIONS=off``), cells that raise reported and the rest still run, all within ``S``
   seconds; past that the kernel is killed;
 - collects the verdicts of its ``check()`` calls (each kernel records them in a file of its own,
@@ -79,13 +79,27 @@ def _first_error(nb) -> str | None:
     return f"cell {i} raised {out.get('ename')}: {out.get('evalue', '')}"[:300] + more
 
 
+def _this_python_kernel():
+    """A kernel manager for a kernel of this very Python (where effitrain is installed), whatever kernel the
+    notebook names and whatever ``python3`` kernel is installed elsewhere (as ``nbval --nbval-current-env``)."""
+    from ipykernel.kernelspec import RESOURCES, get_kernel_dict
+    from jupyter_client import AsyncKernelManager
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    class ThisPython(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):  # noqa: D102 - the one kernel it knows
+            return self.kernel_spec_class(resource_dir=RESOURCES, **get_kernel_dict())
+
+    return AsyncKernelManager(kernel_name="effitrain-grade", kernel_spec_manager=ThisPython())
+
+
 async def _execute(nb, workdir: Path, env: dict, limit: float) -> None:
     """Run ``nb`` in a fresh kernel in ``workdir``; the kernel is shut down (killed) when it ends or times out."""
     from nbclient import NotebookClient
 
-    client = NotebookClient(nb, timeout=limit, kernel_name="python3", allow_errors=True,
+    client = NotebookClient(nb, km=_this_python_kernel(), timeout=limit, allow_errors=True,
                             shutdown_kernel="immediate", resources={"metadata": {"path": str(workdir)}})
-    run = asyncio.ensure_future(client.async_execute(env=env, stderr=subprocess.DEVNULL))
+    run = asyncio.ensure_future(client.async_execute(env=env, stderr=subprocess.DEVNULL, cleanup_kc=True))
     try:
         done, _ = await asyncio.wait({run}, timeout=limit)
         if not done:  # cancelling kills the kernel; what nbclient raises then (kernel died) is not the news
