@@ -1,15 +1,19 @@
 # Two commands set everything up (see README):
-#   make lab    create the environment and open JupyterLab on notebooks/
+#   make lab    create the environment, write or update your own copy of the lessons in my-workbook/
+#               (blank exercises; a notebook you changed is never overwritten) and open JupyterLab on it
 #   make test   create the environment and run the whole test suite (what CI runs)
 #   make test-fast   the tests that start no process and run no notebook (while you work)
+# make lab-instructor opens the solved notebooks (notebooks/, with the instructor notes) instead.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 TORCH_VERSION   ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP  := $(VENV)/.effitrain-installed
+# The learner's folder (git-ignored): $EFFITRAIN_WORKBOOK when set, else my-workbook/
+WORKBOOK ?= $(or $(EFFITRAIN_WORKBOOK),my-workbook)
 
-.PHONY: env lab test test-fast bench notebooks editions clean
+.PHONY: env lab lab-instructor test test-fast bench notebooks editions clean
 
 env: $(STAMP)
 
@@ -34,6 +38,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 lab: env
+	$(BIN)/effitrain workbook --dir $(WORKBOOK)
+	$(BIN)/jupyter lab $(WORKBOOK)
+
+lab-instructor: env
 	$(BIN)/jupyter lab notebooks/
 
 test: env

@@ -13,6 +13,9 @@
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
+    effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--json]
+    effitrain progress [--json]
+    effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -227,6 +230,86 @@ def _prefetch(args) -> int:
     return 0
 
 
+def _workbook(args) -> int:
+    from effitrain_helpers.teach.workbook import FRESH, Workbook, describe
+
+    book = Workbook(args.dir, args.source)
+    try:
+        report = [book.fresh(args.fresh)] if args.fresh else book.sync()
+    except OSError as err:
+        raise ValueError(f"cannot write your workbook in {str(book.folder)!r} ({err.strerror}). Fix: make it "
+                         "writable, or choose another folder with --dir (or EFFITRAIN_WORKBOOK).") from None
+    if args.json:
+        print(json.dumps({"folder": str(book.folder), "notebooks": [vars(c) for c in report]}))
+    elif args.fresh:
+        (copy,) = report
+        kept = f"; yours is kept as {copy.kept_as}" if copy.kept_as else ""
+        print(f"{FRESH} of {copy.notebook} in {book.folder}{kept}")
+    else:
+        print(describe(report, book.folder))
+    return 0
+
+
+def _progress(args) -> int:
+    from effitrain_helpers.teach.progress import progress_table
+    from effitrain_helpers.teach.verdicts import verdicts_file
+
+    table = progress_table()
+    print(json.dumps(table.to_records()) if args.json else f"{table!r}\n(verdicts of check() in {verdicts_file()})")
+    return 0
+
+
+def _grade(args) -> int:
+    from collections import Counter
+
+    from effitrain_helpers.teach.grade import grade
+
+    rows = grade(args.submissions, args.out, args.timeout)
+    counts = Counter(r.status for r in rows)
+    print(f"wrote {len(rows)} rows for {len({r.student for r in rows})} students to {args.out}: "
+          + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    return 0
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit; give seconds > 0, e.g. --timeout 300")
+    return value
+
+
+def add_learner_commands(sub) -> None:
+    """The learner's ``workbook`` (their own copy) and ``progress``, the instructor's ``grade``."""
+    p = sub.add_parser("workbook", help="write or update your own copy of the lessons (blank exercises); "
+                                        "never overwrites a notebook you changed")
+    p.add_argument("--dir", default=None, help="your workbook folder (default: $EFFITRAIN_WORKBOOK, else my-workbook/)")
+    p.add_argument("--fresh", metavar="LESSON", default=None,
+                   help="a fresh copy of one lesson (e.g. 2.2, or start); yours is kept, renamed *_mine-<time>")
+    p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=_workbook)
+    p = sub.add_parser("progress", help="per lesson: exercises correct, attempted, not attempted (this machine)")
+    p.add_argument("--json", action="store_true", help="one JSON record per lesson")
+    p.set_defaults(func=_progress)
+    p = sub.add_parser("grade", help="run every submitted notebook (the students' code, on this machine) and write "
+                                     "one CSV row per student and exercise",
+                       description="Executes each submitted notebook (a copy; submissions are never modified) "
+                                   "headless and offline in a fresh kernel, and writes its verdicts to a CSV file. "
+                                   "WARNING: this runs the students' code on this machine with your permissions, "
+                                   "as nbgrader and otter-grader do; grade untrusted submissions in a container "
+                                   "or an account of their own.")
+    p.add_argument("submissions", metavar="SUBMISSIONS_DIR",
+                   help="folder of submissions: NAME.ipynb per student, or one folder per student")
+    p.add_argument("--out", required=True, help="the CSV file to write (student, notebook, lesson, exercise, "
+                                                "status, detail)")
+    p.add_argument("--timeout", type=_positive_seconds, default=300.0,
+                   help="seconds each notebook may run before its kernel is stopped (default 300)")
+    p.set_defaults(func=_grade)
+
+
 def add_classroom_commands(sub) -> None:
     """The instructor's commands: ``editions`` (student/instructor notebooks) and ``prefetch`` (offline kit)."""
     p = sub.add_parser("editions", help="write the student and instructor editions of the notebooks")
@@ -285,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_efficiency)
     _add_optimizers_parser(sub)
     add_classroom_commands(sub)
+    add_learner_commands(sub)
     return parser
 
 

@@ -228,7 +228,9 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
                       "common mistakes) in the cells marked **Instructor notes**. Students get the student "
                       "edition.*",
     }[edition]
-    out.cells = [nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})] + cells
+    banner_cell = nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})
+    banner_cell.id = f"{edition}-edition-banner"  # not random: one source, one edition, byte for byte
+    out.cells = [banner_cell] + cells
     out.metadata.pop("widgets", None)  # the saved state of widgets whose outputs were just stripped
     out.metadata["effitrain"] = {"edition": edition, "source": name, "solutions": solutions or edition == "instructor"}
     return out
@@ -243,7 +245,8 @@ def check_out_folder(out: Path, force: bool) -> None:
                          "add --force to replace its student/ and instructor/ folders (other files are kept).")
 
 
-def _source_notebooks(source: str | Path | None) -> dict:
+def source_notebooks(source: str | Path | None) -> dict:
+    """``{file name: notebook}`` of the solved notebooks in ``source`` (default: :func:`default_source`)."""
     import nbformat
 
     source = default_source() if source is None else Path(source).expanduser()
@@ -254,7 +257,8 @@ def _source_notebooks(source: str | Path | None) -> dict:
     return {p.name: nbformat.read(p, as_version=4) for p in paths}
 
 
-def _check_all(notebooks: dict) -> dict[str, list]:
+def check_all(notebooks: dict) -> dict[str, list]:
+    """:func:`exercise_cells` of every notebook; one :class:`MarkerError` listing every problem of them all."""
     exercises, errors = {}, []
     for name, nb in notebooks.items():  # every notebook checked, every problem reported at once
         try:
@@ -269,7 +273,7 @@ def _check_all(notebooks: dict) -> dict[str, list]:
 def check_markers(source: str | Path | None = None) -> dict[str, int]:
     """``{notebook: number of marked exercises}`` for the notebooks in ``source``; :class:`MarkerError` if any
     marker is wrong (``effitrain editions --check``: what a contributor runs after adding a lesson)."""
-    return {name: len(cells) for name, cells in _check_all(_source_notebooks(source)).items()}
+    return {name: len(cells) for name, cells in check_all(source_notebooks(source)).items()}
 
 
 def build_editions(out: str | Path, source: str | Path | None = None, force: bool = False,
@@ -281,9 +285,9 @@ def build_editions(out: str | Path, source: str | Path | None = None, force: boo
     import nbformat
 
     out = Path(out).expanduser()
-    notebooks = _source_notebooks(source)
+    notebooks = source_notebooks(source)
     check_out_folder(out, force)
-    exercises = _check_all(notebooks)  # every notebook checked before anything is written
+    exercises = check_all(notebooks)  # every notebook checked before anything is written
     for edition in EDITIONS:
         folder = out / edition
         if folder.exists():

@@ -8,7 +8,8 @@ A lesson's exercises live in ``effitrain_helpers.teach.checks.lesson_X_Y`` as :c
 - ``q1.solution()`` shows the solution code, unless solutions are turned off for the class (see
   :func:`solutions_enabled`: a graded class's student edition, or ``EFFITRAIN_SOLUTIONS=off``).
 
-``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests).
+``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests); only ``check``
+records its verdict for ``effitrain progress``.
 ``____`` is the blank that starter code leaves for the learner to fill in: an answer that is ``____`` (or
 ``...``), holds one (``(____, ____)``), or a function whose code still uses ``____`` is *not attempted*.
 """
@@ -22,6 +23,8 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from effitrain_helpers.teach.verdicts import record
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
 _ICONS = {CORRECT: "✅ Correct", INCORRECT: "❌ Incorrect", NOT_ATTEMPTED: "⏳ Not attempted"}
@@ -187,8 +190,11 @@ class Exercise:
         return CheckResult(self.name, CORRECT)
 
     def check(self, *answers: Any, **context: Any) -> None:
-        """Show Correct / Incorrect / Not attempted for ``answers``."""
-        _show(self.evaluate(*answers, **context))
+        """Show Correct / Incorrect / Not attempted for ``answers``, and record it on this machine (see
+        :mod:`effitrain_helpers.teach.verdicts`: ``effitrain progress`` counts these records)."""
+        result = self.evaluate(*answers, **context)
+        record(self, result.status)
+        _show(result)
 
     def hint(self, n: int | None = None) -> None:
         """Show hint ``n`` (1-based), or the next one not seen yet."""

@@ -1,0 +1,85 @@
+"""Where does each ``check()`` verdict go? One JSON line per check, appended to a file on this machine.
+
+``record(exercise, status)`` is called by ``Exercise.check``; it appends
+``{"lesson": "1.1", "exercise": "q2", "name": ..., "status": "correct", "time": ISO 8601 UTC}`` to
+:func:`verdicts_file` and never raises: a notebook whose verdict cannot be written (read-only disk, full
+disk) still shows its verdict. Nothing leaves the machine. ``read()`` gives the lines back, skipping any
+that are not valid records (a half-written line from a crash).
+
+The file is ``$EFFITRAIN_PROGRESS`` when set (``effitrain grade`` points each submission's kernel at a file
+of its own this way), else ``progress.jsonl`` in the workbook's cache folder (``EFFITRAIN_CACHE``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from effitrain_helpers.core.settings import SETTINGS
+
+PROGRESS_ENV = "EFFITRAIN_PROGRESS"
+CHECKS_PACKAGE = "effitrain_helpers.teach.checks"
+START = "start"  # the start page's lesson id (checks module ``start_here``)
+
+
+def verdicts_file() -> Path:
+    """The file verdicts are appended to (see module docstring); read at each call."""
+    explicit = os.environ.get(PROGRESS_ENV, "").strip()
+    return Path(explicit).expanduser() if explicit else SETTINGS.cache_dir / "progress.jsonl"
+
+
+def lesson_of(module: str) -> str | None:
+    """The lesson id of a checks module: ``...checks.lesson_2_2`` -> ``"2.2"``, ``...checks.start_here`` ->
+    ``"start"``; None for a module outside ``effitrain_helpers.teach.checks``."""
+    package, _, leaf = module.rpartition(".")
+    if package != CHECKS_PACKAGE:
+        return None
+    if leaf == "start_here":
+        return START
+    return leaf.removeprefix("lesson_").replace("_", ".") if leaf.startswith("lesson_") else None
+
+
+def _key(exercise: Any) -> tuple[str | None, str | None]:
+    """``(lesson, variable name)`` of an exercise, e.g. ``("1.1", "q2")``, found from its checker's module."""
+    module = getattr(getattr(exercise, "checker", None), "__module__", "") or ""
+    names = vars(sys.modules[module]) if module in sys.modules else {}
+    return lesson_of(module), next((n for n, v in names.items() if v is exercise), None)
+
+
+def record(exercise: Any, status: str) -> None:
+    """Append one verdict of ``exercise`` (an :class:`~effitrain_helpers.teach.exercises.Exercise`) to
+    :func:`verdicts_file`; an exercise that is not a lesson's (a test's own) is not recorded. Never raises."""
+    try:
+        lesson, name = _key(exercise)
+        if lesson is None or name is None:
+            return
+        line = json.dumps({"lesson": lesson, "exercise": name, "name": exercise.name, "status": status,
+                           "time": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        path = verdicts_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:  # one short line, appended in one write
+            f.write(line + "\n")
+    except Exception:  # noqa: BLE001 - progress is a convenience: the check's verdict is shown regardless
+        pass
+
+
+def read(path: str | Path | None = None) -> list[dict]:
+    """Every valid verdict in ``path`` (default :func:`verdicts_file`), oldest first; [] when there is none."""
+    path = verdicts_file() if path is None else Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    records = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and {"lesson", "exercise", "status"} <= rec.keys():
+            records.append(rec)
+    return records
