@@ -134,7 +134,7 @@ def test_prefetch_fails_at_once_when_offline_and_leaves_nothing(no_kit, monkeypa
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # a closed local port: no network, refused at once
     start = time.perf_counter()
-    with pytest.raises(ValueError, match="does not answer within 3 s: no network"):
+    with pytest.raises(ValueError, match=r"the Hub \(http://127.0.0.1:9\) cannot be reached"):
         kit.prefetch(target)
     assert time.perf_counter() - start < 5 and not target.exists()
 

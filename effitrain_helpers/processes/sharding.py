@@ -57,8 +57,13 @@ def summarize_shards(reports: list[dict], num_samples: int) -> ShardSummary:
     )
 
 
+MAX_SAMPLES = 100_000  # every index is listed per rank: more is unreadable and slow
+
+
 def validate_request(num_samples: int, batch_size: int) -> None:
-    """Clear errors for a shard request that cannot work."""
-    for name, value in (("samples", num_samples), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a whole number >= 1, e.g. --samples 10 --batch-size 2.")
+    """Clear errors for a shard request that cannot work (or would print a flood of indices)."""
+    for option, value, most in (("--samples", num_samples, MAX_SAMPLES), ("--batch-size", batch_size, num_samples)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise ValueError(f"{option} {value} is not allowed; use a whole number from 1 to {most}"
+                             f"{' (the number of samples)' if option == '--batch-size' else ''}. "
+                             "Fix: e.g. --samples 10 --batch-size 2.")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from effitrain_helpers.core.cache import build_once
-from effitrain_helpers.core.hub import hf_cache_dir, hub_offline_requested, hub_reachable
+from effitrain_helpers.core.cache import build_once, damage
+from effitrain_helpers.core.hub import hf_cache_dir, hub_problem, hub_reachable
 from effitrain_helpers.sources.kit import ITEMS, WEIGHT_FILES, kit_item
 from effitrain_helpers.core.settings import SETTINGS
 
@@ -115,6 +115,10 @@ def resolve_checkpoint(
                     f"{what} folder {name!r} has no {marker}; allowed: a folder written by save_pretrained. "
                     f"Fix: point to the folder that holds {marker}."
                 )
+            problem = damage(path)
+            if problem:
+                raise ValueError(f"{what} folder {name!r} is damaged: {problem}. Fix: copy or save it again "
+                                 "(save_pretrained), or pass another folder.")
             return ModelChoice(str(path), "local", "you gave a local folder", what)
         if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
             raise ValueError(
@@ -132,8 +136,8 @@ def resolve_checkpoint(
         return ModelChoice(str(snapshot), "cache", f"the course's {what} {default_id} is in the Hugging Face cache", what)
     if hub_reachable():
         return ModelChoice(default_id, "hub", f"the course's {what}; the Hub is reachable", what)
-    why = "HF_HUB_OFFLINE is set" if hub_offline_requested() else "the Hub cannot be reached"
-    return ModelChoice(str(build_offline()), "offline-build", f"{default_id} is not cached and {why}: {offline_desc}", what)
+    return ModelChoice(str(build_offline()), "offline-build",
+                       f"{default_id} is not cached and {hub_problem()}: {offline_desc}", what)
 
 
 def choose_model(name: str | None = None) -> ModelChoice:

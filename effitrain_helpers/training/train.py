@@ -22,6 +22,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from effitrain_helpers.core.arguments import OneLineParser
+from effitrain_helpers.core.outputs import check_output_folder
+
 
 @dataclass
 class TrainConfig:
@@ -51,6 +54,8 @@ class TrainConfig:
         lr = self.learning_rate
         if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0):
             raise ValueError(f"learning_rate={lr!r} must be a positive number, e.g. 1e-3 (small model) or 5e-5 (DistilBERT).")
+        if self.output_dir is not None:  # before training: a model trained for nothing is lost at the end
+            check_output_folder(self.output_dir, "output_dir")
 
 
 def learning_rate(config: TrainConfig) -> float:
@@ -276,7 +281,7 @@ def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="effitrain train", description=__doc__.split("\n\n")[0])
     for name, value in asdict(TrainConfig()).items():
         kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # other None defaults: str
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name)
@@ -297,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = train_accelerate(config)
-    except ValueError as err:  # bad data (label column, one class): said before any step runs
+    except (ValueError, OSError) as err:  # bad data or model files: said before any step runs
         print(f"effitrain train: error: {err}", file=sys.stderr)
         return 2
     fingerprints = gather_object([result["fingerprint"]])
