@@ -158,6 +158,7 @@ def test_prefetch_writes_the_layout_the_loaders_read(no_kit, monkeypatch):
     import huggingface_hub
 
     import effitrain_helpers.sources.models as models
+    from effitrain_helpers.core import hub
 
     from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
 
@@ -179,7 +180,7 @@ def test_prefetch_writes_the_layout_the_loaders_read(no_kit, monkeypatch):
         return str(local_dir)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
-    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(hub, "hub_problem", lambda timeout=3.0: None)  # the Hub looks usable to prefetch
     monkeypatch.delenv("HF_HUB_OFFLINE")
     summary = kit.prefetch(no_kit / "kit", progress=False)
     assert sorted(calls) == sorted((i.repo_id, i.repo_type) for i in ITEMS.values())

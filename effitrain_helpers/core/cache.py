@@ -65,13 +65,18 @@ def _safetensors_damage(path: Path) -> str | None:
     return None if size == expected else f"is {size} bytes where its header says {expected} (truncated?)"
 
 
-def _remove_stale_builds(parent: Path) -> None:
-    """Remove ``.building-{pid}-*`` folders of processes that no longer run on this machine."""
+def _remove_stale_builds(parent: Path, unnamed_after_s: float = 3600.0) -> None:
+    """Remove ``.building-{pid}-*`` folders of processes that no longer run on this machine (and build folders
+    without a pid, from older versions, after an hour)."""
     import psutil
 
     for folder in parent.glob(BUILDING + "*"):
         pid = folder.name[len(BUILDING):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+        if pid.isdigit():
+            stale = int(pid) != os.getpid() and not psutil.pid_exists(int(pid))
+        else:
+            stale = time.time() - folder.stat().st_mtime > unnamed_after_s
+        if stale:
             shutil.rmtree(folder, ignore_errors=True)
 
 

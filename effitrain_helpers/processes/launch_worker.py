@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -21,13 +22,15 @@ from effitrain_helpers.processes import protocol
 
 
 def _watch_parent() -> None:
-    """End this worker if the process that launched it (the notebook kernel) dies."""
+    """End this worker, and what it started, if the process that launched it (the notebook kernel) dies."""
     parent = int(os.environ.get(protocol.PARENT_ENV, "0"))
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
+                if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
+                    os.killpg(os.getpid(), signal.SIGKILL)  # this worker and what it started (its own group)
                 os._exit(3)
 
     if parent:
