@@ -97,10 +97,10 @@ def build_data(config: TrainConfig, tokenizer):
 
 def preflight(config: TrainConfig, num_processes: int = 1):
     """Check config, data and process count in this process, before any process starts; returns the data."""
+    from effitrain_helpers.processes.launch import resolve_num_processes
     from effitrain_helpers.sources.models import load_classifier
 
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-        raise ValueError(f"num_processes={num_processes!r} must be a whole number >= 1.")
+    resolve_num_processes(num_processes)
     _, tokenizer = load_classifier(config.model, verbose=False)
     data, choice = build_data(config, tokenizer)
     for split in ("train", "validation"):
