@@ -27,11 +27,10 @@ import json
 import sys
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (and exit code 2)."""
+from effitrain_helpers.core.arguments import OneLineParser
+from effitrain_helpers.core.outputs import check_output_file, check_output_folder
 
-    def error(self, message: str):  # noqa: D102 - argparse hook
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
 def _devices(args) -> int:
@@ -45,6 +44,8 @@ def _devices(args) -> int:
 def _bench(args) -> int:
     from effitrain_helpers.measure import bench
 
+    if args.plot:
+        check_output_file(args.plot, "--plot", PLOT_SUFFIXES)
     results, notes = bench.run_benchmark(args.sizes, args.dtypes, args.device, args.repeats, progress=not args.json)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -84,11 +85,12 @@ def _model(args) -> int:
 
 
 def _shards(args) -> int:
-    from effitrain_helpers.processes.launch import launch
+    from effitrain_helpers.processes.launch import launch, resolve_num_processes
     from effitrain_helpers.processes.sharding import shard_indices, summarize_shards, validate_request
 
+    n = resolve_num_processes(args.processes, name="--processes")
     validate_request(args.samples, args.batch_size)
-    reports = launch(shard_indices, args.samples, args.batch_size, not args.uneven, num_processes=args.processes,
+    reports = launch(shard_indices, args.samples, args.batch_size, not args.uneven, num_processes=n,
                      cpu=args.cpu, quiet=args.json)
     if args.json:
         for r in reports:
@@ -104,12 +106,11 @@ def _shards(args) -> int:
 
 def _ddp_check(args) -> int:
     from effitrain_helpers.training.ddp_checks import four_steps, summarize_four_steps
-    from effitrain_helpers.processes.launch import default_num_processes, launch
+    from effitrain_helpers.processes.launch import launch, resolve_num_processes
     from effitrain_helpers.training.scaling import measure_scaling
 
-    n = default_num_processes() if args.processes is None else args.processes
-    if isinstance(n, int) and n < 2:
-        raise ValueError(f"--processes {n}: a data-parallel check needs at least 2 processes (e.g. --processes 2).")
+    n = resolve_num_processes(args.processes, minimum=2, name="--processes",
+                              why="; a data-parallel check needs at least 2 processes")
     summary = summarize_four_steps(launch(four_steps, global_batch=4 * n, num_processes=n, quiet=True), 4 * n)
     scaled = launch(measure_scaling, num_processes=n, quiet=True)[0]
     single = launch(measure_scaling, num_processes=1, quiet=True)[0]
@@ -139,12 +140,10 @@ def _ddp_check(args) -> int:
 
 
 def _efficiency(args) -> int:
-    from effitrain_helpers.training.efficiency import chapter_table, check_steps, measure_chapter
-    from effitrain_helpers.processes.launch import default_num_processes
+    from effitrain_helpers.training.efficiency import LOCAL_SGD_NEEDS, chapter_table, check_steps, measure_chapter
+    from effitrain_helpers.processes.launch import resolve_num_processes
 
-    n = max(2, default_num_processes()) if args.processes is None else args.processes
-    if isinstance(n, int) and n < 2:
-        raise ValueError(f"--processes {n}: local SGD needs at least 2 processes (e.g. --processes 2).")
+    n = resolve_num_processes(args.processes, minimum=2, name="--processes", why=LOCAL_SGD_NEEDS)
     for name, value in (("--accumulation-steps", args.accumulation_steps), ("--local-sgd-steps", args.local_sgd_steps),
                         ("--steps", args.steps)):
         check_steps(name, value)
@@ -160,6 +159,8 @@ def _optimizers(args) -> int:
     """Chapter 4: the fair comparison of AdamW, Adafactor and 8-bit AdamW, as a table or JSON records."""
     from effitrain_helpers.training.optimizer_compare import compare_optimizers, comparison_table
 
+    if args.plot:
+        check_output_file(args.plot, "--plot", PLOT_SUFFIXES)
     result = compare_optimizers(args.optimizers, steps=args.steps, learning_rate=args.learning_rate, seed=args.seed,
                                 progress=not args.json)
     for note in result.notes:
@@ -199,6 +200,7 @@ def _editions(args) -> int:
         return 0
     if args.out is None:
         raise ValueError("--out DIR is missing: where to write the editions (or --check to only check the markers).")
+    check_output_folder(args.out, "--out")
     start = time.perf_counter()
     summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions)
     summary["seconds"] = time.perf_counter() - start
@@ -328,8 +330,8 @@ def add_classroom_commands(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="effitrain", description="Efficient AI model training workbook: measurements from a terminal.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = OneLineParser(prog="effitrain", description="Efficient AI model training workbook: measurements from a terminal.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     p = sub.add_parser("devices", help="what hardware this machine has")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_devices)
@@ -383,9 +385,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError) as err:
+    except ValueError as err:  # the helpers' errors for bad input: one line naming the value and the fix
         print(f"effitrain {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a file or folder the user named (or the cache) cannot be read or written
+        print(f"effitrain {args.command}: error: {_os_error(err)}", file=sys.stderr)
+        return 2
+
+
+def _os_error(err: OSError) -> str:
+    """An ``OSError`` in one line: what failed on which path, and what to check."""
+    what = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
+    where = f" ({err.filename})" if err.filename else ""
+    return (f"{what}{where}. Fix: check that the path exists, is the kind of file expected and can be read "
+            "(or written, for an output).")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def test_bad_local_data_is_explained(tmp_path):
         pairs.load_pairs(bad)
     labels = tmp_path / "labels.csv"
     labels.write_text("label,sentence1,sentence2\nsame,a,b\n")
-    with pytest.raises(ValueError, match=r"label values \['same'\] are not allowed"):
+    with pytest.raises(ValueError, match=r"label not allowed \(row 1: 'same'\)"):
         pairs.load_pairs(labels)
     folder = tmp_path / "folder"
     folder.mkdir()

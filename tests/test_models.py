@@ -54,8 +54,8 @@ def test_named_cached_model_is_used(empty_hf_cache):
 
 
 def test_hub_is_used_when_reachable_and_not_cached(empty_hf_cache, monkeypatch):
-    for module in (models, ladder):  # a named model asks in models, the course's own on the ladder
-        monkeypatch.setattr(module, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: True)  # a named model asks in models
+    monkeypatch.setattr(ladder, "hub_problem", lambda timeout=3.0: None)  # the course's own, on the ladder
     assert models.choose_model().source == "hub"
     assert models.choose_model("owner/model").path == "owner/model"
 
@@ -88,21 +88,23 @@ def test_name_must_be_a_string(bad):
 
 def test_offline_flag_means_no_network_attempt(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(hub.socket, "create_connection", lambda *a, **k: pytest.fail("network touched"))
-    assert hub.hub_reachable() is False
+    monkeypatch.setattr(hub, "_ask", lambda *a, **k: pytest.fail("network touched"))
+    assert hub.hub_reachable() is False and hub.hub_problem() == "HF_HUB_OFFLINE is set"
 
 
 def test_unreachable_hub_answers_within_the_timeout(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://hangs.invalid")
+    monkeypatch.setattr(hub, "_ANSWERS", {})
 
     def hang(*args, **kwargs):
-        time.sleep(3)  # a DNS lookup or connect that hangs, then fails
+        time.sleep(3)  # a DNS lookup that hangs (no socket time limit covers it), then fails
         raise OSError("unreachable")
 
-    monkeypatch.setattr(hub.socket, "create_connection", hang)
+    monkeypatch.setattr(hub, "_ask", hang)
     start = time.perf_counter()
-    assert hub.hub_reachable(timeout=0.5) is False
+    assert hub.hub_problem(timeout=0.5) == "the Hub (http://hangs.invalid) did not answer within 0.5 s"
     assert time.perf_counter() - start < 2
 
 

@@ -14,14 +14,22 @@
   dies ends itself;
 - GPUs are used when there are at least N of them; otherwise the N processes run on the CPU (said so);
 - results come back in rank order; prints appear live, prefixed with the rank;
-- when a rank raises, :class:`RankFailed` carries its exception type, message and traceback, the other ranks
-  are ended, and no process is left behind.
+- the workers import what the notebook can: its ``sys.path`` (with what the notebook added) is their
+  ``PYTHONPATH``;
+- when a rank raises, :class:`RankFailed` carries its exception type, message and traceback; when a rank
+  dies without a word (killed by a signal, as the out-of-memory killer does, or ``os._exit``), it is named
+  with its exit code or signal, not the peer that lost its connection to it;
+- whatever ends the run (success, failure, timeout, an interrupt, SIGTERM to the notebook's process), every
+  worker and every process a worker started is ended and the launch folder removed; a folder left by a
+  notebook process killed with SIGKILL is removed by the next launch.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,18 +37,28 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+from effitrain_helpers.processes import protocol
+
 MAX_PROCESSES = 64
 WORKER = "effitrain_helpers.processes.launch_worker"
+OOM_HINT = ("Out of memory? The kernel's out-of-memory killer ends a process with SIGKILL (see `dmesg`). "
+            "Fix: fewer processes, a smaller batch or model, or more memory")
 
 
 class RankFailed(RuntimeError):
-    """A rank raised: ``rank``, ``exc_type`` (its exception's class name) and ``remote_traceback``."""
+    """A rank failed: ``rank``, ``exc_type`` (its exception's class name, or ``ProcessExit`` when it died
+    without reporting) and ``remote_traceback`` (its traceback, or its last output)."""
 
     def __init__(self, rank: int, exc_type: str, message: str, remote_traceback: str):
-        super().__init__(f"rank {rank} raised {exc_type}: {message}\n\n--- traceback of rank {rank} ---\n{remote_traceback}")
+        if exc_type == "ProcessExit":
+            headline, tail = f"rank {rank} {message}", f"last output of rank {rank}"
+        else:
+            headline, tail = f"rank {rank} raised {exc_type}: {message}", f"traceback of rank {rank}"
+        super().__init__(f"{headline}\n\n--- {tail} ---\n{remote_traceback}")
         self.rank, self.exc_type, self.remote_traceback = rank, exc_type, remote_traceback
 
 
@@ -63,6 +81,22 @@ def default_num_processes() -> int:
     return gpu_count() if gpu_count() >= 2 else 2
 
 
+def resolve_num_processes(value: Any = None, minimum: int = 1, name: str = "num_processes", why: str = "") -> int:
+    """The one home of the process count: ``value`` checked, or :func:`default_num_processes` when None.
+
+    ``minimum`` is what the caller's work needs (``why`` says why, e.g. local SGD needs a group); ``name`` is
+    how the user spelled it (``--processes`` on the command line), so the error names what they typed.
+    """
+    n = default_num_processes() if value is None else value
+    if isinstance(n, bool) or not isinstance(n, int) or not minimum <= n <= MAX_PROCESSES:
+        given = f"{name} {value}" if name.startswith("--") else f"{name}={value!r}"
+        example = max(2, minimum)
+        fix = f"{name} {example}" if name.startswith("--") else f"{name}={example}"
+        raise ValueError(f"{given} is not allowed; use a whole number from {minimum} to {MAX_PROCESSES} "
+                         f"(default: every GPU, or 2 on a CPU){why}. Fix: e.g. {fix}.")
+    return n
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -70,16 +104,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _validate(fn, num_processes, timeout, threads_per_process) -> None:
+def _validate(fn, timeout, threads_per_process) -> None:
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable; pass the function itself, e.g. launch(train, num_processes=2).")
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or not 1 <= num_processes <= MAX_PROCESSES:
-        raise ValueError(
-            f"num_processes={num_processes!r} is not allowed; use a whole number from 1 to {MAX_PROCESSES} "
-            f"(default: every GPU, or 2 on a CPU). Fix: e.g. num_processes=2."
-        )
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds, e.g. timeout=120.")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout={timeout!r} must be a finite positive number of seconds, e.g. timeout=120.")
     if threads_per_process is not None and (
         isinstance(threads_per_process, bool) or not isinstance(threads_per_process, int) or threads_per_process < 1
     ):
@@ -94,10 +123,13 @@ def _environment(rank: int, n: int, port: int, threads: int, use_gpu: bool, time
         "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n),
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-        "EFFITRAIN_BACKEND": "nccl" if use_gpu else "gloo", "EFFITRAIN_TIMEOUT": str(timeout),
-        "PYTHONUNBUFFERED": "1", "EFFITRAIN_PARENT_PID": str(os.getpid()),
+        protocol.BACKEND_ENV: "nccl" if use_gpu else "gloo", protocol.TIMEOUT_ENV: str(timeout),
+        "PYTHONUNBUFFERED": "1", protocol.PARENT_ENV: str(os.getpid()),
+        "PYTHONPATH": os.pathsep.join(sys.path),  # the workers import what this process can, in its order
     })
     if sys.platform.startswith("linux") or sys.platform == "darwin":
+        # one machine: gloo talks over loopback, as accelerate's own launcher sets it (gloo's choice of an
+        # interface by the hostname is flaky on some hosts)
         env["GLOO_SOCKET_IFNAME"] = "lo0" if sys.platform == "darwin" else "lo"
     if not use_gpu:
         env["ACCELERATE_USE_CPU"] = "1"  # otherwise Accelerate on a CPU machine runs N lone processes
@@ -120,30 +152,46 @@ def _relay(rank: int, stream, sink: list[str], quiet: bool) -> None:
 
 
 def _signal(proc: subprocess.Popen, hard: bool) -> None:
-    """Stop a worker and what it started (its process group on POSIX; the process itself on Windows)."""
+    """Signal a worker's process group: the worker and what it started (on Windows, the worker only)."""
     try:
         if hasattr(os, "killpg"):
             os.killpg(proc.pid, signal.SIGKILL if hard else signal.SIGTERM)
-        elif hard:
-            proc.kill()
-        else:
-            proc.terminate()
+        elif proc.poll() is None:
+            proc.kill() if hard else proc.terminate()
     except (ProcessLookupError, PermissionError):
         pass
 
 
+def _group_alive(proc: subprocess.Popen) -> bool:
+    """Whether anything is left in a worker's process group (the worker, or a child it left behind)."""
+    if not hasattr(os, "killpg"):
+        return proc.poll() is None
+    try:
+        os.killpg(proc.pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 def _end(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
-    """Terminate every worker still running, then kill what is left after ``grace`` seconds."""
-    alive = [p for p in procs if p.poll() is None]
-    for p in alive:
+    """End every worker and every process a worker started, also those of workers that already returned.
+
+    SIGTERM to each worker's process group, SIGKILL to what is left after ``grace`` seconds.
+    """
+    for p in procs:
         _signal(p, hard=False)
     deadline = time.monotonic() + grace
-    for p in alive:
+    for p in procs:
         try:
             p.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            pass
+    while any(_group_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for p in procs:
+        if _group_alive(p):
             _signal(p, hard=True)
-            p.wait()
+        p.wait()
 
 
 def _last_lines(outputs: list[list[str]], n: int = 5) -> str:
@@ -151,15 +199,84 @@ def _last_lines(outputs: list[list[str]], n: int = 5) -> str:
                    for r, lines in enumerate(outputs))
 
 
-def _failure(folder: Path, procs: list[subprocess.Popen], outputs: list[list[str]]) -> RankFailed:
-    """The error of the first rank that failed (by its error file, else by its exit code)."""
-    reports = sorted(folder.glob("rank*.error.pkl"), key=lambda p: p.stat().st_mtime)
-    if reports:
-        report = pickle.loads(reports[0].read_bytes())
-        return RankFailed(report["rank"], report["type"], report["message"], report["traceback"])
-    rank = next(i for i, p in enumerate(procs) if p.poll() not in (None, 0))
-    tail = "".join(outputs[rank][-20:])
-    return RankFailed(rank, "ProcessExit", f"exited with code {procs[rank].returncode} before reporting", tail)
+def how_it_ended(returncode: int) -> str:
+    """A worker's end in words: its exit code, or the signal that killed it by number and name."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "unknown signal"
+    return f"was killed by signal {-returncode} ({name})"
+
+
+def _failure(folder: Path, procs: list[subprocess.Popen], failed: list[int], outputs: list[list[str]]) -> RankFailed:
+    """The error of the rank that failed first, among ``failed`` (the ranks found ended with an error at once).
+
+    A rank that died without reporting (a signal, ``os._exit``) is the cause: the others' reports are then
+    only their lost connection to it. Otherwise the earliest report wins.
+    """
+    silent = [r for r in failed if not protocol.error_file(folder, r).is_file()]
+    if silent:
+        rank = silent[0]
+        code = procs[rank].returncode
+        hint = f". {OOM_HINT}" if code == -getattr(signal, "SIGKILL", 9) else ""
+        return RankFailed(rank, "ProcessExit", f"{how_it_ended(code)} before reporting; the other ranks were "
+                          f"ended{hint}.", "".join(outputs[rank][-20:]) or "(no output)")
+    first = min(failed, key=lambda r: protocol.error_file(folder, r).stat().st_mtime)
+    report = pickle.loads(protocol.error_file(folder, first).read_bytes())
+    return RankFailed(report["rank"], report["type"], report["message"], report["traceback"])
+
+
+def _wait(procs: list[subprocess.Popen], folder: Path, outputs: list[list[str]], timeout: float) -> None:
+    """Wait until every worker has exited with 0; raise on the first failure or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            raise _failure(folder, procs, failed, outputs)
+        if all(code == 0 for code in codes):
+            return
+        if time.monotonic() > deadline:
+            running = [r for r, code in enumerate(codes) if code is None]
+            raise TimeoutError(
+                f"the {len(procs)} processes did not finish within timeout={timeout} s (still running: ranks "
+                f"{running}); they were ended. Fix: pass a larger timeout, or make the work smaller. "
+                f"Their last output:{_last_lines(outputs)}"
+            )
+        time.sleep(0.02)
+
+
+def _remove_stale_folders() -> None:
+    """Remove the launch folders of processes that no longer exist (a notebook killed with SIGKILL)."""
+    import psutil
+
+    for folder in Path(tempfile.gettempdir()).glob(protocol.FOLDER_PREFIX + "*"):
+        parent = protocol.parent_of(folder)
+        if parent is not None and parent != os.getpid() and not psutil.pid_exists(parent):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def _sigterm_ends_the_launch():
+    """While workers run, SIGTERM to this process raises ``SystemExit``, so they are ended and the folder
+    removed before the process exits (the default action would exit at once, leaving both behind).
+
+    Only where SIGTERM has its default action and in the main thread (the only one that may set handlers).
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def launch(
@@ -175,22 +292,23 @@ def launch(
     """Run ``fn(*args, **kwargs)`` in ``num_processes`` real processes; return their values in rank order.
 
     ``cpu=True`` forms a CPU group even on a GPU machine; ``quiet=True`` keeps the workers' prints to
-    error reports instead of relaying them. Raises :class:`RankFailed` when a rank raises,
+    error reports instead of relaying them. Raises :class:`RankFailed` when a rank fails,
     ``TimeoutError`` after ``timeout`` seconds, ``ValueError`` for bad arguments.
     """
     import cloudpickle
 
-    n = default_num_processes() if num_processes is None else num_processes
-    _validate(fn, n, timeout, threads_per_process)
+    n = resolve_num_processes(num_processes)
+    _validate(fn, timeout, threads_per_process)
     gpus = 0 if cpu else gpu_count()
     if 0 < gpus < n:
         print(f"this machine has {gpus} GPU(s) for {n} processes: running all {n} on the CPU instead")
         gpus = 0
     threads = threads_per_process or max(1, usable_cores() // n)
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix="effitrain-launch-") as tmp:
+    _remove_stale_folders()
+    with _sigterm_ends_the_launch(), tempfile.TemporaryDirectory(prefix=protocol.folder_prefix(os.getpid())) as tmp:
         folder = Path(tmp)
-        (folder / "payload.pkl").write_bytes(cloudpickle.dumps((fn, args, kwargs)))
+        (folder / protocol.PAYLOAD).write_bytes(cloudpickle.dumps((fn, args, kwargs)))
         procs: list[subprocess.Popen] = []
         outputs: list[list[str]] = [[] for _ in range(n)]
         relays = []
@@ -203,26 +321,13 @@ def launch(
                 relay = threading.Thread(target=_relay, args=(rank, procs[-1].stdout, outputs[rank], quiet), daemon=True)
                 relay.start()
                 relays.append(relay)
-            deadline = time.monotonic() + timeout
-            while any(p.poll() is None for p in procs):
-                if any(p.poll() not in (None, 0) for p in procs):
-                    raise _failure(folder, procs, outputs)
-                if time.monotonic() > deadline:
-                    running = [r for r, p in enumerate(procs) if p.poll() is None]
-                    raise TimeoutError(
-                        f"the {n} processes did not finish within timeout={timeout} s (still running: ranks "
-                        f"{running}); they were ended. Fix: pass a larger timeout, or make the work smaller. "
-                        f"Their last output:{_last_lines(outputs)}"
-                    )
-                time.sleep(0.02)
-            if any(p.returncode != 0 for p in procs):
-                raise _failure(folder, procs, outputs)
+            _wait(procs, folder, outputs, timeout)
         finally:
             _end(procs)
             for relay in relays:
                 relay.join(timeout=5)
-        missing = [r for r in range(n) if not (folder / f"rank{r}.result.pkl").is_file()]
+        missing = [r for r in range(n) if not protocol.result_file(folder, r).is_file()]
         if missing:
             raise RankFailed(missing[0], "ProcessExit", "exited with code 0 without returning a result (os._exit?)",
                              "".join(outputs[missing[0]][-20:]))
-        return [cloudpickle.loads((folder / f"rank{r}.result.pkl").read_bytes()) for r in range(n)]
+        return [cloudpickle.loads(protocol.result_file(folder, r).read_bytes()) for r in range(n)]

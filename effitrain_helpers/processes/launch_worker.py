@@ -1,14 +1,16 @@
 """One worker process of ``launch`` (run as ``python -m effitrain_helpers.processes.launch_worker FOLDER``).
 
-Sets its thread count, joins the process group, checks it really is rank ``RANK`` of ``WORLD_SIZE``, runs
-the function from ``FOLDER/payload.pkl`` and writes ``rank{R}.result.pkl``, or ``rank{R}.error.pkl``
-with the exception's type, message and traceback (then exits with 1).
+Sets its thread count, joins the process group, checks it really is rank
+``RANK`` of ``WORLD_SIZE``, runs the function from the folder's payload and writes its result file, or its
+error file with the exception's type, message and traceback (then exits with 1). The names of the folder's
+files and of the variables are in ``protocol``.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -16,15 +18,19 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
+from effitrain_helpers.processes import protocol
+
 
 def _watch_parent() -> None:
-    """End this worker if the process that launched it (the notebook kernel) dies."""
-    parent = int(os.environ.get("EFFITRAIN_PARENT_PID", "0"))
+    """End this worker, and what it started, if the process that launched it (the notebook kernel) dies."""
+    parent = int(os.environ.get(protocol.PARENT_ENV, "0"))
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
+                if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
+                    os.killpg(os.getpid(), signal.SIGKILL)  # this worker and what it started (its own group)
                 os._exit(3)
 
     if parent:
@@ -35,8 +41,8 @@ def _join_group(rank: int, world: int) -> None:
     import torch
     import torch.distributed as dist
 
-    backend = os.environ.get("EFFITRAIN_BACKEND", "gloo")
-    timeout = timedelta(seconds=float(os.environ.get("EFFITRAIN_TIMEOUT", "300")))
+    backend = os.environ.get(protocol.BACKEND_ENV, "gloo")
+    timeout = timedelta(seconds=float(os.environ.get(protocol.TIMEOUT_ENV, "300")))
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
@@ -71,11 +77,11 @@ def main(folder: str) -> int:
         import torch
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-        fn, args, kwargs = cloudpickle.loads((out / "payload.pkl").read_bytes())
+        fn, args, kwargs = cloudpickle.loads((out / protocol.PAYLOAD).read_bytes())
         _join_group(rank, world)
         value = fn(*args, **kwargs)
         _check_accelerate(world)
-        (out / f"rank{rank}.result.pkl").write_bytes(cloudpickle.dumps(value))
+        protocol.result_file(out, rank).write_bytes(cloudpickle.dumps(value))
         import torch.distributed as dist
 
         dist.barrier()  # nobody leaves while a peer may still need the group
@@ -83,7 +89,7 @@ def main(folder: str) -> int:
         return 0
     except BaseException as err:  # report everything, including KeyboardInterrupt and SystemExit
         report = {"rank": rank, "type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc()}
-        (out / f"rank{rank}.error.pkl").write_bytes(pickle.dumps(report))
+        protocol.error_file(out, rank).write_bytes(pickle.dumps(report))
         return 1
 
 

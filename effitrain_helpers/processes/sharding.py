@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from effitrain_helpers.core.validate import positive_int
+from effitrain_helpers.core.validate import whole_number
 
 
 def shard_indices(num_samples: int, batch_size: int = 4, even_batches: bool = True) -> dict:
@@ -59,7 +59,10 @@ def summarize_shards(reports: list[dict], num_samples: int) -> ShardSummary:
     )
 
 
+MAX_SAMPLES = 100_000  # every index is listed per rank: more is unreadable and slow
+
+
 def validate_request(num_samples: int, batch_size: int) -> None:
-    """Clear errors for a shard request that cannot work."""
-    for name, value in (("samples", num_samples), ("batch_size", batch_size)):
-        positive_int(name, value, hint="e.g. --samples 10 --batch-size 2")
+    """Clear errors for a shard request that cannot work (or would print a flood of indices)."""
+    for option, value, most in (("--samples", num_samples, MAX_SAMPLES), ("--batch-size", batch_size, num_samples)):
+        whole_number(option, value, maximum=most, hint="e.g. --samples 10 --batch-size 2")

@@ -201,7 +201,7 @@ def prefetch(target: str | Path | None = None, timeout: float = 3.0, progress: b
     Fails within about ``timeout`` seconds, with a ``ValueError`` that says so, when the Hub cannot be reached
     (or ``HF_HUB_OFFLINE`` is set). Returns ``{"kit": path, "items": {key: folder}, "seconds": s}``.
     """
-    from effitrain_helpers.core.hub import hub_offline_requested, hub_reachable
+    from effitrain_helpers.core.hub import hub_offline_requested, hub_problem
 
     target = Path(target).expanduser() if target is not None else kit_location()[0]
     created = prepare_target(target)
@@ -209,9 +209,7 @@ def prefetch(target: str | Path | None = None, timeout: float = 3.0, progress: b
                     "machines. Meanwhile the lessons keep using the workbook's own small models and data.")
     problem = ("HF_HUB_OFFLINE is set, so nothing may be downloaded (unset it to prefetch)"
                if hub_offline_requested() else
-               None if hub_reachable(timeout) else
-               f"the Hugging Face Hub ({os.environ.get('HF_ENDPOINT', 'https://huggingface.co')}) does not answer "
-               f"within {timeout:g} s: no network")
+               hub_problem(timeout))
     if problem:
         if created:
             target.rmdir()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from effitrain_helpers.core.hub import hub_offline_requested, hub_reachable
+from effitrain_helpers.core.hub import hub_problem
 from effitrain_helpers.sources.kit import kit_item
 
 
@@ -40,6 +40,7 @@ def course_rung(kit_key: str | None, in_cache: Callable[[], Any]) -> Rung:
     found = in_cache()
     if found is not None:
         return Rung("cache", found)
-    if hub_reachable():
+    problem = hub_problem()
+    if problem is None:
         return Rung("hub")
-    return Rung("own", why_own="HF_HUB_OFFLINE is set" if hub_offline_requested() else "the Hub cannot be reached")
+    return Rung("own", why_own=problem)

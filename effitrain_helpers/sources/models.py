@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from effitrain_helpers.core.cache import build_once
+from effitrain_helpers.core.cache import build_once, damage
 from effitrain_helpers.core.hub import hf_cache_dir, hub_reachable
 from effitrain_helpers.sources.kit import ITEMS, WEIGHT_FILES, kit_item
 from effitrain_helpers.sources.ladder import course_rung
@@ -116,6 +116,10 @@ def resolve_checkpoint(
                     f"{what} folder {name!r} has no {marker}; allowed: a folder written by save_pretrained. "
                     f"Fix: point to the folder that holds {marker}."
                 )
+            problem = damage(path)
+            if problem:
+                raise ValueError(f"{what} folder {name!r} is damaged: {problem}. Fix: copy or save it again "
+                                 "(save_pretrained), or pass another folder.")
             return ModelChoice(str(path), "local", "you gave a local folder", what)
         if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
             raise ValueError(

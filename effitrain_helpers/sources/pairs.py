@@ -81,21 +81,49 @@ def make_pairs(n_train: int = 800, n_validation: int = 200, seed: int = 0):
     return DatasetDict(splits)
 
 
-def _normalise_labels(ds):
-    """Map labels spelled 'equivalent' / 'not_equivalent' to 1 / 0 and add ``idx`` when missing."""
+def _label(value) -> int | None:
+    """A file's label as 0 / 1: 0, 1 (also as 0.0, 1.0 or text) or ``LABEL_NAMES``; None for anything else."""
+    if isinstance(value, str):
+        value = value.strip()
+        if value in LABEL_NAMES:
+            return LABEL_NAMES.index(value)
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
+        return int(value)
+    return None
+
+
+def _checked(ds, file: str):
+    """The MRPC layout of one loaded file, every row checked: both sentences there and a 0/1 label.
+
+    Labels spelled 'equivalent' / 'not_equivalent' become 1 / 0, and ``idx`` is added when missing. Any bad row
+    raises one ``ValueError`` naming the file, the first bad rows (numbered from 1 after the header), what is
+    allowed and the fix.
+    """
     from datasets import ClassLabel, Value
 
+    allowed = f"Allowed: columns sentence1, sentence2, label ({' or '.join(['0/1'] + [repr(n) for n in LABEL_NAMES])})"
     missing = {"sentence1", "sentence2", "label"} - set(ds.column_names)
     if missing:
-        raise ValueError(
-            f"the file has columns {ds.column_names}; missing {sorted(missing)}. Allowed: sentence1, sentence2, "
-            "label (0/1 or equivalent/not_equivalent), optional idx. Fix: rename the columns in the file."
-        )
-    if ds.features["label"].dtype in ("string", "large_string"):
-        bad = sorted(set(ds["label"]) - set(LABEL_NAMES))
-        if bad:
-            raise ValueError(f"label values {bad} are not allowed; use 0/1 or {LABEL_NAMES}.")
-        ds = ds.map(lambda row: {"label": LABEL_NAMES.index(row["label"])})
+        raise ValueError(f"{file} has columns {ds.column_names}; missing {sorted(missing)}. {allowed}, optional idx. "
+                         "Fix: rename the columns in the file.")
+    if len(ds) == 0:
+        raise ValueError(f"{file} has no rows. {allowed}. Fix: add sentence pairs below the header.")
+    for column in ("sentence1", "sentence2"):
+        empty = [i + 1 for i, text in enumerate(ds[column]) if not isinstance(text, str) or not text.strip()]
+        if empty:
+            raise ValueError(f"{file}: {column} is missing or empty in row(s) {empty[:5]}"
+                             f"{' ...' if len(empty) > 5 else ''}. Fix: fill them in or remove those rows.")
+    labels = [_label(v) for v in ds["label"]]
+    bad = [(i + 1, v) for i, (v, label) in enumerate(zip(ds["label"], labels)) if label is None]
+    if bad:
+        shown = ", ".join(f"row {row}: {value!r}" for row, value in bad[:5])
+        raise ValueError(f"{file}: label not allowed ({shown}{' ...' if len(bad) > 5 else ''}). {allowed}. "
+                         "Fix: give every row label 1 (paraphrase) or 0 (not).")
+    ds = ds.remove_columns("label").add_column("label", labels)
     ds = ds.cast_column("label", ClassLabel(names=LABEL_NAMES))
     if "idx" not in ds.column_names:
         ds = ds.add_column("idx", list(range(len(ds))))
@@ -116,9 +144,35 @@ def _local_files(path: Path) -> dict[str, str]:
     return {"train": str(train[0]), "validation": str(val[0])}
 
 
+def _read(file: str):
+    """One CSV / JSON file as a ``Dataset``; a file the libraries cannot read gives one ``ValueError``."""
+    from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
+    from datasets.utils import logging as ds_logging
+
+    kind = "csv" if file.endswith(".csv") else "json"
+    if Path(file).stat().st_size == 0:
+        raise ValueError(f"{file} is empty. Fix: write the header sentence1,sentence2,label and one row per pair.")
+    level = ds_logging.get_verbosity()
+    ds_logging.set_verbosity(ds_logging.CRITICAL)  # the error below says it in one line, not the library
+    try:
+        return load_dataset(kind, data_files={"train": file})["train"]
+    except DatasetGenerationError as err:
+        cause = err.__cause__ or err
+        why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+        raise ValueError(f"{file} cannot be read as {kind.upper()} ({why}). Fix: check the file's format "
+                         f"(a {'header line, then one row per pair' if kind == 'csv' else 'JSON list or JSON lines'}).")
+    except ValueError as err:
+        if "corresponds to no data" not in str(err):
+            raise
+        raise ValueError(f"{file} has a header but no rows. Fix: add sentence pairs below the header.") from None
+    finally:
+        ds_logging.set_verbosity(level)
+
+
 def load_local_pairs(source: str | Path):
     """Sentence pairs from a local CSV/JSON file or folder, in the MRPC layout (see module docstring)."""
-    from datasets import DatasetDict, load_dataset
+    from datasets import DatasetDict
 
     path = Path(source).expanduser()
     if not path.exists():
@@ -127,9 +181,11 @@ def load_local_pairs(source: str | Path):
     suffix = Path(next(iter(files.values()))).suffix
     if suffix not in {".csv", ".json", ".jsonl"}:
         raise ValueError(f"file {str(path)!r} is not .csv, .json or .jsonl; convert it to one of those.")
-    raw = load_dataset("csv" if suffix == ".csv" else "json", data_files=files)
-    data = DatasetDict({split: _normalise_labels(ds) for split, ds in raw.items()})
+    data = DatasetDict({split: _checked(_read(file), file) for split, file in files.items()})
     if "validation" not in data:  # one file: hold out a fifth for validation
+        if len(data["train"]) < 2:
+            raise ValueError(f"{files['train']} has 1 row; one file is split into training and validation pairs. "
+                             "Fix: give at least 2 rows (better: hundreds).")
         parts = data["train"].train_test_split(test_size=0.2, seed=0)
         data = DatasetDict({"train": parts["train"], "validation": parts["test"]})
     return data

@@ -281,7 +281,6 @@ def measure_techniques(techniques: Techniques, num_processes: int = 1) -> dict:
 
     if not isinstance(techniques, Techniques):
         raise TypeError(f"techniques must be an efficiency.Techniques(...); got {type(techniques).__name__}.")
-    check_steps("num_processes", num_processes)
     ranks = launch(run_techniques, techniques, num_processes=num_processes, quiet=True)
     for r in ranks:
         r.pop("state_dict")
@@ -414,15 +413,16 @@ def summarize_data_parallel(ranks: list[dict]) -> dict:
     return out
 
 
+LOCAL_SGD_NEEDS = "; local SGD needs a group of at least 2 (in one process LocalSGD switches itself off)"
+
+
 def measure_local_sgd(local_sgd_steps: int = 4, steps: int = 24, num_processes: int = 2, batch_size: int = 8,
                       accumulation_steps: int | None = None) -> dict:
     """:func:`compare_data_parallel` in ``num_processes`` real processes, summarised."""
-    from effitrain_helpers.processes.launch import launch
+    from effitrain_helpers.processes.launch import launch, resolve_num_processes
 
     check_steps("local_sgd_steps", local_sgd_steps)
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 2:
-        raise ValueError(f"num_processes={num_processes!r}: local SGD needs a group of at least 2 processes "
-                         "(in one process LocalSGD switches itself off). Fix: num_processes=2.")
+    resolve_num_processes(num_processes, minimum=2, why=LOCAL_SGD_NEEDS)
     return summarize_data_parallel(launch(compare_data_parallel, local_sgd_steps, steps, batch_size, accumulation_steps,
                                           num_processes=num_processes, quiet=True))
 
@@ -472,10 +472,12 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict | Non
     import torch
 
     from effitrain_helpers.measure.bench import time_matmul
-    from effitrain_helpers.processes.launch import default_num_processes
+    from effitrain_helpers.processes.launch import resolve_num_processes
 
-    n = max(2, default_num_processes()) if num_processes is None else num_processes
-    Techniques(accumulation_steps=accumulation_steps, local_sgd_steps=local_sgd_steps, steps=steps)  # checks, here
+    n = resolve_num_processes(num_processes, minimum=2, why=LOCAL_SGD_NEEDS)
+    check_steps("accumulation_steps", accumulation_steps)
+    Techniques(accumulation_steps=accumulation_steps, local_sgd_steps=local_sgd_steps, steps=steps,
+               batch_size=8 * accumulation_steps)  # the runs' checks, here (accumulation cuts 8 * k rows into k)
     acc = measure_accumulation(micro_batch=4, accumulation_steps=accumulation_steps, seq_len=64)
     ckpt = measure_checkpointing((64,), batch_size=8, repeats=3)[0]
     parallel = measure_local_sgd(local_sgd_steps, steps, n, batch_size=8, accumulation_steps=accumulation_steps)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from effitrain_helpers.core.outputs import check_output_folder
 from effitrain_helpers.core.validate import positive_int, positive_number, whole_number
 
 SMALL_MODEL_LR = 1e-3  # the workbook's small model learns from random weights: bigger steps
@@ -38,6 +39,8 @@ class TrainConfig:
         self.warmup_steps = whole_number("warmup_steps", self.warmup_steps, minimum=0, hint="e.g. warmup_steps=10")
         if self.learning_rate is not None:
             self.learning_rate = positive_number("learning_rate", self.learning_rate, hint=LEARNING_RATE_HINT)
+        if self.output_dir is not None:  # before training: a model trained for nothing is lost at the end
+            check_output_folder(self.output_dir, "output_dir")
 
 
 def default_learning_rate(model_source: str) -> float:

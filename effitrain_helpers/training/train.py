@@ -22,16 +22,17 @@ import sys
 import time
 from dataclasses import asdict
 
-from effitrain_helpers.core.validate import positive_int
 from effitrain_helpers.processes.group import cpu_group_requested
 from effitrain_helpers.training.runs import TrainConfig, build_data, learning_rate, weights_fingerprint
+from effitrain_helpers.core.arguments import OneLineParser
 
 
 def preflight(config: TrainConfig, num_processes: int = 1):
     """Check config, data and process count in this process, before any process starts; returns the data."""
+    from effitrain_helpers.processes.launch import resolve_num_processes
     from effitrain_helpers.sources.models import load_tokenizer
 
-    positive_int("num_processes", num_processes)
+    resolve_num_processes(num_processes)
     tokenizer = load_tokenizer(config.model)
     data, choice = build_data(config, tokenizer)
     for split in ("train", "validation"):
@@ -196,7 +197,7 @@ def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="effitrain train", description=__doc__.split("\n\n")[0])
     for name, value in asdict(TrainConfig()).items():
         kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # other None defaults: str
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name)
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = train_accelerate(config)
-    except ValueError as err:  # bad data (label column, one class): said before any step runs
+    except (ValueError, OSError) as err:  # bad data or model files: said before any step runs
         print(f"effitrain train: error: {err}", file=sys.stderr)
         return 2
     fingerprints = gather_object([result["fingerprint"]])

@@ -1,0 +1,469 @@
+"""Faults a user or a machine can cause: nothing hangs, nothing trained is lost, every mistake is one line.
+
+One test per case of the fault probe (issue 15): a Hub that accepts and never answers or answers an error, an
+output folder that cannot be written, bad data files, broken model folders and caches, a rank killed by
+signal 9, a worker that leaves a child behind, a notebook process ended while workers run, a killed cache
+build, a truncated cache entry, and the smaller option checks.
+"""
+
+import http.server
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+
+from effitrain_helpers import cli
+from effitrain_helpers.core import cache, hub
+from effitrain_helpers.core.settings import SETTINGS
+from effitrain_helpers.processes import launch as launch_mod
+from effitrain_helpers.processes.launch import RankFailed, launch
+from effitrain_helpers.sources import models
+from effitrain_helpers.sources.pairs import load_local_pairs
+
+
+_PROGRESS = re.compile(r"\d+%\|| examples/s\]|it/s\]")  # a progress bar (a first model build, a data load)
+
+
+def _one_line_error(capsys, argv, words):
+    """Run the command line in this process: exit code 2, nothing on stdout, one line on stderr with ``words``."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as stop:  # argparse's own errors
+        code = stop.code
+    out = capsys.readouterr()
+    lines = [line for line in out.err.splitlines() if line.strip() and not _PROGRESS.search(line)]
+    assert code == 2 and len(lines) == 1 and words in lines[0], out.err
+    return lines[0]
+
+
+def _gone(pid: int) -> bool:
+    """The process no longer runs (a zombie waiting for a parent that never reaps counts as gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+# ---------------------------------------------------------------- 1. the Hub: a real question, with time limits
+
+@contextmanager
+def _silent_server():
+    """A local server that accepts connections and never answers (a proxy or firewall that swallows requests)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted = []
+
+    def accept():
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+
+
+@contextmanager
+def _answering_server(status: int, body: bytes = b""):
+    """A local server that answers every request with ``status`` and ``body`` (a captive portal, a proxy error)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def online(monkeypatch, tmp_path):
+    """Network allowed, an empty Hugging Face cache, no kit, and no remembered answer about the Hub."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.delenv("EFFITRAIN_KIT", raising=False)
+    monkeypatch.setattr(hub, "_ANSWERS", {})
+    return monkeypatch
+
+
+def test_a_hub_that_accepts_and_never_answers_falls_back_within_seconds_and_is_asked_once(online, capsys):
+    models.build_offline_checkpoint()  # built beforehand: the test times the Hub question, not the build
+    with _silent_server() as (endpoint, accepted):
+        online.setenv("HF_ENDPOINT", endpoint)
+        start = time.perf_counter()
+        assert cli.main(["model", "--json"]) == 0
+        choice = json.loads(capsys.readouterr().out)
+        assert time.perf_counter() - start < 8
+        assert choice["source"] == "offline-build"
+        assert f"the Hub ({endpoint}) did not answer within 3 s" in choice["reason"]
+        models.choose_model()  # asked again in the same process: the answer is remembered
+        assert len(accepted) == 1
+
+
+@pytest.mark.parametrize("status, body, words", [
+    (426, b"", "answered HTTP 426"),
+    (200, b"<html>Log in to the hotel wifi</html>", "not the Hub's (a captive portal?)"),
+])
+def test_a_hub_that_answers_an_error_or_a_portal_falls_back(online, status, body, words):
+    with _answering_server(status, body) as endpoint:
+        online.setenv("HF_ENDPOINT", endpoint)
+        choice = models.choose_model()
+    assert choice.source == "offline-build" and words in choice.reason
+
+
+def test_a_usable_hub_gives_later_requests_a_time_limit(online):
+    from huggingface_hub.utils import _http, get_session, set_client_factory
+
+    with _answering_server(200, b"[]") as endpoint:
+        online.setenv("HF_ENDPOINT", endpoint)
+        try:
+            assert hub.hub_reachable()
+            limits = get_session().timeout
+            assert (limits.connect, limits.read) == (hub.HUB_TIMEOUT_S, hub.REQUEST_TIMEOUT_S)
+        finally:
+            set_client_factory(_http.default_client_factory)
+
+
+# ---------------------------------------------------------------- 2. the output folder, checked before training
+
+def test_train_output_dir_that_is_a_file_is_refused_before_training(tmp_path, capsys):
+    target = tmp_path / "model.bin"
+    target.write_text("x")
+    start = time.perf_counter()
+    _one_line_error(capsys, ["train", "--output-dir", str(target)], "is a file, not a folder")
+    assert time.perf_counter() - start < 5  # no model was loaded, nothing was trained
+
+
+def test_train_output_dir_that_cannot_be_written_is_refused_before_training(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")  # below a file: no one can write there, root included
+    _one_line_error(capsys, ["train", "--output-dir", str(tmp_path / "file" / "out")], "so nothing could be saved")
+
+
+# ---------------------------------------------------------------- 3. bad data files: one line each
+
+BAD_FILES = {
+    "negative_label.csv": ("sentence1,sentence2,label\na,b,-1\nc,d,1\n", "row 1: -1"),
+    "missing_label.csv": ("sentence1,sentence2,label\na,b,\nc,d,1\n", "row 1: None"),
+    "missing_sentence.csv": ("sentence1,sentence2,label\na,,1\nc,d,0\n", "sentence2 is missing or empty in row(s) [1]"),
+    "label_two.csv": ("sentence1,sentence2,label\na,b,2\nc,d,0\n", "row 1: 2"),
+    "label_half.csv": ("sentence1,sentence2,label\na,b,0.5\nc,d,0\n", "row 1: 0.5"),
+    "empty.csv": ("", "is empty"),
+    "header_only.csv": ("sentence1,sentence2,label\n", "has a header but no rows"),
+    "broken.json": ("{bad json", "cannot be read as JSON"),
+    "missing_column.csv": ("sentence1,label\na,1\nc,0\n", "missing ['sentence2']"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_a_bad_data_file_is_one_line_naming_the_file(tmp_path, name):
+    text, words = BAD_FILES[name]
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        load_local_pairs(path)
+    message = str(err.value)
+    assert words in message and str(path) in message and "\n" not in message
+
+
+def test_labels_spelled_as_numbers_or_names_are_accepted(tmp_path):
+    path = tmp_path / "ok.csv"
+    path.write_text("sentence1,sentence2,label\na,b,1\nc,d,0\ne,f,equivalent\ng,h,not_equivalent\ni,j,1.0\n")
+    data = load_local_pairs(path)
+    assert sorted(list(data["train"]["label"]) + list(data["validation"]["label"])) == [0, 0, 1, 1, 1]
+
+
+def test_the_command_line_says_a_bad_label_in_one_line_before_training(tmp_path, capsys):
+    path = tmp_path / "pairs.csv"
+    path.write_text("sentence1,sentence2,label\na,b,-1\nc,d,1\n")
+    _one_line_error(capsys, ["train", "--data", str(path), "--n-train", "20", "--epochs", "1"], "row 1: -1")
+
+
+# ---------------------------------------------------------------- 4. broken folders and caches: one line, no traceback
+
+@pytest.fixture
+def model_folder(tmp_path):
+    """A copy of the workbook's small model, as a user's own folder."""
+    import shutil
+
+    folder = tmp_path / "my-model"
+    shutil.copytree(models.build_offline_checkpoint(), folder)
+    return folder
+
+
+def test_a_model_folder_with_a_broken_config_is_one_line(model_folder, capsys):
+    (model_folder / "config.json").write_text('{"dim": 12')
+    _one_line_error(capsys, ["model", str(model_folder)], "config.json is not valid JSON")
+    _one_line_error(capsys, ["train", "--model", str(model_folder), "--n-train", "20"], "config.json is not valid JSON")
+
+
+def test_a_model_folder_with_truncated_weights_is_one_line(model_folder, capsys):
+    weights = model_folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    _one_line_error(capsys, ["model", str(model_folder)], "model.safetensors is 5000 bytes")
+    _one_line_error(capsys, ["train", "--model", str(model_folder), "--n-train", "20"], "(truncated?)")
+
+
+def test_unwritable_outputs_are_refused_before_the_work(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    _one_line_error(capsys, ["editions", "--out", str(tmp_path / "file" / "editions")], "is a file")
+    start = time.perf_counter()
+    _one_line_error(capsys, ["bench", "--device", "cpu", "--plot", str(tmp_path / "no" / "b.png")], "does not exist")
+    _one_line_error(capsys, ["optimizers", "--plot", str(tmp_path / "file" / "o.png")], "is not a folder you can")
+    assert time.perf_counter() - start < 5  # refused before benchmarking or training
+
+
+@pytest.mark.parametrize("kind", ["a file", "below a file"])
+def test_an_unusable_effitrain_cache_is_one_line(tmp_path, monkeypatch, capsys, kind):
+    (tmp_path / "file").write_text("x")
+    where = tmp_path / "file" if kind == "a file" else tmp_path / "file" / "cache"
+    monkeypatch.setenv("EFFITRAIN_CACHE", str(where))
+    monkeypatch.setattr(SETTINGS, "cache_dir", where)
+    monkeypatch.setattr(models, "offline_model_name", lambda: "never-built")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.delenv("EFFITRAIN_KIT", raising=False)
+    _one_line_error(capsys, ["model"], f"EFFITRAIN_CACHE={str(where)!r} cannot hold the workbook's cache")
+
+
+def test_a_type_error_is_a_bug_and_keeps_its_traceback(monkeypatch):
+    def broken(args):
+        return len(42)  # an internal bug, not a user's mistake
+
+    monkeypatch.setattr(cli, "_devices", broken)
+    with pytest.raises(TypeError):
+        cli.main(["devices"])
+
+
+# ---------------------------------------------------------------- 5. the rank that died is named
+
+@pytest.mark.slow
+def test_a_rank_killed_by_signal_9_is_named_not_the_survivor():
+    def killed_on_rank_one():
+        import os
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        if dist.get_rank() == 1:
+            time.sleep(0.5)
+            os.kill(os.getpid(), 9)  # what the out-of-memory killer does
+        total = torch.ones(1)
+        dist.all_reduce(total)  # rank 0 waits here and loses its peer ("Connection closed by peer")
+        return total.item()
+
+    with pytest.raises(RankFailed) as err:
+        launch(killed_on_rank_one, num_processes=2, quiet=True)
+    assert err.value.rank == 1 and err.value.exc_type == "ProcessExit"
+    assert "killed by signal 9 (SIGKILL)" in str(err.value) and "Out of memory?" in str(err.value)
+
+
+@pytest.mark.slow
+def test_a_rank_that_exits_without_reporting_is_named_with_its_code():
+    def exits_on_rank_one():
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+        if dist.get_rank() == 1:
+            os._exit(7)
+        dist.all_reduce(torch.ones(1))
+
+    with pytest.raises(RankFailed, match="rank 1 exited with code 7 before reporting") as err:
+        launch(exits_on_rank_one, num_processes=2, quiet=True)
+    assert "Out of memory" not in str(err.value)
+
+
+# ---------------------------------------------------------------- 6. nothing outlives the work
+
+def _start_sleeper(record: str) -> None:
+    """In a worker: start a child process that would sleep for a minute, and note its pid in ``record``."""
+    import subprocess
+    from pathlib import Path
+
+    child = subprocess.Popen(["sleep", "60"])
+    Path(record).write_text(str(child.pid))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_workers_own_child_is_ended_when_the_worker_ends(tmp_path, ending):
+    record = tmp_path / "child.pid"
+
+    def work():
+        _start_sleeper(str(record))
+        if ending == "raises":
+            raise RuntimeError("the worker fails after starting a child")
+        return "done"
+
+    if ending == "returns":
+        assert launch(work, num_processes=1, quiet=True) == ["done"]
+    else:
+        with pytest.raises(RankFailed, match="the worker fails"):
+            launch(work, num_processes=1, quiet=True)
+    assert _gone(int(record.read_text()))
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_notebook_process_ends_the_workers_and_removes_the_folder(tmp_path):
+    script = tmp_path / "notebook.py"
+    script.write_text(
+        "from effitrain_helpers.processes.launch import launch\n"
+        "def hang():\n    import time\n    time.sleep(120)\n"
+        "launch(hang, num_processes=2)\n"
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    parent = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "TMPDIR": str(temp)})
+    workers = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.3)
+        workers = [p for p in psutil.Process(parent.pid).children() if "launch_worker" in " ".join(p.cmdline())]
+    assert len(workers) == 2 and list(temp.glob("effitrain-launch-*"))
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+    assert all(_gone(w.pid) for w in workers)
+    assert not list(temp.glob("effitrain-launch-*"))
+
+
+@pytest.mark.slow
+def test_a_launch_folder_left_by_a_killed_notebook_is_removed_by_the_next_launch(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / f"effitrain-launch-{_dead_pid()}-abc"
+    stale.mkdir()
+    (stale / "payload.pkl").write_bytes(b"left by a notebook killed with SIGKILL")
+    mine = tmp_path / f"effitrain-launch-{os.getpid()}-live"  # a live process's folder stays
+    mine.mkdir()
+    assert launch(abs, -3, num_processes=1, quiet=True) == [3]
+    assert not stale.exists() and mine.exists()
+
+
+def test_a_killed_model_build_leaves_no_building_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(SETTINGS, "cache_dir", tmp_path)
+    script = ("import time\nfrom effitrain_helpers.core.cache import build_once\n"
+              "build_once('models/slow', lambda folder: time.sleep(60), 'config.json')\n")
+    builder = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "EFFITRAIN_CACHE": str(tmp_path)})
+    deadline = time.monotonic() + 120  # a busy machine imports slowly
+    while time.monotonic() < deadline and not list((tmp_path / "models").glob(".building-*")):
+        time.sleep(0.1)
+    builder.kill()
+    builder.wait()
+    assert len(list((tmp_path / "models").glob(".building-*"))) == 1  # what a killed build leaves
+
+    cache.build_once("models/other", lambda folder: (folder / "config.json").write_text("{}"), "config.json")
+    assert not list((tmp_path / "models").glob(".building-*"))
+
+
+def _write_tiny_model(folder: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.ones(64, 64)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text("{}")
+
+
+def test_a_truncated_cache_entry_is_detected_and_rebuilt(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(SETTINGS, "cache_dir", tmp_path)
+    built = []
+
+    def write(folder):
+        built.append(folder)
+        _write_tiny_model(folder)
+
+    target = cache.build_once("models/tiny", write, "config.json")
+    whole = (target / "model.safetensors").read_bytes()
+    assert cache.build_once("models/tiny", write, "config.json") == target and len(built) == 1
+    (target / "model.safetensors").write_bytes(whole[: len(whole) // 2])  # a copy or a disk cut short
+    assert cache.build_once("models/tiny", write, "config.json") == target and len(built) == 2
+    assert (target / "model.safetensors").read_bytes() == whole
+    assert "is damaged (model.safetensors is" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 7. smaller checks
+
+def test_train_option_errors_are_one_line(capsys):
+    _one_line_error(capsys, ["train", "--epochs", "x"], "argument --epochs: invalid int value: 'x'")
+
+
+@pytest.mark.parametrize("argv", [["shards", "--processes", "65"], ["efficiency", "--processes", "65"]])
+def test_process_count_errors_name_the_option_typed_and_come_first(capsys, argv):
+    start = time.perf_counter()
+    line = _one_line_error(capsys, argv, "--processes 65 is not allowed")
+    assert "num_processes" not in line and time.perf_counter() - start < 3
+
+
+def test_shards_batch_size_has_an_upper_bound(capsys):
+    _one_line_error(capsys, ["shards", "--samples", "10", "--batch-size", "1000000"], "--batch-size=1000000 must be a whole number from 1 to 10")
+
+
+def test_efficiency_accepts_an_accumulation_the_batch_cannot_refuse(monkeypatch):
+    """``--accumulation-steps 3`` used to be refused with advice about a batch_size no option sets."""
+    from effitrain_helpers.training import efficiency
+
+    def reached(*args, **kwargs):
+        raise RuntimeError("the checks passed")
+
+    monkeypatch.setattr(efficiency, "measure_accumulation", reached)
+    with pytest.raises(RuntimeError, match="the checks passed"):
+        cli.main(["efficiency", "--accumulation-steps", "3", "--json"])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_launch_refuses_a_timeout_that_is_not_a_finite_positive_number(bad):
+    with pytest.raises(ValueError, match="must be a finite positive number of seconds"):
+        launch(print, num_processes=1, timeout=bad)
+
+
+@pytest.mark.slow
+def test_workers_import_what_the_notebook_added_to_sys_path_and_talk_over_loopback(tmp_path, monkeypatch):
+    (tmp_path / "fault_probe_module.py").write_text("ANSWER = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def uses_it():
+        import os
+
+        import fault_probe_module
+
+        return fault_probe_module.ANSWER, os.environ.get("GLOO_SOCKET_IFNAME")
+
+    loopback = "lo0" if sys.platform == "darwin" else "lo"
+    assert launch(uses_it, num_processes=2, quiet=True) == [(42, loopback), (42, loopback)]
+    assert launch_mod.resolve_num_processes(None) >= 2
