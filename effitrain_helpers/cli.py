@@ -136,7 +136,8 @@ def _ddp_check(args) -> int:
 
 
 def _efficiency(args) -> int:
-    from effitrain_helpers.training.efficiency import chapter_table, check_steps, measure_chapter
+    from effitrain_helpers.training.efficiency import chapter_table, measure_chapter
+    from effitrain_helpers.training.workload import check_steps
     from effitrain_helpers.processes.launch import default_num_processes
 
     n = max(2, default_num_processes()) if args.processes is None else args.processes
@@ -149,7 +150,7 @@ def _efficiency(args) -> int:
         print(f"measuring the four techniques of chapter 3 ({n} processes for local SGD; about a minute) ...")
     records = measure_chapter(n, accumulation_steps=args.accumulation_steps, local_sgd_steps=args.local_sgd_steps,
                               steps=args.steps)
-    print(json.dumps(records) if args.json else chapter_table(records))
+    print(json.dumps([r.to_dict() for r in records]) if args.json else chapter_table(records))
     return 0
 
 
