@@ -91,7 +91,7 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
         ChapterRow(f"mixed precision ({low})", half.activation_bytes / fp32.activation_bytes,
                    low_precision_memory_ratio(fp32), half.seconds_per_step / fp32.seconds_per_step,
                    matmul["float32"] / matmul[TORCH_NAME[low]], 1.0, 1.0,
-                   f"matmul {matmul['float32']:.0f} GFLOP/s fp32, {matmul[TORCH_NAME[low]]:.1f} GFLOP/s {low} here"),
+                   f"matmul {matmul['float32']:.3g} GFLOP/s fp32, {matmul[TORCH_NAME[low]]:.3g} GFLOP/s {low} here"),
     ]
     verdicts = [
         _verdict(abs(rows[0].memory_ratio - 1 / k) < 0.05 / k and rows[0].sync_ratio == 1,
