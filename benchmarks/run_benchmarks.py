@@ -157,12 +157,13 @@ CHECKPOINT_MEMORY_SAVED_MIN, CHECKPOINT_TIME_ADDED_MAX = 0.40, 0.50
 
 def checkpointing_tradeoff(seq_lens=(64, 128, 256), repeats: int = 5) -> list[dict]:
     """Lesson 3.2's trade-off, with more repeats than the lesson uses."""
-    from effitrain_helpers.training.efficiency import measure_checkpointing
+    from dataclasses import asdict
 
-    rows = measure_checkpointing(seq_lens, batch_size=8, repeats=repeats)
-    for r in rows:
-        r["ok"] = r["memory_saved"] >= CHECKPOINT_MEMORY_SAVED_MIN and r["time_added"] <= CHECKPOINT_TIME_ADDED_MAX
-    return rows
+    from effitrain_helpers.training.checkpointing import measure_checkpointing
+
+    return [{**asdict(r), "memory_saved": r.memory_saved, "time_added": r.time_added,
+             "ok": r.memory_saved >= CHECKPOINT_MEMORY_SAVED_MIN and r.time_added <= CHECKPOINT_TIME_ADDED_MAX}
+            for r in measure_checkpointing(seq_lens, batch_size=8, repeats=repeats)]
 
 
 def optimizer_targets(steps: int | None = None, seed: int = 0) -> dict:

@@ -8,8 +8,9 @@ Sub-packages, lowest layer first (a module imports only from its own layer or lo
 - ``processes``  running real processes from a notebook: ``launch`` (and its ``launch_worker``), ``sharding``
 - ``measure``    ``bench`` (matrix-product speed), ``metrics``, ``saved_memory``, ``communication``,
                  ``optimizer_memory``
-- ``training``   the lessons' runs: ``train`` (chapter 2's loop), ``ddp_checks``, ``scaling``, ``efficiency``
-                 (chapter 3), ``optimizer_compare`` (chapter 4)
+- ``training``   the lessons' runs: ``train`` (chapter 2's loop), ``ddp_checks``, ``scaling``; chapter 3's
+                 ``workload``, ``accumulation``, ``checkpointing``, ``local_sgd``, ``precision``, ``techniques``
+                 and ``efficiency`` (the chapter's table); ``optimizer_compare`` (chapter 4)
 - ``teach``      ``exercises`` and ``checks`` (one module per lesson), ``editions``, ``lessons`` (the course map),
                  ``plots``, ``widgets``, ``code_view``
 - ``cli``        the ``effitrain`` command line

@@ -140,8 +140,10 @@ def _ddp_check(args) -> int:
 
 
 def _efficiency(args) -> int:
-    from effitrain_helpers.training.efficiency import LOCAL_SGD_NEEDS, chapter_table, check_steps, measure_chapter
     from effitrain_helpers.processes.launch import resolve_num_processes
+    from effitrain_helpers.training.efficiency import chapter_table, measure_chapter
+    from effitrain_helpers.training.local_sgd import LOCAL_SGD_NEEDS
+    from effitrain_helpers.training.workload import check_steps
 
     n = resolve_num_processes(args.processes, minimum=2, name="--processes", why=LOCAL_SGD_NEEDS)
     for name, value in (("--accumulation-steps", args.accumulation_steps), ("--local-sgd-steps", args.local_sgd_steps),
@@ -151,7 +153,7 @@ def _efficiency(args) -> int:
         print(f"measuring the four techniques of chapter 3 ({n} processes for local SGD; about a minute) ...")
     records = measure_chapter(n, accumulation_steps=args.accumulation_steps, local_sgd_steps=args.local_sgd_steps,
                               steps=args.steps)
-    print(json.dumps(records) if args.json else chapter_table(records))
+    print(json.dumps([r.to_dict() for r in records]) if args.json else chapter_table(records))
     return 0
 
 

@@ -14,70 +14,169 @@ def test_3_1_q1():
     assert "samples" in l31.q1.evaluate(2).message
 
 
-def test_3_1_q2():
-    def right(model, micro_batches, optimizer, accelerator):
-        for batch in micro_batches:
+def test_3_1_q2_runs_the_learners_loop_in_two_processes():
+    def right(model, optimizer, dataset, k):
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator(gradient_accumulation_steps=k)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+        for batch in loader:
             with accelerator.accumulate(model):
                 accelerator.backward(model(**batch).loss)
                 optimizer.step()
                 optimizer.zero_grad()
 
-    def plain_backward(model, micro_batches, optimizer, accelerator):
-        for batch in micro_batches:
+    def plain_backward(model, optimizer, dataset, k):  # the loss is not divided by k
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator(gradient_accumulation_steps=k)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+        for batch in loader:
             with accelerator.accumulate(model):
                 model(**batch).loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()
 
-    def no_accumulate(model, micro_batches, optimizer, accelerator):
-        for batch in micro_batches:
+    def loader_not_prepared(model, optimizer, dataset, k):  # every process trains on all the data
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator(gradient_accumulation_steps=k)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        for batch in DataLoader(dataset, batch_size=4):
+            with accelerator.accumulate(model):
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
+
+    def no_k(model, optimizer, dataset, k):  # Accelerator() without gradient_accumulation_steps
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator()
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+        for batch in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
+
+    assert l31.q2.evaluate(right).status == "correct", l31.q2.evaluate(right).message
+    assert "accelerator.backward" in l31.q2.evaluate(plain_backward).message
+    assert "prepare" in l31.q2.evaluate(loader_not_prepared).message
+    assert "gradient_accumulation_steps" in l31.q2.evaluate(no_k).message
+    assert "function itself" in l31.q2.evaluate(42).message
+
+
+def test_3_1_q2_reports_a_failing_function_in_one_line():
+    def broken(model, optimizer, dataset, k):
+        raise RuntimeError("my bug")
+
+    result = l31.q2.evaluate(broken)
+    assert result.status == "incorrect" and "RuntimeError: rank" in result.message and "my bug" in result.message
+
+
+def test_3_1_q3():
+    per, budget = 1000.0, 20 * 1000.0
+    assert l31.q3.evaluate((16, 4), per, budget).status == "correct"
+    assert "more than" in l31.q3.evaluate((32, 2), per, budget).message
+    assert "larger micro-batch" in l31.q3.evaluate((8, 8), per, budget).message
+    assert "does not divide 64" in l31.q3.evaluate((20, 3), per, budget).message
+    assert "not 64" in l31.q3.evaluate((16, 2), per, budget).message
+    assert "pair" in l31.q3.evaluate(16, per, budget).message
+
+
+def test_3_2_q1_checkpointing_a_transformers_model():
+    assert l32.q1.evaluate(lambda model: model.activation_checkpointing_enable()).status == "correct"
+    assert "still keeps every activation" in l32.q1.evaluate(lambda model: None).message
+    assert "eval mode" in l32.q1.evaluate(lambda model: model.eval()).message
+    assert "function itself" in l32.q1.evaluate(True).message
+
+
+def test_3_2_q2():
+    config = DistilBertConfig(n_layers=2, dim=128, n_heads=4, hidden_dim=512)
+    assert l32.q2.evaluate(2 * 8 * 64 * 128 * 4, config).status == "correct"
+    assert "bytes" in l32.q2.evaluate(2 * 8 * 64 * 128, config).message
+    assert "one layer" in l32.q2.evaluate(8 * 64 * 128 * 4, config).message
+    assert "config" in l32.q2.evaluate(1, {"n_layers": 2}).message
+
+
+def test_3_2_q3_checkpointing_a_plain_module():
+    from torch.utils.checkpoint import checkpoint
+
+    def right(blocks, x):
+        for block in blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return x
+
+    def plain(blocks, x):
+        for block in blocks:
+            x = block(x)
+        return x
+
+    def half(blocks, x):  # only the first two blocks checkpointed
+        for i, block in enumerate(blocks):
+            x = checkpoint(block, x, use_reentrant=False) if i < 2 else block(x)
+        return x
+
+    def no_grad(blocks, x):
+        with torch.no_grad():
+            return plain(blocks, x)
+
+    def skips_a_block(blocks, x):
+        return right(blocks[:-1], x)
+
+    assert l32.q3.evaluate(right).status == "correct"
+    assert "use_reentrant=False" in l32.q3.evaluate(plain).message
+    assert "checkpoint every block" in l32.q3.evaluate(half).message
+    assert "no gradient" in l32.q3.evaluate(no_grad).message
+    assert "output differs" in l32.q3.evaluate(skips_a_block).message
+
+
+def test_3_2_q4_counts_the_averages_of_a_local_sgd_loop_in_two_processes():
+    def right(model, optimizer, dataset, k):
+        from accelerate import Accelerator
+        from accelerate.local_sgd import LocalSGD
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator()
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+        with LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=k) as local_sgd:
+            for batch in loader:
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
+                local_sgd.step()
+
+    def plain_ddp(model, optimizer, dataset, k):
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator()
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+        for batch in loader:
             accelerator.backward(model(**batch).loss)
             optimizer.step()
             optimizer.zero_grad()
 
-    def no_step(model, micro_batches, optimizer, accelerator):
-        for batch in micro_batches:
-            with accelerator.accumulate(model):
+    def no_step(model, optimizer, dataset, k):
+        from accelerate import Accelerator
+        from accelerate.local_sgd import LocalSGD
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator()
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+        with LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=k):
+            for batch in loader:
                 accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
 
-    assert l31.q2.evaluate(right).status == "correct"
-    assert "accelerator.backward" in l31.q2.evaluate(plain_backward).message
-    assert "accumulate" in l31.q2.evaluate(no_accumulate).message
-    assert "did not change" in l31.q2.evaluate(no_step).message
-    assert "function itself" in l31.q2.evaluate(42).message
-
-
-def test_3_1_q3():
-    from effitrain_helpers.training.efficiency import lesson_batches, lesson_model
-    from effitrain_helpers.measure.saved_memory import saved_bytes
-
-    per = saved_bytes(lesson_model(), lesson_batches(1, 4, 64)[0]).activation_bytes / 4
-    assert l31.q3.evaluate(32 * per, per).status == "correct"
-    assert "one sample" in l31.q3.evaluate(per, per).message
-    assert l31.q3.evaluate(16 * per, per).status == "incorrect"
-    assert l31.q3.evaluate(32 * 1000.0, 1000.0).status == "incorrect"  # a wrong per-sample figure does not pass
-
-
-def test_3_2_q1():
-    config = DistilBertConfig(n_layers=2, dim=128, n_heads=4, hidden_dim=512)
-    assert l32.q1.evaluate(2 * 8 * 64 * 128 * 4, config).status == "correct"
-    assert "bytes" in l32.q1.evaluate(2 * 8 * 64 * 128, config).message
-    assert "one layer" in l32.q1.evaluate(8 * 64 * 128 * 4, config).message
-    assert "config" in l32.q1.evaluate(1, {"n_layers": 2}).message
-
-
-def test_3_2_q2():
-    assert l32.q2.evaluate(13).status == "correct"
-    assert "__exit__" not in l32.q2.evaluate(12).message and "ends" in l32.q2.evaluate(12).message
-    assert l32.q2.evaluate(100).status == "incorrect"
-
-
-def test_3_2_q3():
-    p = 1000
-    assert l32.q3.evaluate(7 * p, p, 7 * p).status == "correct"
-    assert "measured" in l32.q3.evaluate(7 * p, p, 6 * p).message
-    assert "every step" in l32.q3.evaluate(24 * p, p, 7 * p).message
-    assert "closing" in l32.q3.evaluate(6 * p, p, 7 * p).message
+    assert l32.q4.evaluate(right).status == "correct", l32.q4.evaluate(right).message
+    assert "plain data parallelism" in l32.q4.evaluate(plain_ddp).message
+    assert "local_sgd.step()" in l32.q4.evaluate(no_step).message
 
 
 def test_3_3_q1():
@@ -94,18 +193,33 @@ def test_3_3_q2():
     assert "power of two" in l33.q2.evaluate(3).message
 
 
-def test_3_3_q3():
+def test_3_3_q3_a_forward_pass_in_the_hardwares_16_bit_type():
+    from effitrain_helpers.training.precision import TORCH_NAME, low_precision
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    low = getattr(torch, TORCH_NAME[low_precision()])
+    other = torch.float16 if low == torch.bfloat16 else torch.bfloat16
+
     def right(model, batch):
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        with torch.autocast(device_type=device, dtype=low):
             return model(**batch).logits
 
     def no_autocast(model, batch):
         return model(**batch).logits
 
-    def cast_input(model, batch):
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+    def other_type(model, batch):
+        with torch.autocast(device_type=device, dtype=other):
+            return model(**batch).logits
+
+    def converted_model(model, batch):
+        return model.to(low)(**{k: v.to(low) for k, v in batch.items()}).logits
+
+    def argmax(model, batch):
+        with torch.autocast(device_type=device, dtype=low):
             return model(**batch).logits.argmax(-1)
 
     assert l33.q3.evaluate(right).status == "correct"
     assert "torch.autocast" in l33.q3.evaluate(no_autocast).message
-    assert l33.q3.evaluate(cast_input).status == "incorrect"
+    assert "this hardware" in l33.q3.evaluate(other_type).message
+    assert "float32 weights" in l33.q3.evaluate(converted_model).message
+    assert l33.q3.evaluate(argmax).status == "incorrect"

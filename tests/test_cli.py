@@ -119,7 +119,8 @@ def test_efficiency_json_has_one_record_per_technique_with_measured_and_expected
     out = run("efficiency", "--json", "--steps", "4", "--local-sgd-steps", "2", "--accumulation-steps", "2")
     assert out.returncode == 0, out.stderr
     records = json.loads(out.stdout)
-    assert [r["technique"].split(" ")[0] for r in records] == ["gradient", "activation", "local", "mixed"]
+    assert [r["technique"].split(" (")[0] for r in records] == ["gradient accumulation", "gradient checkpointing",
+                                                                "local SGD", "mixed precision"]
     for r in records:
         for key in ("memory", "time", "sync"):
             assert r[f"{key}_ratio"] > 0 and r[f"{key}_expected"] > 0

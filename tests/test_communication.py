@@ -36,5 +36,5 @@ def test_ddp_gradient_syncs_and_explicit_all_reduces_are_counted():
     summaries = launch(train, num_processes=2, quiet=True)
     parameter_bytes = (10 * 10 + 10) * 4
     for s in summaries:
-        assert s["steps"] == 5 and s["synchronised_steps"] == [1, 2, 4, 5]
-        assert s["bytes"] == 3 * parameter_bytes + 100 * 4
+        assert s.steps == 5 and s.synchronised_steps == [1, 2, 4, 5] and s.synchronisations == 4
+        assert s.bytes == 3 * parameter_bytes + 100 * 4

@@ -43,3 +43,47 @@ def test_cpu_half_precision_flags(monkeypatch):
     assert devices._cpu_half_precision() == (True, False)
     monkeypatch.setattr(devices, "_cpu_flags", lambda: {"avx2"})
     assert devices._cpu_half_precision() == (False, False)
+
+
+GRAVITON3_CPUINFO = """processor\t: 0
+BogoMIPS\t: 2100.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop \
+sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng
+CPU implementer\t: 0x41
+CPU part\t: 0xd40
+"""
+GRAVITON2_CPUINFO = """processor\t: 0
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs
+"""
+X86_CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n"
+
+
+def test_cpu_flags_are_read_from_x86_and_arm_cpuinfo():
+    assert {"avx2", "avx512_bf16"} <= devices.parse_cpu_flags(X86_CPUINFO)
+    assert {"bf16", "asimdhp", "sve"} <= devices.parse_cpu_flags(GRAVITON3_CPUINFO)
+    assert devices.parse_cpu_flags("processor\t: 0\n") == set()
+
+
+def _on(monkeypatch, system, machine, cpuinfo, sysctl=None):
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: devices.parse_cpu_flags(cpuinfo))
+    monkeypatch.setattr(devices.platform, "system", lambda: system)
+    monkeypatch.setattr(devices.platform, "machine", lambda: machine)
+    monkeypatch.setattr(devices, "_sysctl", lambda name: (sysctl or {}).get(name, ""))
+
+
+def test_arm_cpus_with_bf16_instructions_are_fast_bf16(monkeypatch):
+    _on(monkeypatch, "Linux", "aarch64", GRAVITON3_CPUINFO)  # Graviton3 (Neoverse V1): FEAT_BF16
+    assert devices._cpu_half_precision() == (True, True)
+    _on(monkeypatch, "Linux", "aarch64", GRAVITON2_CPUINFO)  # Graviton2 (Neoverse N1): no bf16
+    assert devices._cpu_half_precision() == (False, True)
+    _on(monkeypatch, "Linux", "aarch64", GRAVITON2_CPUINFO.replace("ssbs", "ssbs asimdbf16"))
+    assert devices._cpu_half_precision()[0]
+
+
+def test_apple_silicon_bf16_comes_from_sysctl(monkeypatch):
+    _on(monkeypatch, "Darwin", "arm64", "", {"hw.optional.arm.FEAT_BF16": "1"})  # M2 and later
+    assert devices._cpu_half_precision() == (True, True)
+    _on(monkeypatch, "Darwin", "arm64", "", {"hw.optional.arm.FEAT_BF16": "0"})  # M1
+    assert devices._cpu_half_precision() == (False, True)
+    _on(monkeypatch, "Darwin", "x86_64", "", {"hw.optional.arm.FEAT_BF16": "1"})  # an Intel Mac: not asked
+    assert devices._cpu_half_precision() == (False, False)

@@ -243,6 +243,11 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("2_2_", "lesson_2_2", "q2", "import math"),
     ("2_2_", "lesson_2_2", "q1", ""),
     ("2_3_", "lesson_2_3", "q2", ""),
+    ("3_1_", "lesson_3_1", "q1", ""),
+    ("3_1_", "lesson_3_1", "q3", "bytes_per_sample = 1000.0"),
+    ("3_2_", "lesson_3_2", "q2", "from types import SimpleNamespace as S\nmodel = S(config=S(n_layers=2, dim=8))"),
+    ("3_3_", "lesson_3_3", "q1", "import torch"),
+    ("3_3_", "lesson_3_3", "q2", "import torch"),
 ]
 
 

@@ -42,14 +42,20 @@ def test_widget_with_nothing_selected_says_so(capsys):
 
 
 def test_chapter_3_figures_have_their_panels():
-    rows = [{"seq_len": n, "batch_size": 8, "activation_bytes_off": 8e6 * n, "activation_bytes_on": 1e6 * n,
-             "step_seconds_off": 0.1 * n, "step_seconds_on": 0.13 * n} for n in (32, 64)]
-    way = {"mean_losses": [0.7, 0.6], "synchronisations": 2, "bytes_per_rank": 2**21}
-    run = {"losses": [0.7, 0.65], "seconds_per_step": 0.2}
+    from effitrain_helpers.measure.communication import CommunicationSummary
+    from effitrain_helpers.training.checkpointing import CheckpointingRow
+    from effitrain_helpers.training.local_sgd import WaySummary
+    from effitrain_helpers.training.techniques import Techniques, TechniquesRun
+
+    rows = [CheckpointingRow(n, 8, 8e6 * n, 1e6 * n, 1.1e6 * n, 0.1 * n, 0.13 * n) for n in (32, 64)]
+    way = WaySummary(2, 2, True, [1, 2], 2, 2**21, 0, 2**20, 0.1, [1, 2], True, [0.7, 0.6])
+    run = TechniquesRun(0, 1, Techniques(), "fp32", "", ["float32"], "float32", False, [0.7, 0.65], ["a", "b"], 0.2,
+                        10**6, CommunicationSummary(2, [], 0, 0, 0.0), 0, 4 * 10**6, 10**6, "b")
     figures = [plots.plot_saved_bytes(["b", "k*b"], [1e6, 4e6], "t"), plots.plot_checkpointing(rows),
                plots.plot_local_sgd({"data_parallel": way, "local_sgd": way}), plots.plot_precision({"fp32": run, "bf16": run})]
     assert [len(f.axes) for f in figures] == [1, 2, 2, 2]
-    assert len(figures[1].axes[0].lines) == 2 and len(figures[3].axes[0].lines) == 2
+    assert len(figures[1].axes[0].lines) == 3 and len(figures[3].axes[0].lines) == 2  # off, on, theory; 2 curves
+    assert "(ran as fp32)" in figures[3].axes[1].get_xticklabels()[1].get_text()
 
 
 @pytest.mark.slow
@@ -60,8 +66,8 @@ def test_efficiency_widget_compares_a_chosen_run_with_everything_off(capsys):
     box.controls["local_sgd"].value = 2
     box.controls["accumulation"].value = 2
     baseline, chosen = box.run()
-    assert baseline["communication"]["synchronisations"] == 2 and chosen["communication"]["synchronisations"] == 1
-    assert chosen["activation_bytes"] < baseline["activation_bytes"] and chosen["replicas_agree"]
+    assert baseline.communication.synchronisations == 2 and chosen.communication.synchronisations == 1
+    assert chosen.activation_bytes < baseline.activation_bytes and chosen.replicas_agree
     assert "synchronisations" in capsys.readouterr().out
 
 

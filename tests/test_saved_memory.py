@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from effitrain_helpers.training.efficiency import lesson_batches, lesson_model
+from effitrain_helpers.training.workload import lesson_batches, lesson_model
 from effitrain_helpers.measure.saved_memory import SavedTensors, saved_bytes
 
 

@@ -79,16 +79,30 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def parse_cpu_flags(cpuinfo: str) -> set[str]:
+    """The CPU feature flags in the text of /proc/cpuinfo: the ``flags`` line on x86, ``Features`` on ARM."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
 def _cpu_flags() -> set[str]:
     """CPU feature flags from /proc/cpuinfo (Linux); empty elsewhere."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+            return parse_cpu_flags(fh.read())
     except OSError:
-        pass
-    return set()
+        return set()
+
+
+def _sysctl(name: str) -> str:
+    """The value of a macOS ``sysctl`` key, or '' when it does not exist or sysctl cannot run."""
+    try:
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def cpu_model_name() -> str:
@@ -100,24 +114,29 @@ def cpu_model_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    if platform.system() == "Darwin":
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
-            )
-            if out.stdout.strip():
-                return out.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
+    if platform.system() == "Darwin" and _sysctl("machdep.cpu.brand_string"):
+        return _sysctl("machdep.cpu.brand_string")
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+# bf16 matrix instructions: x86 AVX512-BF16 and AMX; ARM FEAT_BF16 (Graviton3/4, Apple M2 and later), which
+# Linux lists as "bf16" in /proc/cpuinfo's Features line ("asimdbf16" in some tools' naming).
+_BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16", "asimdbf16"}
+_FP16_FLAGS = {"avx512_fp16", "amx_fp16"}
+
+
 def _cpu_half_precision() -> tuple[bool, bool]:
-    """(bf16 fast, fp16 fast) on this CPU: true only with matrix units for that type (AMX, AVX512-BF16/FP16)."""
+    """(bf16 fast, fp16 fast) on this CPU: true only with instructions for that type.
+
+    x86: AVX512-BF16 / AMX-BF16 and AVX512-FP16 / AMX-FP16. ARM on Linux: the ``bf16`` feature (FEAT_BF16) and
+    ``asimdhp`` (half-precision vector arithmetic). macOS on Apple silicon: ``hw.optional.arm.FEAT_BF16`` (M2 and
+    later), and fp16 arithmetic on every Apple chip.
+    """
     flags = _cpu_flags()
-    bf16 = bool(flags & {"avx512_bf16", "amx_bf16"})
-    fp16 = bool(flags & {"avx512_fp16", "amx_fp16"})
+    bf16 = bool(flags & _BF16_FLAGS)
+    fp16 = bool(flags & _FP16_FLAGS) or (platform.machine() in ("aarch64", "arm64") and "asimdhp" in flags)
     if platform.system() == "Darwin" and platform.machine() == "arm64":
+        bf16 = bf16 or _sysctl("hw.optional.arm.FEAT_BF16") == "1"
         fp16 = True  # Apple silicon has native fp16 arithmetic
     return bf16, fp16
 

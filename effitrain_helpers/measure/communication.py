@@ -21,6 +21,23 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class CommunicationSummary:
+    """What a :class:`CommunicationCounter` recorded: optimizer steps, the steps that exchanged data
+    (1-based), collective calls, bytes sent by this process and seconds blocked in Python-level all-reduces."""
+
+    steps: int
+    synchronised_steps: list[int]
+    calls: int
+    bytes: int
+    blocked_seconds: float
+
+    @property
+    def synchronisations(self) -> int:
+        """How many steps exchanged data."""
+        return len(self.synchronised_steps)
+
+
+@dataclass
 class CommunicationCounter:
     """Counts collectives (calls, bytes, seconds spent blocked in Python-level all-reduces) per step."""
 
@@ -77,8 +94,7 @@ class CommunicationCounter:
             self.synchronised_steps.append(self.steps)
         self._bytes_at_last_step = self.bytes
 
-    def summary(self) -> dict:
+    def summary(self) -> CommunicationSummary:
         """Steps, synchronised steps, collective calls, bytes and blocked seconds so far."""
-        return {"steps": self.steps, "synchronisations": len(self.synchronised_steps),
-                "synchronised_steps": list(self.synchronised_steps), "calls": self.calls, "bytes": self.bytes,
-                "blocked_seconds": self.blocked_seconds}
+        return CommunicationSummary(self.steps, list(self.synchronised_steps), self.calls, self.bytes,
+                                    self.blocked_seconds)

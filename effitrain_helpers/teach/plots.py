@@ -190,28 +190,29 @@ def plot_saved_bytes(labels: list[str], values: list[float], title: str) -> "Fig
     return fig
 
 
-def plot_checkpointing(rows: list[dict]) -> "Figure":
-    """Activation memory (left) and step time (right) against sequence length, without and with activation
-    checkpointing (lesson 3.2; rows from ``efficiency.measure_checkpointing``)."""
+def plot_checkpointing(rows: list) -> "Figure":
+    """Bytes saved for backward (left) and step time (right) against sequence length, without and with
+    gradient checkpointing (lesson 3.2; rows from ``checkpointing.measure_checkpointing``)."""
     import matplotlib.pyplot as plt
 
-    lengths = [r["seq_len"] for r in rows]
+    lengths = [r.seq_len for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, color in (("off", "#1f77b4"), ("on", "#ff7f0e")):
         name = f"checkpointing {label}"
-        left.plot(lengths, [r[f"activation_bytes_{label}"] / 2**20 for r in rows], "o-", color=color, label=name)
-        right.plot(lengths, [r[f"step_seconds_{label}"] * 1e3 for r in rows], "o-", color=color, label=name)
-    if "activation_bytes_on_expected" in rows[0]:
-        left.plot(lengths, [r["activation_bytes_on_expected"] / 2**20 for r in rows], "x:", color="#ff7f0e",
-                  label="theory, with")
-    right.plot(lengths, [r["step_seconds_off"] * 4e3 / 3 for r in rows], "x:", color="#ff7f0e",
+        left.plot(lengths, [getattr(r, f"activation_bytes_{label}") / 2**20 for r in rows], "o-", color=color,
+                  label=name)
+        right.plot(lengths, [getattr(r, f"step_seconds_{label}") * 1e3 for r in rows], "o-", color=color,
+                   label=name)
+    left.plot(lengths, [r.activation_bytes_on_expected / 2**20 for r in rows], "x:", color="#ff7f0e",
+              label="theory, with")
+    right.plot(lengths, [r.step_seconds_off * 4e3 / 3 for r in rows], "x:", color="#ff7f0e",
                label="theory, with (4/3 x without)")
     left.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
     right.set_ylabel("forward + backward (ms)", fontsize=FONT - 1)
     left.set_title("Memory", fontsize=FONT)
     right.set_title("Time", fontsize=FONT)
     for ax in (left, right):
-        ax.set_xlabel(f"sequence length (batch {rows[0]['batch_size']})", fontsize=FONT - 1)
+        ax.set_xlabel(f"sequence length (batch {rows[0].batch_size})", fontsize=FONT - 1)
         ax.set_xticks(lengths)
         ax.legend(fontsize=FONT - 3)
     fig.tight_layout()
@@ -219,22 +220,22 @@ def plot_checkpointing(rows: list[dict]) -> "Figure":
 
 
 def plot_local_sgd(summary: dict) -> "Figure":
-    """Loss per step (left) and synchronisations per run (right) for the ways of ``efficiency.measure_local_sgd``
-    or a dict of the same shape (lesson 3.2)."""
+    """Loss per step (left) and synchronisations per run (right) for the ways of ``local_sgd.measure_local_sgd``
+    (``{way: WaySummary}``, lesson 3.2)."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     names = list(summary)
     for name in names:
-        losses = summary[name]["mean_losses"]
+        losses = summary[name].mean_losses
         left.plot(range(1, len(losses) + 1), losses, label=name.replace("_", " "))
     left.set_xlabel("optimizer step", fontsize=FONT - 1)
     left.set_ylabel("training loss (mean over processes)", fontsize=FONT - 1)
     left.set_title("Loss curves", fontsize=FONT)
     left.legend(fontsize=FONT - 3)
-    bars = right.bar([n.replace("_", "\n") for n in names], [summary[n]["synchronisations"] for n in names],
+    bars = right.bar([n.replace("_", "\n") for n in names], [summary[n].synchronisations for n in names],
                      color="#9467bd")
-    right.bar_label(bars, [f"{summary[n]['bytes_per_rank'] / 2**20:.0f} MiB" for n in names], fontsize=FONT - 3)
+    right.bar_label(bars, [f"{summary[n].bytes_per_rank / 2**20:.0f} MiB" for n in names], fontsize=FONT - 3)
     right.set_ylabel("synchronisations (label: MiB sent per process)", fontsize=FONT - 2)
     right.set_title("Communication", fontsize=FONT)
     fig.tight_layout()
@@ -242,22 +243,22 @@ def plot_local_sgd(summary: dict) -> "Figure":
 
 
 def plot_precision(runs: dict) -> "Figure":
-    """Loss per step (left) and seconds per step (right), one per precision (lesson 3.3; runs from
-    ``efficiency.measure_precision`` or of the same shape)."""
+    """Loss per step (left) and seconds per step (right), one per precision (lesson 3.3; ``{precision:
+    TechniquesRun}`` from ``precision.measure_precision``)."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = ["-", "--", ":"]
-    labels = [name if run.get("precision_effective", name) == name else f"{name}\n(ran as {run['precision_effective']})"
+    labels = [name if run.precision_effective == name else f"{name}\n(ran as {run.precision_effective})"
               for name, run in runs.items()]
     for (name, run), style, label in zip(runs.items(), styles, labels):
-        left.plot(range(1, len(run["losses"]) + 1), run["losses"], style, lw=2, label=label.replace("\n", " "))
+        left.plot(range(1, len(run.losses) + 1), run.losses, style, lw=2, label=label.replace("\n", " "))
     left.set_xlabel("optimizer step", fontsize=FONT - 1)
     left.set_ylabel("training loss", fontsize=FONT - 1)
     left.set_title("Loss curves", fontsize=FONT)
     left.legend(fontsize=FONT - 3)
-    bars = right.bar(labels, [r["seconds_per_step"] * 1e3 for r in runs.values()], color="#8c564b")
-    right.bar_label(bars, [f"{r['seconds_per_step'] * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
+    bars = right.bar(labels, [r.seconds_per_step * 1e3 for r in runs.values()], color="#8c564b")
+    right.bar_label(bars, [f"{r.seconds_per_step * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
     right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
     right.set_title("Speed", fontsize=FONT)
     fig.tight_layout()
@@ -330,5 +331,53 @@ def plot_optimizer_comparison(comparison) -> "Figure":
     curves.set_title("Loss (dots: evaluation loss at the end)", fontsize=FONT)
     curves.legend(fontsize=FONT - 3)
     curves.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# --- chapter 3 (lesson 3.3): number formats -----------------------------------------------------------------------
+
+def float_layout(dtype) -> tuple[int, int, int]:
+    """(sign, exponent, mantissa) bits of a torch floating-point dtype, from ``torch.finfo``: the mantissa has
+    -log2(eps) stored bits, the exponent the rest after the sign bit."""
+    import math
+
+    import torch
+
+    info = torch.finfo(dtype)
+    mantissa = round(-math.log2(info.eps))
+    return 1, info.bits - 1 - mantissa, mantissa
+
+
+def plot_float_formats(dtypes: tuple = ("float32", "bfloat16", "float16")) -> "Figure":
+    """The bit layouts of floating-point formats, one row each, every bit a box: sign, exponent (the range),
+    mantissa (the precision), with the counts and each format's largest value and gap after 1.0 (lesson 3.3)."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    parts = (("sign", "#d62728"), ("exponent", "#1f77b4"), ("mantissa", "#2ca02c"))
+    fig, ax = plt.subplots(figsize=(13, 0.9 + 0.9 * len(dtypes)))
+    for row, name in enumerate(dtypes):
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtypes: {name!r} is not a torch floating-point type; use e.g. 'float32', 'bfloat16'.")
+        y, x = len(dtypes) - 1 - row, 0
+        for (part, color), bits in zip(parts, float_layout(dtype)):
+            for bit in range(bits):
+                ax.add_patch(plt.Rectangle((x + bit, y + 0.15), 0.92, 0.7, color=color, alpha=0.85))
+            ax.text(x + bits / 2, y + 0.5, f"{bits}" if bits < 3 else f"{part} {bits}", ha="center",
+                    va="center", color="white", fontsize=FONT - 3, fontweight="bold")
+            x += bits
+        info = torch.finfo(dtype)
+        ax.text(-1, y + 0.5, name, ha="right", va="center", fontsize=FONT)
+        ax.text(33, y + 0.5, f"largest {info.max:.1e}\ngap after 1.0: {info.eps:.1e}", ha="left", va="center",
+                fontsize=FONT - 3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color) for _, color in parts]
+    ax.legend(handles, ["sign", "exponent (range)", "mantissa (precision)"], loc="upper center",
+              bbox_to_anchor=(0.45, 0), ncol=3, fontsize=FONT - 3, frameon=False)
+    ax.set_xlim(-8, 42)
+    ax.set_ylim(0, len(dtypes))
+    ax.axis("off")
+    ax.set_title("Bits of each number format (one box per bit)", fontsize=FONT)
     fig.tight_layout()
     return fig

@@ -62,11 +62,11 @@ def efficiency_widget(num_processes: int = 2, steps: int = 8):
     without a click and returns ``(baseline, this_run)``."""
     import ipywidgets as w
 
-    from effitrain_helpers.training.efficiency import PRECISIONS, Techniques, measure_techniques
+    from effitrain_helpers.training.techniques import PRECISIONS, Techniques, measure_techniques
     from effitrain_helpers.processes.launch import RankFailed
 
     accumulation = w.Dropdown(options=[1, 2, 4], value=1, description="accumulation")
-    checkpointing = w.Checkbox(value=False, description="activation checkpointing")
+    checkpointing = w.Checkbox(value=False, description="gradient checkpointing")
     precision = w.Dropdown(options=list(PRECISIONS), value="fp32", description="precision")
     local_sgd = w.Dropdown(options=[("off", None), ("every 2 steps", 2), ("every 4 steps", 4)], value=None,
                            description="local SGD")
@@ -91,18 +91,18 @@ def efficiency_widget(num_processes: int = 2, steps: int = 8):
                 return None
             out.clear_output()
             base = cache["baseline"]
-            for note in {result["note"]} - {""}:
+            for note in {result.note} - {""}:
                 print(note)
             rows = [("activations saved for backward (MiB, per micro-batch)", "activation_bytes", 2**-20),
                     ("time per optimizer step (ms)", "seconds_per_step", 1e3)]
             print(f"{'':<55}{'all off':>10}{'chosen':>10}")
             for label, key, scale in rows:
-                print(f"{label:<55}{base[key] * scale:>10.1f}{result[key] * scale:>10.1f}")
-            print(f"{'synchronisations':<55}{base['communication']['synchronisations']:>10}"
-                  f"{result['communication']['synchronisations']:>10}")
-            print(f"{'final training loss':<55}{base['losses'][-1]:>10.4f}{result['losses'][-1]:>10.4f}")
-            print(f"matrix products ran in {', '.join(result['compute_dtype'])}; replicas identical at the end: "
-                  f"{result['replicas_agree']}")
+                print(f"{label:<55}{getattr(base, key) * scale:>10.1f}{getattr(result, key) * scale:>10.1f}")
+            print(f"{'synchronisations':<55}{base.communication.synchronisations:>10}"
+                  f"{result.communication.synchronisations:>10}")
+            print(f"{'final training loss':<55}{base.losses[-1]:>10.4f}{result.losses[-1]:>10.4f}")
+            print(f"matrix products ran in {', '.join(result.compute_dtype)}; replicas identical at the end: "
+                  f"{result.replicas_agree}")
         return cache["baseline"], result
 
     button.on_click(run)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
+from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, Spy, as_number
+MICRO_BATCH, STEPS, PROCESSES = 4, 2, 2  # q2's workload: micro-batches of 4, 2 optimizer steps, 2 processes
 
 
 def _check_steps_for_batch(answer) -> None:
@@ -18,75 +19,97 @@ def _check_steps_for_batch(answer) -> None:
                         f"{got * micro * processes:g} samples, not {target}.")
 
 
-def _tiny_setup(k: int):
-    """A linear model answering like a Hugging Face model (``.loss``), k micro-batches, and the weights one
-    plain SGD step on the whole batch gives."""
+def _run_learner(train_fn, k: int) -> dict:
+    """In each process of the group: the learner's ``train_fn(model, optimizer, dataset, k)``, watched. Records
+    Accelerate's "synchronise now" flag at each forward pass and the optimizer steps that really happened."""
     import torch
+    from accelerate.state import GradientState
 
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(3, 1)
-
-        def forward(self, inputs, labels):
-            return type("Out", (), {"loss": torch.nn.functional.mse_loss(self.linear(inputs).squeeze(-1), labels)})()
-
-    torch.manual_seed(0)
-    x, y = torch.randn(4 * k, 3), torch.randn(4 * k)
-    model = Tiny()
-    reference = Tiny()
-    reference.load_state_dict(model.state_dict())
-    sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
-    reference(x, y).loss.backward()
-    sgd.step()
-    micro = [{"inputs": x[i:i + 4], "labels": y[i:i + 4]} for i in range(0, 4 * k, 4)]
-    return model, micro, reference
-
-
-def _check_accumulate_fn(fn) -> None:
-    import torch
-    from accelerate import Accelerator
-
-    if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
-    k = 4
-    model, micro, reference = _tiny_setup(k)
-    accelerator = Accelerator(gradient_accumulation_steps=k)  # on the device the lesson's Accelerate set up
+    model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    micro = [{key: value.to(accelerator.device) for key, value in batch.items()} for batch in micro]
-    spy = Spy(accelerator, watch=("accumulate", "backward"))
-    initial = accelerator.unwrap_model(model).linear.weight.detach().cpu().clone()
-    fn(model, micro, optimizer, spy)
-    if "accumulate" not in spy.calls:
-        raise Incorrect("wrap each micro-batch's forward, backward and step in `with accelerator.accumulate(model):`.")
-    if "backward" not in spy.calls:
-        raise Incorrect("call accelerator.backward(loss): it divides the loss by the accumulation steps.")
-    got = accelerator.unwrap_model(model).linear.weight.detach().cpu()
-    want = reference.linear.weight.detach()
-    if torch.allclose(got, want, atol=1e-6):
-        return
-    if torch.equal(got, initial):
-        raise Incorrect("the weights did not change: call optimizer.step() inside the accumulate block (Accelerate "
+    flags, steps = [], []
+    model.register_forward_hook(lambda *_: flags.append(GradientState().sync_gradients))
+    optimizer.register_step_post_hook(lambda *_: steps.append(len(flags)))
+    train_fn(model, optimizer, tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS), k)
+    return {"flags": flags, "steps": steps, "weight": model.linear.weight.detach().cpu().clone()}
+
+
+def _big_batch_weight(k: int):
+    """The weights after STEPS plain SGD steps on batches of PROCESSES x k x MICRO_BATCH rows, in one process."""
+    import torch
+
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rows = tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS)
+    size = PROCESSES * MICRO_BATCH * k
+    for i in range(0, len(rows), size):
+        batch = {key: torch.stack([r[key] for r in rows[i:i + size]]) for key in rows[0]}
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.linear.weight.detach()
+
+
+def _check_accumulated_training(train_fn) -> None:
+    import torch
+
+    from effitrain_helpers.processes.launch import RankFailed, launch
+
+    if not callable(train_fn):
+        raise Incorrect(f"pass your function itself; you gave {train_fn!r}.")
+    k = 4
+    try:
+        ranks = launch(_run_learner, train_fn, k, num_processes=PROCESSES, cpu=True, quiet=True)
+    except RankFailed as err:
+        raise Incorrect(f"in {PROCESSES} processes your function raised {err.exc_type}: "
+                        f"{str(err).splitlines()[0]}") from None
+    first = ranks[0]
+    micro = STEPS * k
+    if len(first["flags"]) == PROCESSES * micro:
+        raise Incorrect("each process ran every micro-batch: pass the DataLoader to accelerator.prepare, so that "
+                        "each process gets its own share of the data.")
+    if len(first["flags"]) != micro:
+        raise Incorrect(f"each process should run {micro} micro-batches (its half of the data, in batches of "
+                        f"{MICRO_BATCH}); yours ran {len(first['flags'])}: use DataLoader(dataset, "
+                        f"batch_size={MICRO_BATCH}).")
+    if all(first["flags"]):
+        raise Incorrect("Accelerate synchronised at every micro-batch: create the Accelerator with "
+                        "gradient_accumulation_steps=k and run each micro-batch inside accelerator.accumulate(model).")
+    if first["flags"] != ([False] * (k - 1) + [True]) * STEPS:
+        raise Incorrect(f"the synchronisations came at micro-batches {[i + 1 for i, f in enumerate(first['flags']) if f]}"
+                        f", not at every {k}-th: gradient_accumulation_steps must be k.")
+    if not first["steps"]:
+        raise Incorrect("the weights never changed: call optimizer.step() inside the accumulate block (Accelerate "
                         "skips it until the k-th micro-batch).")
-    raise Incorrect(f"after your {k} micro-batches the weights differ from one step on the whole batch by "
-                    f"{float((got - want).abs().max()):.2e}: forward, accelerator.backward, optimizer.step and "
-                    "optimizer.zero_grad all belong inside the accumulate block, once per micro-batch.")
+    if first["steps"] != [k * (i + 1) for i in range(STEPS)]:
+        raise Incorrect(f"the optimizer stepped after micro-batches {first['steps']}, not once every {k}.")
+    want = _big_batch_weight(k)
+    gap = max(float((r["weight"] - want).abs().max()) for r in ranks)
+    if gap > 1e-5:
+        hint = (" The loss of each micro-batch must be divided by k: accelerator.backward(loss) does it."
+                if all(torch.allclose(r["weight"], ranks[0]["weight"]) for r in ranks) else "")
+        raise Incorrect(f"the weights differ from {STEPS} steps on batches of {PROCESSES * k * MICRO_BATCH} by "
+                        f"{gap:.1e}.{hint}")
 
 
-def _check_bytes_for_32(answer, bytes_per_sample) -> None:
-    from effitrain_helpers.training.efficiency import lesson_batches, lesson_model
-    from effitrain_helpers.measure.saved_memory import saved_bytes
-
-    per = as_number(bytes_per_sample)
-    got = as_number(answer)
-    want = saved_bytes(lesson_model(), lesson_batches(1, 32, 64)[0]).activation_bytes  # measured here
-    if math.isclose(got, want, rel_tol=0.02):
-        return
-    if math.isclose(got, per, rel_tol=0.02):
-        raise Incorrect("that is one sample's activations; the micro-batch holds 32 samples.")
-    raise Incorrect(f"{got:.3g} bytes is not it: a batch of 32 measured {want:.3g} bytes. Activations grow in "
-                    f"proportion to the micro-batch: about {per:.3g} bytes per sample here.")
+def _check_fitting_micro_batch(answer, bytes_per_sample, budget) -> None:
+    per, limit = as_number(bytes_per_sample), as_number(budget)
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
+        raise Incorrect("answer with a pair: (micro_batch, accumulation_steps).")
+    micro, k = (as_number(a) for a in answer)
+    fitting = [b for b in range(1, 65) if 64 % b == 0 and b * per <= limit]
+    if not fitting:
+        raise Incorrect(f"not even one sample fits in {limit:.3g} bytes: pass the budget the exercise gives.")
+    if micro * per > limit:
+        raise Incorrect(f"a micro-batch of {micro:g} keeps about {micro * per / 2**20:.1f} MiB of activations, more "
+                        f"than the {limit / 2**20:.1f} MiB budget.")
+    if 64 % micro:
+        raise Incorrect(f"{micro:g} does not divide 64: k micro-batches must add up to the batch of 64 exactly.")
+    if micro != max(fitting):
+        raise Incorrect(f"{micro:g} fits, but a larger micro-batch that divides 64 fits too (bigger matrix "
+                        "products are faster, and fewer accumulation steps).")
+    if micro * k != 64:
+        raise Incorrect(f"{k:g} micro-batches of {micro:g} make {micro * k:g} samples, not 64.")
 
 
 q1 = Exercise(
@@ -94,28 +117,48 @@ q1 = Exercise(
     _check_steps_for_batch,
     usage="q1.check(accumulation_steps)",
     hints=["One optimizer step sees micro-batch x processes x accumulation steps samples.",
-           "64 / (8 x 2)."],
+           "Solve 64 = 8 x 2 x k for k (the recipe's batch, the micro-batch, the processes).",
+           "accumulation_steps = 64 // (____ * ____)"],
     solution_code="accumulation_steps = 64 // (8 * 2)\nq1.check(accumulation_steps)",
 )
 q2 = Exercise(
-    "3.1 q2: one optimizer step from k micro-batches",
-    _check_accumulate_fn,
-    usage="q2.check(my_accumulated_step)",
-    hints=["Loop over the micro-batches; for each, everything happens inside `with accelerator.accumulate(model):`.",
-           "Inside: loss = model(**batch).loss; accelerator.backward(loss); optimizer.step(); optimizer.zero_grad(). "
-           "Accelerate decides when the step really happens."],
+    "3.1 q2: gradient accumulation with Accelerate, in 2 processes",
+    _check_accumulated_training,
+    usage="q2.check(train_accumulated)",
+    hints=["Accelerate needs to know k when it is created; each micro-batch then runs inside a block that tells "
+           "it whether this is the k-th one (synchronise and step) or not. The data loader must be prepared too, "
+           "so that each process gets its own share.",
+           "Accelerator(gradient_accumulation_steps=...), accelerator.prepare(...) on the model, the optimizer and "
+           "a DataLoader (from torch.utils.data), and accelerator.accumulate(...) as a `with` block around each "
+           "micro-batch's forward, backward and step (Accelerate docs: 'Performing gradient accumulation').",
+           "accelerator = Accelerator(gradient_accumulation_steps=____)\n"
+           "model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=____))\n"
+           "for batch in ____:\n    with accelerator.accumulate(____):\n        loss = ____\n"
+           "        accelerator.backward(____)\n        ...  # step and zero_grad"],
     solution_code=(
-        "def my_accumulated_step(model, micro_batches, optimizer, accelerator):\n"
-        "    for batch in micro_batches:\n        with accelerator.accumulate(model):\n"
+        "def train_accumulated(model, optimizer, dataset, k):\n"
+        "    accelerator = Accelerator(gradient_accumulation_steps=k)\n"
+        "    loader = DataLoader(dataset, batch_size=4)\n"
+        "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "    for batch in loader:\n        with accelerator.accumulate(model):\n"
         "            loss = model(**batch).loss\n            accelerator.backward(loss)\n"
-        "            optimizer.step()\n            optimizer.zero_grad()\n\nq2.check(my_accumulated_step)"
+        "            optimizer.step()\n            optimizer.zero_grad()\n\nq2.check(train_accumulated)"
     ),
 )
 q3 = Exercise(
-    "3.1 q3: activations of a bigger micro-batch",
-    _check_bytes_for_32,
-    usage="q3.check(bytes_for_32, bytes_per_sample)",
-    hints=["Measured above: the activations of a micro-batch divided by its number of samples.",
-           "Multiply the bytes per sample by 32."],
-    solution_code="bytes_for_32 = 32 * bytes_per_sample\nq3.check(bytes_for_32, bytes_per_sample)",
+    "3.1 q3: the micro-batch that fits",
+    _check_fitting_micro_batch,
+    usage="q3.check((micro_batch, accumulation_steps), bytes_per_sample, budget)",
+    hints=["Activations grow in proportion to the micro-batch: bytes_per_sample (measured above) per sample. "
+           "Take the largest micro-batch that fits the budget and divides 64, then k makes up the rest.",
+           "The micro-batches that divide 64 are 1, 2, 4, 8, 16, 32, 64; one fits when b x bytes_per_sample <= "
+           "budget. Python's max() over a generator picks the largest.",
+           "micro_batch = max(b for b in range(1, 65) if 64 % b == 0 and ____ <= budget)\n"
+           "accumulation_steps = ____ // micro_batch"],
+    solution_code=(
+        "budget = 20 * bytes_per_sample\n"
+        "micro_batch = max(b for b in range(1, 65) if 64 % b == 0 and b * bytes_per_sample <= budget)\n"
+        "accumulation_steps = 64 // micro_batch\n"
+        "q3.check((micro_batch, accumulation_steps), bytes_per_sample, budget)"
+    ),
 )

@@ -1,10 +1,104 @@
-"""Exercises of lesson 3.2 (activation checkpointing and local SGD)."""
+"""Exercises of lesson 3.2 (gradient checkpointing and local SGD)."""
 
 from __future__ import annotations
 
 import math
 
+from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+
+LOCAL_STEPS, STEPS, PROCESSES, BATCH = 2, 4, 2, 4  # q4's run: average every 2 steps, 4 steps, 2 processes
+
+
+def _gradients(model) -> dict:
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def _same_gradients(a: dict, b: dict) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4) for k in a)
+
+
+def _gradients_of(model, batch) -> dict:
+    """The gradients one forward + backward on ``batch`` gives (left cleared in the model)."""
+    model.zero_grad(set_to_none=True)
+    model(**batch).loss.backward()
+    grads = _gradients(model)
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def _check_model_checkpointing(turn_on) -> None:
+    from effitrain_helpers.measure.saved_memory import saved_bytes
+    from effitrain_helpers.training.workload import lesson_batches, lesson_model
+
+    if not callable(turn_on):
+        raise Incorrect(f"pass your function itself; you gave {turn_on!r}.")
+    model, batch = lesson_model(), lesson_batches(1, 4, 32)[0]
+    plain, plain_grads = saved_bytes(model, batch).activation_bytes, _gradients_of(model, batch)
+    turn_on(model)
+    if not model.training:
+        raise Incorrect("your function switched the model to eval mode; checkpointing only matters in training.")
+    if saved_bytes(model, batch).activation_bytes >= plain:
+        raise Incorrect("the model still keeps every activation for backward: switch checkpointing on in the "
+                        "model itself (its method, not a TrainingArguments flag).")
+    if not _same_gradients(plain_grads, _gradients_of(model, batch)):
+        raise Incorrect("the gradients changed: checkpointing must only recompute, never change the result.")
+
+
+def _blocks(seed: int = 0, n: int = 4, width: int = 64):
+    import torch
+
+    torch.manual_seed(seed)
+    return [torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+            for _ in range(n)]
+
+
+def _check_module_checkpointing(checkpointed_forward) -> None:
+    import torch
+
+    from effitrain_helpers.measure.saved_memory import SavedTensors
+
+    if not callable(checkpointed_forward):
+        raise Incorrect(f"pass your function itself; you gave {checkpointed_forward!r}.")
+    blocks = _blocks()
+    parameters = [p for b in blocks for p in b.parameters()]
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(2))
+
+    def run(forward):
+        for p in parameters:
+            p.grad = None
+        with SavedTensors(parameters) as saved:
+            out = forward(blocks, x)
+        if not isinstance(out, torch.Tensor):
+            raise Incorrect(f"return the output tensor of the last block; you returned {type(out).__name__}.")
+        if not out.requires_grad:
+            raise Incorrect("the output has no gradient: do not run the blocks under torch.no_grad(); "
+                            "checkpointing keeps the graph and recomputes inside it.")
+        out.pow(2).mean().backward()
+        return saved.activation_bytes, out.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone()
+                                                      for p in parameters]
+
+    def plain(blocks, x):
+        for block in blocks:
+            x = block(x)
+        return x
+
+    plain_bytes, plain_out, plain_grads = run(plain)
+    mine_bytes, mine_out, mine_grads = run(checkpointed_forward)
+    if not torch.allclose(mine_out, plain_out, atol=1e-5):
+        raise Incorrect("the output differs from running the blocks one after the other: pass each block's "
+                        "output on to the next block.")
+    if not all(torch.allclose(a, b, atol=1e-5) for a, b in zip(mine_grads, plain_grads)):
+        raise Incorrect("the gradients differ from the plain forward pass.")
+    inputs_only = len(blocks) * x.numel() * x.element_size()
+    if mine_bytes >= plain_bytes:
+        raise Incorrect(f"backward still keeps {mine_bytes} bytes, as without checkpointing: call "
+                        "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) for each block.")
+    if mine_bytes > inputs_only:
+        raise Incorrect(f"{mine_bytes} bytes kept for backward, more than the {inputs_only} bytes of the blocks' "
+                        "inputs: checkpoint every block.")
 
 
 def _check_layer_inputs(answer, config) -> None:
@@ -22,58 +116,124 @@ def _check_layer_inputs(answer, config) -> None:
     raise Incorrect(f"{got:g} is not it: each layer keeps one tensor of batch x length x dim float32 numbers.")
 
 
-def _check_averages(answer) -> None:
-    steps, k = 100, 8
-    got = as_number(answer)
-    if got == steps // k + 1:
-        return
-    if got == steps // k:
-        raise Incorrect("close: LocalSGD also averages once more when its `with` block ends (so replicas leave "
-                        "the block identical).")
-    if got == steps / k:
-        raise Incorrect(f"{steps} / {k} is not a whole number: averages happen at steps {k}, {2 * k}, ... only.")
-    raise Incorrect(f"{got:g} is not it: an average every {k} steps during {steps} steps, plus one at the end.")
+def _run_local_sgd(train_fn) -> dict:
+    """In each process of the group: the learner's ``train_fn(model, optimizer, dataset, k)``, watched. After
+    each step (and the averaging that follows it) records the bytes all-reduced so far and a fingerprint of
+    the weights; the last record is taken when the function returns (after LocalSGD's closing average)."""
+    import torch
+
+    from effitrain_helpers.measure.communication import CommunicationCounter
+
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    counter, records = CommunicationCounter().watch(), []
+
+    def record(*_):
+        records.append((counter.bytes, model.linear.weight.detach().clone()))
+
+    model.register_forward_pre_hook(record)  # the state the previous step left behind
+    try:
+        train_fn(model, optimizer, tiny_rows(PROCESSES * BATCH * STEPS), LOCAL_STEPS)
+    finally:
+        counter.stop()
+    record()
+    parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    averages = [(b - a) / parameter_bytes for (a, _), (b, _) in zip(records, records[1:])]
+    return {"forwards": len(records) - 1, "averages": averages, "weights": [w for _, w in records[1:]]}
 
 
-def _check_bytes_sent(answer, parameter_bytes, measured_bytes) -> None:
-    steps, k = 24, 4
-    per = as_number(parameter_bytes)
-    got = as_number(answer)
-    want = (steps // k + 1) * per
-    if math.isclose(got, want, rel_tol=1e-9):
-        if not math.isclose(as_number(measured_bytes), want, rel_tol=1e-9):
-            raise Incorrect(f"your formula gives {want:.0f} bytes but the counter measured {measured_bytes}: "
-                            "pass the measured local SGD bytes (in the loop plus the closing average).")
-        return
-    if math.isclose(got, steps * per, rel_tol=1e-9):
-        raise Incorrect("that is plain data parallelism (every step); local SGD averages every k steps.")
-    if math.isclose(got, steps // k * per, rel_tol=1e-9):
-        raise Incorrect("you forgot the closing average when the LocalSGD block ends.")
-    raise Incorrect(f"{got:.0f} is not it: each average sends the parameters ({per:.0f} bytes) once per process.")
+def _check_local_sgd_loop(train_fn) -> None:
+    import torch
+
+    from effitrain_helpers.processes.launch import RankFailed, launch
+
+    if not callable(train_fn):
+        raise Incorrect(f"pass your function itself; you gave {train_fn!r}.")
+    try:
+        ranks = launch(_run_local_sgd, train_fn, num_processes=PROCESSES, cpu=True, quiet=True)
+    except RankFailed as err:
+        raise Incorrect(f"in {PROCESSES} processes your function raised {err.exc_type}: "
+                        f"{str(err).splitlines()[0]}") from None
+    first = ranks[0]
+    if first["forwards"] == PROCESSES * STEPS:
+        raise Incorrect("each process trained on every batch: pass the DataLoader to accelerator.prepare, so that "
+                        "each process gets its own share.")
+    if first["forwards"] != STEPS:
+        raise Incorrect(f"each process should take {STEPS} steps (its half of the data, batches of {BATCH}); "
+                        f"yours took {first['forwards']}.")
+    agree = [all(torch.equal(r["weights"][s], first["weights"][s]) for r in ranks) for s in range(STEPS)]
+    averages = [round(a) for a in first["averages"]]
+    want = [1 if (s + 1) % LOCAL_STEPS == 0 else 0 for s in range(STEPS)]
+    want[-1] += 1  # the closing average when the `with LocalSGD(...)` block ends
+    if averages == [0] * STEPS and all(agree):
+        raise Incorrect("the replicas agreed after every step without any parameter average: that is plain data "
+                        "parallelism (gradients all-reduced each step). Run the loop inside `with LocalSGD(...)`.")
+    if averages == [0] * (STEPS - 1) + [1]:
+        raise Incorrect("only the closing average happened: call local_sgd.step() after each optimizer step.")
+    if sum(averages) == 0:
+        raise Incorrect("no parameter was ever averaged: use LocalSGD(accelerator=..., model=..., "
+                        "local_sgd_steps=k) as a `with` block around the loop.")
+    if averages != want:
+        raise Incorrect(f"parameter averages after each step: {averages}; with k={LOCAL_STEPS} expected {want} "
+                        "(every k-th step, plus the closing one): pass local_sgd_steps=k.")
+    if agree != [a > 0 for a in want]:
+        raise Incorrect(f"the replicas agreed after steps {[s + 1 for s, a in enumerate(agree) if a]}: between "
+                        "averages each process must train on its own, with the gradients not all-reduced.")
 
 
 q1 = Exercise(
-    "3.2 q1: what checkpointing keeps",
-    _check_layer_inputs,
-    usage="q1.check(layer_input_bytes, model.config)",
-    hints=["With checkpointing, each transformer layer keeps only its input: batch x sequence length x dim numbers.",
-           "model.config.n_layers x 8 x 64 x model.config.dim x 4 bytes."],
-    solution_code=("layer_input_bytes = model.config.n_layers * 8 * 64 * model.config.dim * 4\n"
-                   "q1.check(layer_input_bytes, model.config)"),
+    "3.2 q1: gradient checkpointing on a transformers model",
+    _check_model_checkpointing,
+    usage="q1.check(turn_on_checkpointing)",
+    hints=["transformers models switch gradient checkpointing on with one method of the model; it must then be "
+           "in training mode (as the lesson model is).",
+           "transformers 5 calls it activation checkpointing: PreTrainedModel.activation_checkpointing_enable() "
+           "(gradient_checkpointing_enable() is the deprecated alias), in the 'Model' reference of the docs.",
+           "model.____()"],
+    solution_code=("def turn_on_checkpointing(model):\n    model.activation_checkpointing_enable()\n\n"
+                   "q1.check(turn_on_checkpointing)"),
 )
 q2 = Exercise(
-    "3.2 q2: how many parameter averages?",
-    _check_averages,
-    usage="q2.check(averages)",
-    hints=["local_sgd.step() averages when the step count is a multiple of k.",
-           "100 // 8 averages in the loop, and LocalSGD's __exit__ averages once more."],
-    solution_code="averages = 100 // 8 + 1\nq2.check(averages)",
+    "3.2 q2: what checkpointing keeps",
+    _check_layer_inputs,
+    usage="q2.check(layer_input_bytes, model.config)",
+    hints=["With checkpointing, each transformer layer keeps only its input: batch x sequence length x dim numbers.",
+           "The config says how many layers (n_layers) and how wide (dim); a float32 takes 4 bytes.",
+           "layer_input_bytes = model.config.n_layers * ____ * ____ * model.config.dim * ____"],
+    solution_code=("layer_input_bytes = model.config.n_layers * 8 * 64 * model.config.dim * 4\n"
+                   "q2.check(layer_input_bytes, model.config)"),
 )
 q3 = Exercise(
-    "3.2 q3: bytes local SGD sends",
-    _check_bytes_sent,
-    usage="q3.check(bytes_sent, parameter_bytes, measured_bytes)",
-    hints=["Each average all-reduces every parameter: parameter_bytes per process.",
-           "(24 // 4 + 1) x parameter_bytes: the averages in the loop plus the closing one."],
-    solution_code="bytes_sent = (24 // 4 + 1) * parameter_bytes\nq3.check(bytes_sent, parameter_bytes, measured_bytes)",
+    "3.2 q3: checkpointing a plain nn.Module",
+    _check_module_checkpointing,
+    usage="q3.check(checkpointed_forward)",
+    hints=["Run the blocks one after the other, but through a function that keeps only each block's input and "
+           "recomputes the block during backward.",
+           "torch.utils.checkpoint.checkpoint(function, *inputs, use_reentrant=False) (PyTorch docs, "
+           "'torch.utils.checkpoint'); it returns what function(*inputs) returns.",
+           "for block in ____:\n    x = checkpoint(____, ____, use_reentrant=False)\nreturn ____"],
+    solution_code=("def checkpointed_forward(blocks, x):\n    for block in blocks:\n"
+                   "        x = checkpoint(block, x, use_reentrant=False)\n    return x\n\n"
+                   "q3.check(checkpointed_forward)"),
+)
+q4 = Exercise(
+    "3.2 q4: a local SGD loop, in 2 processes",
+    _check_local_sgd_loop,
+    usage="q4.check(train_local_sgd)",
+    hints=["The loop of lesson 2.2 (prepared model, optimizer and loader), inside a LocalSGD block, with one "
+           "extra call after each optimizer step that averages the parameters every k-th time.",
+           "accelerate.local_sgd.LocalSGD(accelerator=..., model=..., local_sgd_steps=...) is a context manager; "
+           "its .step() counts steps and averages (Accelerate docs, 'Using Local SGD with Accelerate').",
+           "with LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=____) as local_sgd:\n"
+           "    for batch in ____:\n        ...  # forward, accelerator.backward, step, zero_grad\n"
+           "        local_sgd.____()"],
+    solution_code=(
+        "def train_local_sgd(model, optimizer, dataset, k):\n"
+        "    accelerator = Accelerator()\n    loader = DataLoader(dataset, batch_size=4)\n"
+        "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "    with LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=k) as local_sgd:\n"
+        "        for batch in loader:\n            loss = model(**batch).loss\n"
+        "            accelerator.backward(loss)\n            optimizer.step()\n            optimizer.zero_grad()\n"
+        "            local_sgd.step()\n\nq4.check(train_local_sgd)"
+    ),
 )

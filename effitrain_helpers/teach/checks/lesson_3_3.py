@@ -43,35 +43,54 @@ def _check_scale(answer) -> None:
     raise Incorrect(f"with S = {got:g}, 1e-8 x S still rounds to 0 in float16: try a larger power of two.")
 
 
-def _check_autocast_fn(fn) -> None:
+def _check_low_precision_forward(fn) -> None:
     import torch
+
+    from effitrain_helpers.training.precision import TORCH_NAME, low_precision
 
     if not callable(fn):
         raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    want = getattr(torch, TORCH_NAME[low_precision(device)])
+    class Classifier(torch.nn.Module):  # answers model(**batch).logits like a Hugging Face model
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 2)
+
+        def forward(self, inputs):
+            return type("Out", (), {"logits": self.linear(inputs)})()
+
     torch.manual_seed(0)
-    layer = torch.nn.Linear(16, 2)
-
-    def model(inputs):
-        return type("Out", (), {"logits": layer(inputs)})()
-
-    batch = {"inputs": torch.randn(4, 16)}
+    model = Classifier().to(device)
+    layer, seen = model.linear, []
+    layer.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    batch = {"inputs": torch.randn(4, 16, device=device)}
+    with torch.no_grad():
+        reference = torch.nn.functional.linear(batch["inputs"], layer.weight, layer.bias)
     logits = fn(model, batch)
+    if layer.weight.dtype != torch.float32:
+        raise Incorrect(f"the weights became {layer.weight.dtype}: mixed precision keeps float32 weights; let "
+                        "autocast make 16-bit copies for the matrix products instead of converting the model.")
     if not isinstance(logits, torch.Tensor):
         raise Incorrect(f"return the logits tensor; you returned {type(logits).__name__}.")
-    if logits.dtype != torch.bfloat16:
-        raise Incorrect(f"the logits are {logits.dtype}: compute them inside "
-                        "`with torch.autocast(device_type='cpu', dtype=torch.bfloat16):`.")
-    want = layer(batch["inputs"])
-    if not torch.allclose(logits.float(), want, atol=0.05):
-        raise Incorrect("the logits are bfloat16 but far from the float32 ones: call model(**batch).logits.")
+    if seen and seen[-1] == torch.float32:
+        raise Incorrect("the matrix product ran in float32: run the forward pass inside torch.autocast(...).")
+    if seen and seen[-1] != want:
+        raise Incorrect(f"the matrix product ran in {seen[-1]}, but the type this hardware ({device}) runs is "
+                        f"{want}: pass dtype={want}.")
+    if not torch.allclose(logits.float(), reference, atol=0.05):
+        raise Incorrect(f"the logits are {logits.dtype} but far from the float32 ones: return model(**batch).logits.")
 
 
 q1 = Exercise(
     "3.3 q1: bfloat16's precision",
     _check_bf16_gap,
     usage="q1.check(bf16_gap)",
-    hints=["torch.finfo(dtype).eps is the gap between 1 and the next representable number.",
-           "torch.finfo(torch.bfloat16).eps, or 2**-7 (7 mantissa bits)."],
+    hints=["The gap after 1.0 is set by the mantissa: with m stored mantissa bits, the next number is 1 + 2**-m. "
+           "The figure above shows bfloat16's m.",
+           "torch.finfo(dtype) describes a floating-point type; its eps attribute is exactly this gap (PyTorch "
+           "docs, 'Type Info').",
+           "bf16_gap = torch.finfo(____).eps"],
     solution_code="bf16_gap = torch.finfo(torch.bfloat16).eps\nq1.check(bf16_gap)",
 )
 q2 = Exercise(
@@ -79,17 +98,25 @@ q2 = Exercise(
     _check_scale,
     usage="q2.check(scale)",
     hints=["Try torch.tensor(1e-8 * S, dtype=torch.float16) for S = 1, 2, 4, ...: when is it not 0?",
-           "float16's smallest positive number is about 6e-8; values below half of it round to 0."],
+           "float16's smallest positive number is about 6e-8; values below half of it round to 0. A while loop "
+           "that doubles S until the float16 value is not 0 finds the smallest.",
+           "Start the scale at 1, then:\nwhile torch.tensor(1e-8 * scale, dtype=____).item() == ____:\n"
+           "    scale *= ____"],
     solution_code=("scale = 1\nwhile torch.tensor(1e-8 * scale, dtype=torch.float16).item() == 0:\n    scale *= 2\n"
                    "q2.check(scale)"),
 )
 q3 = Exercise(
-    "3.3 q3: logits under autocast",
-    _check_autocast_fn,
-    usage="q3.check(bf16_logits)",
-    hints=["torch.autocast(device_type='cpu', dtype=torch.bfloat16) is a context manager.",
-           "def bf16_logits(model, batch):\n    with torch.autocast(device_type='cpu', dtype=torch.bfloat16):\n"
-           "        return model(**batch).logits"],
-    solution_code=("def bf16_logits(model, batch):\n    with torch.autocast(device_type='cpu', dtype=torch.bfloat16):\n"
-                   "        return model(**batch).logits\n\nq3.check(bf16_logits)"),
+    "3.3 q3: a forward pass in this hardware's 16-bit type",
+    _check_low_precision_forward,
+    usage="q3.check(low_precision_logits)",
+    hints=["Keep the model in float32 and let a context manager run its matrix products in 16 bits; which 16 "
+           "bits depends on the hardware (LOW above: 'bf16' or 'fp16').",
+           "torch.autocast(device_type=..., dtype=...) (PyTorch docs, 'Automatic Mixed Precision'); the types are "
+           "torch.bfloat16 and torch.float16; DEVICE above is the device type.",
+           "dtype = torch.bfloat16 if LOW == ____ else torch.float16\n"
+           "with torch.autocast(device_type=____, dtype=____):\n    return ____"],
+    solution_code=("def low_precision_logits(model, batch):\n"
+                   "    dtype = torch.bfloat16 if LOW == \"bf16\" else torch.float16\n"
+                   "    with torch.autocast(device_type=DEVICE, dtype=dtype):\n"
+                   "        return model(**batch).logits\n\nq3.check(low_precision_logits)"),
 )

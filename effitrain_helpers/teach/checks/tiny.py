@@ -1,0 +1,37 @@
+"""A tiny model and data for checkers that run the learner's training loop for real (lessons 3.1, 3.2): a
+linear regression answering ``model(**batch).loss`` like a Hugging Face model, fast enough to train in 2
+processes within seconds."""
+
+from __future__ import annotations
+
+
+class TinyOutput:
+    """What a Hugging Face model returns, as far as a training loop needs it: ``.loss``."""
+
+    def __init__(self, loss):
+        self.loss = loss
+
+
+def tiny_model(seed: int = 0):
+    """A ``Linear(3, 1)`` regression that answers ``model(inputs=..., labels=...).loss``; weights from ``seed``."""
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 1)
+
+        def forward(self, inputs, labels):
+            return TinyOutput(torch.nn.functional.mse_loss(self.linear(inputs).squeeze(-1), labels))
+
+    torch.manual_seed(seed)
+    return Tiny()
+
+
+def tiny_rows(n: int) -> list[dict]:
+    """``n`` rows ``{"inputs", "labels"}`` for :func:`tiny_model`, the same every call."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(n, 3, generator=generator), torch.randn(n, generator=generator)
+    return [{"inputs": x[i], "labels": y[i]} for i in range(n)]

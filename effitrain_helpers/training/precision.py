@@ -1,0 +1,47 @@
+"""Is 16-bit training faster, smaller and as good, here? (lesson 3.3; a row of ``effitrain efficiency``)
+
+:func:`low_precision` picks the 16-bit type this hardware runs (bf16 on CPUs, which ``torch.autocast`` supports
+on every CPU, and on NVIDIA GPUs from Ampere on; fp16 on older GPUs); :func:`measure_precision` trains the same
+workload in each precision, each in a fresh process (Accelerate fixes the precision when a process creates its
+first ``Accelerator``); :func:`low_precision_memory_ratio` is the theory for the activation bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from effitrain_helpers.training.techniques import PRECISIONS, Techniques, TechniquesRun, measure_techniques, run_techniques
+
+TORCH_NAME = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def low_precision(device: str | None = None) -> str:
+    """The 16-bit type to teach on ``device`` (default: CUDA if present, else the CPU): 'bf16' on CPUs and on
+    GPUs with bf16 units (NVIDIA Ampere and later), 'fp16' on older GPUs."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        return "fp16"
+    return "bf16"
+
+
+def low_precision_memory_ratio(fp32_run: TechniquesRun) -> float:
+    """Theory for 16-bit autocast, as a ratio to float32's activation bytes: activations halve, but backward
+    also keeps the 16-bit copy autocast made of each matrix-product weight (2 bytes per weight)."""
+    return (fp32_run.activation_bytes / 2 + 2 * fp32_run.matmul_weights) / fp32_run.activation_bytes
+
+
+def measure_precision(precisions: tuple[str, ...] = PRECISIONS, steps: int = 8, batch_size: int = 8,
+                      seq_len: int = 32, in_this_process: str | None = None) -> dict[str, TechniquesRun]:
+    """The same training in each precision, each in a fresh process, except ``in_this_process``: a precision
+    this process's Accelerate is already set to (lesson 3.3 created its Accelerator with it), which runs here
+    and saves starting a process."""
+    out = {}
+    for precision in precisions:
+        techniques = Techniques(precision=precision, steps=steps, batch_size=batch_size, seq_len=seq_len)
+        if precision == in_this_process:
+            out[precision] = replace(run_techniques(techniques), state_dict=None, replicas_agree=True)
+        else:
+            out[precision] = measure_techniques(techniques)
+    return out
