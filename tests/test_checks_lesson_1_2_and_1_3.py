@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer, DataCollatorWithPadding
 
 from effitrain_helpers.teach.checks import lesson_1_2 as l12
@@ -10,6 +11,7 @@ from effitrain_helpers.sources.media import make_shapes, make_tones, resample
 from effitrain_helpers.sources.models import choose_model
 from effitrain_helpers.sources.pairs import make_pairs
 from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
+from effitrain_helpers.teach.exercises import ____
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +29,32 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(choose_model().path)
 
 
-@pytest.mark.parametrize("answer, status, words", [
-    (40_000, "correct", ""), (40_000.0, "correct", ""),
-    (110_250, "incorrect", "length before resampling"),
-    (int(2.5 * 44_100 * 44_100 / 16_000), "incorrect", "upside down"),
-    (16_000, "incorrect", "duration (s) x new sampling rate"),
-])
-def test_1_2_q1(answer, status, words):
-    result = l12.q1.evaluate(answer)
-    assert result.status == status and words in result.message
+@pytest.fixture(scope="module")
+def clip():
+    sounds = make_tones(6, 1, seed=2)["train"]
+    return next(a for a in sounds["audio"] if a["sampling_rate"] != 16_000)
+
+
+def test_1_2_q1_one_clip_as_the_model_expects(clip, extractor):
+    rate = extractor.sampling_rate
+    wave = resample(clip["array"], clip["sampling_rate"], rate)
+    right = extractor(wave, sampling_rate=rate, return_tensors="pt")
+    assert l12.q1.evaluate(right, clip, extractor).status == "correct"
+    cases = {
+        "return_tensors=\"pt\"": extractor(wave, sampling_rate=rate),
+        "resample it to the model's 16000 Hz": extractor(np.asarray(clip["array"]), sampling_rate=rate,
+                                                         return_tensors="pt"),
+        "do not pad or cut": extractor(wave, sampling_rate=rate, max_length=8_000, truncation=True,
+                                       padding="max_length", return_tensors="pt"),
+        "not the extractor's": {"input_values": torch.from_numpy(np.asarray(wave, dtype=np.float32))[None]},
+        "takes float32": {"input_values": right["input_values"].double()},
+        "batch of one": {"input_values": right["input_values"][0]},
+        "'input_values'": right["input_values"],
+    }
+    for words, answer in cases.items():
+        result = l12.q1.evaluate(answer, clip, extractor)
+        assert result.status == "incorrect" and words in result.message, (words, result)
+    assert l12.q1.evaluate(____, clip, extractor).status == "not attempted"
 
 
 @pytest.mark.parametrize("answer, status, words", [
