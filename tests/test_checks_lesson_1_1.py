@@ -3,36 +3,85 @@
 import numpy as np
 import pytest
 import torch
-from transformers import DistilBertConfig
+from accelerate import Accelerator
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from effitrain_helpers.teach.checks.lesson_1_1 import STEP_NAMES, q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import ____
 
-CONFIG = DistilBertConfig(n_layers=3, dim=64, n_heads=4, hidden_dim=128, vocab_size=100)
+# ---------------------------------------------------------------- q1: the learner's own from_pretrained + prepare
+
+@pytest.fixture(scope="module")
+def path():
+    from effitrain_helpers.sources.models import choose_model
+
+    return choose_model().path
 
 
-@pytest.mark.parametrize(
-    "answer, expected, words",
-    [
-        (16, "correct", ""),
-        (16.0, "correct", ""),
-        (np.int64(16), "correct", ""),
-        (torch.tensor(16), "correct", ""),
-        (64, "incorrect", "whole token vector"),
-        (4, "incorrect", "number of heads"),
-        (8, "incorrect", "compare `dim` and `n_heads`"),
-        ("16", "incorrect", "should be a number"),
-        (____, "not attempted", ""),
-    ],
-)
-def test_q1_head_width(answer, expected, words):
-    result = q1.evaluate(answer, CONFIG)
-    assert result.status == expected and words in result.message
+def _solution(path):
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    accelerator = Accelerator()
+    return accelerator, accelerator.prepare(model), tokenizer
+
+
+def _bare_model(path):  # AutoModel: no task head, no logits
+    accelerator = Accelerator()
+    return accelerator, accelerator.prepare(AutoModel.from_pretrained(path)), AutoTokenizer.from_pretrained(path)
+
+
+def _random_weights(path):  # from a config: the architecture without the checkpoint's weights
+    config = AutoConfig.from_pretrained(path, num_labels=2)
+    accelerator = Accelerator()
+    model = accelerator.prepare(AutoModelForSequenceClassification.from_config(config))
+    return accelerator, model, AutoTokenizer.from_pretrained(path)
+
+
+def _not_prepared(path):  # moved by hand: Accelerate never saw it
+    accelerator = Accelerator()
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).to(accelerator.device)
+    return accelerator, model, AutoTokenizer.from_pretrained(path)
+
+
+def _three_labels(path):
+    accelerator = Accelerator()
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=3)
+    return accelerator, accelerator.prepare(model), AutoTokenizer.from_pretrained(path)
+
+
+def _no_accelerator(path):
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    return "cpu", model, AutoTokenizer.from_pretrained(path)
+
+
+def _model_only(path):
+    return AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+
+
+def _starter(path):
+    model = ____
+    return ____, model, ____
+
+
+@pytest.mark.parametrize("fn, expected, words", [
+    (_solution, "correct", ""),
+    (_bare_model, "incorrect", "AutoModel has no task head"),
+    (_random_weights, "incorrect", "not the checkpoint's"),
+    (_not_prepared, "incorrect", "not returned by accelerator.prepare"),
+    (_three_labels, "incorrect", "num_labels=2"),
+    (_no_accelerator, "incorrect", "should be an Accelerator"),
+    (_model_only, "incorrect", "should return (accelerator, model, tokenizer)"),
+    (_starter, "not attempted", "still contains ____"),
+    ("model", "incorrect", "pass your function itself"),
+])
+def test_q1_load_and_prepare_runs_the_learners_calls(path, fn, expected, words):
+    result = q1.evaluate(fn, path)
+    assert result.status == expected and words in result.message, result
 
 
 def test_q1_forgotten_argument_says_how_to_call():
-    result = q1.evaluate(16)
-    assert result.status == "incorrect" and "q1.check(head_width, model.config)" in result.message
+    result = q1.evaluate(_solution)
+    assert result.status == "incorrect" and "q1.check(load_and_prepare, choice.path)" in result.message
 
 
 MODEL = torch.nn.Linear(1000, 100)  # 100,100 parameters

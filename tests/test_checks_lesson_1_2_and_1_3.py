@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer, DataCollatorWithPadding
 
 from effitrain_helpers.teach.checks import lesson_1_2 as l12
@@ -10,6 +11,7 @@ from effitrain_helpers.sources.media import make_shapes, make_tones, resample
 from effitrain_helpers.sources.models import choose_model
 from effitrain_helpers.sources.pairs import make_pairs
 from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
+from effitrain_helpers.teach.exercises import ____
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +29,32 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(choose_model().path)
 
 
-@pytest.mark.parametrize("answer, status, words", [
-    (40_000, "correct", ""), (40_000.0, "correct", ""),
-    (110_250, "incorrect", "length before resampling"),
-    (int(2.5 * 44_100 * 44_100 / 16_000), "incorrect", "upside down"),
-    (16_000, "incorrect", "duration (s) x new sampling rate"),
-])
-def test_1_2_q1(answer, status, words):
-    result = l12.q1.evaluate(answer)
-    assert result.status == status and words in result.message
+@pytest.fixture(scope="module")
+def clip():
+    sounds = make_tones(6, 1, seed=2)["train"]
+    return next(a for a in sounds["audio"] if a["sampling_rate"] != 16_000)
+
+
+def test_1_2_q1_one_clip_as_the_model_expects(clip, extractor):
+    rate = extractor.sampling_rate
+    wave = resample(clip["array"], clip["sampling_rate"], rate)
+    right = extractor(wave, sampling_rate=rate, return_tensors="pt")
+    assert l12.q1.evaluate(right, clip, extractor).status == "correct"
+    cases = {
+        "return_tensors=\"pt\"": extractor(wave, sampling_rate=rate),
+        "resample it to the model's 16000 Hz": extractor(np.asarray(clip["array"]), sampling_rate=rate,
+                                                         return_tensors="pt"),
+        "do not pad or cut": extractor(wave, sampling_rate=rate, max_length=8_000, truncation=True,
+                                       padding="max_length", return_tensors="pt"),
+        "not the extractor's": {"input_values": torch.from_numpy(np.asarray(wave, dtype=np.float32))[None]},
+        "takes float32": {"input_values": right["input_values"].double()},
+        "batch of one": {"input_values": right["input_values"][0]},
+        "'input_values'": right["input_values"],
+    }
+    for words, answer in cases.items():
+        result = l12.q1.evaluate(answer, clip, extractor)
+        assert result.status == "incorrect" and words in result.message, (words, result)
+    assert l12.q1.evaluate(____, clip, extractor).status == "not attempted"
 
 
 @pytest.mark.parametrize("answer, status, words", [
@@ -127,3 +146,65 @@ def test_1_3_q3(tokenizer):
     assert "pad_to_multiple_of=8" in l13.q3.evaluate(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=16), split).message
     static = l13.q3.evaluate(DataCollatorWithPadding(tokenizer, padding="max_length", max_length=128), split)
     assert "dynamically" in static.message
+
+
+# ---------------------------------------------------------------- 1.3 q4: the learner's prepare, in 2 real processes
+
+def _answers():
+    """Answers to 1.3 q4, defined locally so that launch ships them to the workers by value (as from a notebook)."""
+
+    def prepared(dataset, collate_fn):
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator()
+        loader = accelerator.prepare(DataLoader(dataset, batch_size=2, collate_fn=collate_fn))
+        return [i for batch in loader for i in batch["idx"].tolist()]
+
+    def plain(dataset, collate_fn):  # no prepare: every process reads everything
+        from torch.utils.data import DataLoader
+
+        return [i for b in DataLoader(dataset, batch_size=2, collate_fn=collate_fn) for i in b["idx"].tolist()]
+
+    def by_hand(dataset, collate_fn):  # contiguous halves: disjoint and complete, not prepare's split
+        import torch.distributed as dist
+
+        half = dataset.shard(num_shards=2, index=dist.get_rank(), contiguous=True)
+        return [int(i) for i in half.with_format(None)["idx"]]
+
+    def first_batch_only(dataset, collate_fn):
+        return prepared(dataset, collate_fn)[:2]
+
+    return {"prepared": prepared, "plain": plain, "by_hand": by_hand, "first_batch_only": first_batch_only}
+
+
+@pytest.fixture(scope="module")
+def shard_data(tokenizer):
+    data = make_pairs(4, 12).map(lambda b: tokenizer(b["sentence1"], b["sentence2"]), batched=True,
+                                 remove_columns=["sentence1", "sentence2"])
+    data.set_format("torch")
+    return data["validation"], DataCollatorWithPadding(tokenizer)
+
+
+@pytest.mark.parametrize("name, status, words", [
+    ("prepared", "correct", ""),
+    ("plain", "incorrect", "both processes read all 12 samples"),
+    ("by_hand", "incorrect", "not the split accelerator.prepare makes"),
+    ("first_batch_only", "incorrect", "were read by no process"),
+])
+def test_1_3_q4_runs_the_learners_function_in_two_processes(shard_data, name, status, words):
+    dataset, collator = shard_data
+    result = l13.q4.evaluate(_answers()[name], dataset, collator)
+    assert result.status == status and words in result.message, result
+
+
+def test_1_3_q4_without_running(shard_data):
+    dataset, collator = shard_data
+
+    def starter(dataset, collate_fn):
+        loader = ____
+        return list(loader)
+
+    assert l13.q4.evaluate(starter, dataset, collator).status == "not attempted"
+    assert "function itself" in l13.q4.evaluate("my_shard", dataset, collator).message
+    assert "multiple of 4" in l13.q4.evaluate(_answers()["prepared"], dataset.select(range(10)), collator).message

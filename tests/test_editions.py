@@ -238,8 +238,15 @@ class _Recorder:
 
 CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell needs)
     ("00_", "start_here", "q1", ""),
+    ("1_1_", "lesson_1_1", "q1", "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
+     "from accelerate import Accelerator\nfrom effitrain_helpers.sources.models import choose_model\n"
+     "choice = choose_model()"),
     ("1_1_", "lesson_1_1", "q3", ""),
     ("1_1_", "lesson_1_1", "q4", ""),
+    ("1_2_", "lesson_1_2", "q2", "from transformers import AutoImageProcessor\n"
+     "from effitrain_helpers.sources.processors import choose_image_processor\n"
+     "image_processor = AutoImageProcessor.from_pretrained(choose_image_processor().path, backend='pil')"),
+    ("1_3_", "lesson_1_3", "q2", ""),
     ("2_2_", "lesson_2_2", "q2", "import math"),
     ("2_2_", "lesson_2_2", "q1", ""),
     ("2_3_", "lesson_2_3", "q2", ""),

@@ -5,11 +5,19 @@ careful benchmark does: warm-up, device synchronisation (CUDA events on GPUs), a
 enough to swamp timer overhead, several repeats, median and spread. Throughput is
 GFLOP/s = 2 n^3 / t. ``best_achievable`` sweeps shapes for the highest rate this device reaches
 (in the spirit of stas00's mamf-finder, with a CPU path). ``effitrain bench`` is the same from a terminal.
+
+A busy machine (a learner's laptop with a browser open, another program on one core) makes timings lie, so
+every verdict a lesson prints comes from here and first asks whether the run can be trusted
+(:func:`unreliable_reason`): the repeats spread too much (IQR / median above :data:`SPREAD_MAX`; the IQR,
+inter-quartile range, is the width of the middle half of the repeats), the interleaved rounds of a
+comparison disagree, or fewer cores were idle than the product uses threads (:func:`busy_reason`).
+An unreliable run says so instead of stating a conclusion.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +33,10 @@ DEVICE_CHOICES = ("cpu", "cuda", "mps", "all")
 MAX_SIZE = 32768
 TARGET_REPEAT_S = 0.1  # each repeat runs the product enough times to last about this long
 WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least twice)
+SPREAD_MAX = 0.10  # IQR / median of the repeats above this: the run is unreliable (torch.utils.benchmark warns at 0.1)
+IDLE_MARGIN = 0.5  # busy when fewer than (threads - IDLE_MARGIN) cores were idle just before measuring
+LOAD_WINDOW_S = 0.25  # how long the CPU load is sampled before a run
+AGREE_RANGE = (0.8, 1.25)  # workbook time / torch.utils.benchmark time counted as agreeing
 
 # Dense peaks (GFLOP/s, no sparsity; SXM boards where there are several) of common GPUs, from their makers'
 # data sheets. float32 is the plain (non-tensor-core) rate. A missing dtype means no fast path for it.
@@ -52,11 +64,23 @@ class MatmulResult:
     repeats: int
     number: int
     gflops: float
+    times: tuple[float, ...] = ()  # seconds of one product in each repeat, in the order they ran
+    busy: str = ""  # why the machine looked busy before the run (see busy_reason), or "" when it did not
 
     @property
     def gflops_best(self) -> float:
         """Throughput of the fastest repeat (the least disturbed by other work on the machine)."""
         return gflops(self.size, self.seconds_min)
+
+    @property
+    def spread(self) -> float:
+        """IQR / median of the repeats (0 with fewer than 2 repeats): how much they disagree."""
+        return relative_iqr(self.times)
+
+    @property
+    def unreliable(self) -> str:
+        """Why this measurement cannot be trusted, or "" when it can (see :func:`unreliable_reason`)."""
+        return unreliable_reason(self.times, self.busy)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -151,6 +175,57 @@ def dtype_supported(device: str, dtype: str) -> bool:
         return False
 
 
+# ---------------------------------------------------------------- is the run reliable?
+def relative_iqr(values: Iterable[float]) -> float:
+    """Inter-quartile range over median of ``values`` (0.0 for fewer than 2 values or a zero median)."""
+    values = sorted(values)
+    if len(values) < 2 or statistics.median(values) == 0:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / abs(statistics.median(values))
+
+
+def idle_cores(window_s: float = LOAD_WINDOW_S) -> float:
+    """How many of this process's cores were idle, summed, over the next ``window_s`` seconds (psutil)."""
+    import psutil
+
+    from effitrain_helpers.processes.launch import usable_cores
+
+    busy = psutil.cpu_percent(interval=window_s, percpu=True)
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(len(busy))
+    mine = [c for c in mine if c < len(busy)] or range(len(busy))
+    return min(usable_cores(), sum(1 - busy[c] / 100 for c in mine))
+
+
+def busy_reason(threads: int | None = None, idle: float | None = None) -> str:
+    """Why the machine is too busy to time ``threads`` threads ("" when it is not).
+
+    ``idle`` is the number of idle cores (measured with :func:`idle_cores` when not given); ``threads``
+    defaults to ``torch.get_num_threads()``. Busy means fewer than ``threads - IDLE_MARGIN`` idle cores.
+    """
+    threads = torch.get_num_threads() if threads is None else threads
+    idle = idle_cores() if idle is None else idle
+    if idle < threads - IDLE_MARGIN:
+        return f"only {idle:.1f} idle cores for {threads} threads: other programs are using the CPU"
+    return ""
+
+
+def unreliable_reason(times: Iterable[float], busy: str = "") -> str:
+    """Why a series of repeated timings cannot be trusted, or "" when it can.
+
+    Two signs: ``busy`` (a reason from :func:`busy_reason`), and the repeats spreading more than
+    :data:`SPREAD_MAX` (IQR / median), which happens when another program takes the CPU during the run.
+    """
+    reasons = [busy] if busy else []
+    spread = relative_iqr(times)
+    if spread > SPREAD_MAX:
+        reasons.append(f"repeats spread by {spread:.0%} of the median (IQR; above {SPREAD_MAX:.0%})")
+    return "; ".join(reasons)
+
+
+UNRELIABLE_ADVICE = "close other programs and re-run"
+
+
 # ---------------------------------------------------------------- measuring
 def synchronize(device: str) -> None:
     """Wait for queued work on ``device`` (a no-op on the CPU)."""
@@ -190,11 +265,9 @@ def _check_repeats(repeats: int) -> None:
     positive_int("repeats", repeats, hint="repeats=5 is a good default")
 
 
-def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats: int = 5) -> MatmulResult:
-    """Median time of one ``size`` x ``size`` product on ``device`` in ``dtype``, with spread."""
-    (size,) = parse_sizes([size])
-    parse_dtypes([dtype])
-    _check_repeats(repeats)
+def _warm_product(size: int, dtype: str, device: str) -> tuple[Callable[[], object], int]:
+    """A ready ``size`` x ``size`` product on ``device`` in ``dtype``, warmed up, and how many calls make
+    one repeat (enough to last about ``TARGET_REPEAT_S``)."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(size, size, generator=gen).to(device=device, dtype=DTYPES[dtype])
     b = torch.randn(size, size, generator=gen).to(device=device, dtype=DTYPES[dtype])
@@ -207,21 +280,43 @@ def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats:
     while calls < 2 or spent < WARMUP_S:
         took = _time_loop(product, device, 1)
         first, spent, calls = min(first, took), spent + took, calls + 1
-    number = max(1, math.ceil(TARGET_REPEAT_S / max(first, 1e-7)))
-    per_call = [_time_loop(product, device, number) / number for _ in range(repeats)]
-    median = statistics.median(per_call)
+    return product, max(1, math.ceil(TARGET_REPEAT_S / max(first, 1e-7)))
+
+
+def _result(device: str, dtype: str, size: int, number: int, times: list[float], busy: str) -> MatmulResult:
+    median = statistics.median(times)
     return MatmulResult(
         device=device, device_name=_device_name(device), dtype=dtype, size=size, seconds=median,
-        seconds_min=min(per_call), seconds_max=max(per_call), repeats=repeats, number=number,
-        gflops=gflops(size, median),
+        seconds_min=min(times), seconds_max=max(times), repeats=len(times), number=number,
+        gflops=gflops(size, median), times=tuple(times), busy=busy,
     )
 
 
-def torch_benchmark_seconds(
-    size: int, dtype: str = "float32", device: str = "cpu", min_run_time: float = 0.5, best: bool = False
-) -> float:
-    """Seconds of the same product timed by ``torch.utils.benchmark`` (the reference to agree with): the
-    median of its blocks, or with ``best=True`` the fastest block."""
+def _interleaved(size: int, dtypes: list[str], device: str, repeats: int, busy: str) -> list[MatmulResult]:
+    """One result per dtype at ``size``, measured in interleaved rounds (each round times every dtype once),
+    so a disturbance hits all dtypes of a round alike and shows up as rounds that disagree."""
+    ready = [_warm_product(size, dt, device) for dt in dtypes]
+    times: list[list[float]] = [[] for _ in dtypes]
+    for _ in range(repeats):
+        for (product, number), series in zip(ready, times):
+            series.append(_time_loop(product, device, number) / number)
+    return [_result(device, dt, size, number, series, busy) for dt, (_, number), series in zip(dtypes, ready, times)]
+
+
+def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats: int = 5,
+                busy: str = "") -> MatmulResult:
+    """Median time of one ``size`` x ``size`` product on ``device`` in ``dtype``, with spread.
+
+    ``busy`` is stored with the result (a reason from :func:`busy_reason`; not measured here)."""
+    (size,) = parse_sizes([size])
+    parse_dtypes([dtype])
+    _check_repeats(repeats)
+    return _interleaved(size, [dtype], device, repeats, busy)[0]
+
+
+def torch_benchmark(size: int, dtype: str = "float32", device: str = "cpu", min_run_time: float = 0.5):
+    """The same product timed by ``torch.utils.benchmark`` (the reference to agree with): its Measurement,
+    whose ``times`` are the seconds of one product in each block."""
     from torch.utils import benchmark as tb
 
     (size,) = parse_sizes([size])
@@ -229,7 +324,15 @@ def torch_benchmark_seconds(
     b, out = torch.randn_like(a), torch.empty_like(a)
     timer = tb.Timer("torch.mm(a, b, out=out)", globals={"torch": torch, "a": a, "b": b, "out": out},
                      num_threads=torch.get_num_threads())  # its default is 1 thread: not what the helper measures
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
+    return timer.blocked_autorange(min_run_time=min_run_time)
+
+
+def torch_benchmark_seconds(
+    size: int, dtype: str = "float32", device: str = "cpu", min_run_time: float = 0.5, best: bool = False
+) -> float:
+    """Seconds of one product by :func:`torch_benchmark`: the median of its blocks, or with ``best=True``
+    the fastest block."""
+    measurement = torch_benchmark(size, dtype, device, min_run_time)
     return min(measurement.times) if best else measurement.median
 
 
@@ -239,11 +342,14 @@ def run_benchmark(
     device: str = "all",
     repeats: int = 5,
     progress: bool = False,
+    check_load: bool = True,
 ) -> tuple[list[MatmulResult], list[str]]:
-    """Measure every size x dtype x device; return the results and notes (missing hardware, skips).
+    """Measure every size x dtype x device; return the results and notes (missing hardware, skips, a busy CPU).
 
     ``sizes=None`` uses each device's ``default_sizes`` for the current ``SETTINGS.size``. A dtype the
     device cannot run is an error when a single device was asked for, and a reported skip when ``device='all'``.
+    The dtypes of one device and size are timed in interleaved rounds (see :func:`dtype_ratio`). With
+    ``check_load`` the CPU load is sampled for ``LOAD_WINDOW_S`` first and kept in each CPU result's ``busy``.
     """
     from effitrain_helpers.core.settings import SETTINGS
 
@@ -263,11 +369,22 @@ def run_benchmark(
                     f"dtype {dt!r} is not supported on {dev}; allowed there: "
                     f"{', '.join(d for d in DTYPES if dtype_supported(dev, d))}. Fix: pick one of those."
                 )
+    busy = busy_reason() if check_load else ""
+    groups: dict[tuple[str, int], list[str]] = {}  # the dtypes of one device and size run interleaved
+    for dev, dt, n in plan:
+        groups.setdefault((dev, n), []).append(dt)
+    items = list(groups.items())
     if progress:
         from tqdm.auto import tqdm
 
-        plan = tqdm(plan, desc="matmul benchmark", leave=False)
-    return [time_matmul(n, dt, dev, repeats) for dev, dt, n in plan], notes
+        items = tqdm(items, desc="matmul benchmark", leave=False)
+    # a busy CPU slows CPU products; GPU timings (CUDA events) are judged by their own spread
+    results = [r for (dev, n), dts in items for r in _interleaved(n, dts, dev, repeats, busy if dev == "cpu" else "")]
+    order = {key: i for i, key in enumerate(plan)}
+    results.sort(key=lambda r: order[(r.device, r.dtype, r.size)])
+    if busy:
+        notes.append(f"the machine looks busy ({busy}): timings may be unreliable; {UNRELIABLE_ADVICE}")
+    return results, notes
 
 
 def speedups(results: list[MatmulResult]) -> list[dict]:
@@ -279,6 +396,75 @@ def speedups(results: list[MatmulResult]) -> list[dict]:
         if r.device != "cpu" and ref is not None:
             rows.append({"device": r.device, "dtype": r.dtype, "size": r.size, "speedup": ref.seconds / r.seconds})
     return rows
+
+
+# ---------------------------------------------------------------- verdicts that stay true on a busy machine
+@dataclass
+class Verdict:
+    """A measured comparison and what may be concluded from it: ``reliable`` is False when the run was
+    disturbed, and then ``text`` says why instead of stating a conclusion."""
+
+    reliable: bool
+    value: float
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def dtype_ratio(results: list[MatmulResult], device: str, size: int, dtype: str = "bfloat16",
+                reference: str = "float32") -> Verdict:
+    """How fast ``dtype`` runs relative to ``reference`` (rate ratio) at ``size`` on ``device``.
+
+    Uses the interleaved rounds of :func:`run_benchmark`: the ratio of each round, their median as the value.
+    Unreliable when either series is (:func:`unreliable_reason`) or the rounds' ratios spread by more than
+    ``SPREAD_MAX``: then the text names the reason and draws no conclusion.
+    """
+    pick = {r.dtype: r for r in results if (r.device, r.size) == (device, size) and r.dtype in (dtype, reference)}
+    if set(pick) != {dtype, reference}:
+        raise ValueError(f"no {dtype} and {reference} results at n={size} on {device}; measure both with "
+                         f"run_benchmark(dtypes=[{reference!r}, {dtype!r}]) first.")
+    fast, ref = pick[dtype], pick[reference]
+    rounds = [r / f for r, f in zip(ref.times, fast.times)] or [ref.seconds / fast.seconds]
+    value = statistics.median(rounds)
+    head = f"{device}, n={size}: {dtype} at {value:.2f}x the {reference} rate"
+    reasons = [why for why in (fast.unreliable, ref.unreliable) if why]
+    if relative_iqr(rounds) > SPREAD_MAX:
+        reasons.append(f"the {len(rounds)} interleaved rounds disagree (ratios {min(rounds):.2f} to {max(rounds):.2f})")
+    if reasons:
+        return Verdict(False, value, f"{head}: UNRELIABLE, no conclusion ({reasons[0]}); {UNRELIABLE_ADVICE}")
+    word = "faster than" if value > 1 else "slower than" if value < 1 else "as fast as"
+    return Verdict(True, value, f"{head}: {dtype} is {word} {reference} here "
+                                f"({len(rounds)} interleaved rounds agree within {relative_iqr(rounds):.0%})")
+
+
+def reference_check(result: MatmulResult, min_run_time: float = 0.5) -> Verdict:
+    """Time ``result``'s product again with ``torch.utils.benchmark`` and say whether the two agree.
+
+    The value is reference seconds / workbook seconds. "agree" needs both timings reliable (the reference's
+    own IQR / median at most ``SPREAD_MAX``, no busy CPU) and the ratio within ``AGREE_RANGE``.
+    """
+    measurement = torch_benchmark(result.size, result.dtype, result.device, min_run_time)
+    ratio = measurement.median / result.seconds
+    head = (f"{result.device}, n={result.size}: workbook {result.seconds * 1e3:.3f} ms, torch.utils.benchmark "
+            f"{measurement.median * 1e3:.3f} ms (ratio {ratio:.2f})")
+    reasons = [why for why in (result.unreliable, unreliable_reason(measurement.times)) if why]
+    if reasons:
+        return Verdict(False, ratio, f"{head}: UNRELIABLE ({reasons[0]}); {UNRELIABLE_ADVICE}")
+    low, high = AGREE_RANGE
+    if low <= ratio <= high:
+        return Verdict(True, ratio, f"{head}: agree")
+    return Verdict(True, ratio, f"{head}: disagree although both runs were steady: a timer is wrong")
+
+
+def results_frame(results: list[MatmulResult]):
+    """The results as a pandas DataFrame for notebooks: median ms, spread (IQR / median), GFLOP/s, trust."""
+    import pandas as pd
+
+    return pd.DataFrame([{
+        "device": r.device, "dtype": r.dtype, "n": r.size, "median ms": round(r.seconds * 1e3, 3),
+        "spread": f"{r.spread:.0%}", "GFLOP/s": round(r.gflops, 1), "reliable": "no" if r.unreliable else "yes",
+    } for r in results])
 
 
 # ---------------------------------------------------------------- the best rate this device reaches
@@ -353,11 +539,11 @@ def best_achievable(
 
 
 def results_table(results: list[MatmulResult]) -> str:
-    """A fixed-width table of results for terminals and notebooks."""
-    lines = [f"{'device':<8} {'dtype':<9} {'size':>6} {'median ms':>10} {'spread ms':>17} {'GFLOP/s':>9}"]
+    """A fixed-width table of results for terminals: median, min-max, spread (IQR / median), trust."""
+    lines = [f"{'device':<8} {'dtype':<9} {'size':>6} {'median ms':>10} {'min-max ms':>17} {'spread':>7} "
+             f"{'GFLOP/s':>9}  reliable"]
     for r in results:
-        spread = f"{r.seconds_min * 1e3:.3f}-{r.seconds_max * 1e3:.3f}"
-        lines.append(
-            f"{r.device:<8} {r.dtype:<9} {r.size:>6} {r.seconds * 1e3:>10.3f} {spread:>17} {r.gflops:>9.1f}"
-        )
+        span = f"{r.seconds_min * 1e3:.3f}-{r.seconds_max * 1e3:.3f}"
+        lines.append(f"{r.device:<8} {r.dtype:<9} {r.size:>6} {r.seconds * 1e3:>10.3f} {span:>17} "
+                     f"{r.spread:>7.0%} {r.gflops:>9.1f}  {'no' if r.unreliable else 'yes'}")
     return "\n".join(lines)

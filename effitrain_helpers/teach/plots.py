@@ -2,6 +2,7 @@
 
 - ``plot_gflops``: matrix-product throughput against size, one line per device and dtype (lesson 1.1)
 - ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
+- ``plot_gradient_sync``: steps 3 and 4 with a parameter server and with DDP's all-reduce (lesson 1.1)
 - ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
 """
 
@@ -379,5 +380,51 @@ def plot_float_formats(dtypes: tuple = ("float32", "bfloat16", "float16")) -> "F
     ax.set_ylim(0, len(dtypes))
     ax.axis("off")
     ax.set_title("Bits of each number format (one box per bit)", fontsize=FONT)
+
+
+# --- chapter 1: data preparation -------------------------------------------------------------------------------
+
+def plot_gradient_sync(num_devices: int = 2) -> "Figure":
+    """Steps 3 and 4 of data-parallel training drawn two ways, side by side (lesson 1.1).
+
+    Left, a parameter server: every device sends its gradients to one place, which averages them, updates
+    the only true copy of the weights and sends the new weights back. Right, DDP: the devices all-reduce
+    their gradients (every one ends with the same average), each applies the same optimizer step to its own
+    copy, and the only broadcast of weights is the one from rank 0 when the model is wrapped.
+    """
+    import matplotlib.pyplot as plt
+
+    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or not 2 <= num_devices <= 4:
+        raise ValueError(f"num_devices={num_devices!r}: draw between 2 and 4 devices.")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
+    width = 8 / num_devices
+    centers = [1 + i * width + width * 0.4 for i in range(num_devices)]
+    for ax in (left, right):
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, 7)
+        ax.axis("off")
+    # parameter server
+    _box(left, 1.0, 5.0, 8, 1.0, "parameter server\n3. average the gradients, update the weights", "#d5f5d5")
+    for i, x in enumerate(centers):
+        _box(left, x - width * 0.4, 1.6, width * 0.8, 1.0, f"device {i}\nforward + backward", "#ffe7b3")
+        _arrow(left, (x - 0.4, 2.6), (x - 0.4, 5.0))
+        _arrow(left, (x + 0.4, 5.0), (x + 0.4, 2.6))
+        left.text(x - 0.5, 3.8, "gradients", ha="right", va="center", fontsize=FONT - 3)
+        left.text(x + 0.5, 3.8, "4. new\nweights", ha="left", va="center", fontsize=FONT - 3)
+    left.text(5, 0.8, "one place holds the weights; the devices wait for it", ha="center", fontsize=FONT - 2)
+    left.set_title("Parameter server (the course's picture)", fontsize=FONT + 1)
+    # DDP: all-reduce, then the same update everywhere
+    _box(right, 1.0, 5.8, 8, 0.7, "at prepare: rank 0 broadcasts its weights (once)", "#e6e6e6")
+    for i, x in enumerate(centers):
+        _arrow(right, (x, 5.8), (x, 5.0))
+        _box(right, x - width * 0.4, 3.9, width * 0.8, 1.1, f"rank {i}\nforward + backward", "#ffe7b3")
+        _box(right, x - width * 0.4, 1.0, width * 0.8, 1.0, f"4. optimizer step\non rank {i}'s copy", "#d5f5d5")
+    _box(right, 1.0, 2.45, 8, 0.9, "3. all-reduce: every rank receives the average gradient", "#ffd0d0")
+    for x in centers:
+        _arrow(right, (x, 3.9), (x, 3.35))
+        _arrow(right, (x, 2.45), (x, 2.0))
+    right.text(5, 0.4, "same weights + same average gradient = same new weights, with no second broadcast",
+               ha="center", fontsize=FONT - 2)
+    right.set_title("DDP: all-reduce, then every rank updates itself", fontsize=FONT + 1)
     fig.tight_layout()
     return fig

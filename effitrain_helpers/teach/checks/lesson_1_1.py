@@ -1,4 +1,5 @@
-"""Exercises of lesson 1.1 (prepare models with AutoModel and Accelerator)."""
+"""Exercises of lesson 1.1 (prepare models with AutoModel and Accelerator): q1 writes the lesson's calls
+(`from_pretrained`, `Accelerator()`, `prepare`), q2-q4 are the numbers and the order behind them."""
 
 from __future__ import annotations
 
@@ -21,15 +22,55 @@ def _close(answer: float, want: float) -> bool:
     return math.isclose(answer, want, rel_tol=1e-3) or abs(answer - want) <= 0.05
 
 
-def _check_head_width(answer, config) -> None:
-    width = as_number(answer)
-    dim, heads = config.hidden_size, config.num_attention_heads
-    if _close(width, dim):
-        raise Incorrect(f"{dim} is the whole token vector; each of the {heads} heads works on a slice of it.")
-    if _close(width, heads):
-        raise Incorrect("that is the number of heads, not the width of one head.")
-    if not _close(width, dim / heads):
-        raise Incorrect(f"{answer!r} is not the width of one attention head of this model: compare `dim` and `n_heads`.")
+def _check_load_and_prepare(fn, path) -> None:
+    """Run the learner's ``fn(path)`` for real and judge what it returns: (accelerator, model, tokenizer)."""
+    import torch
+    from accelerate import Accelerator
+
+    if not callable(fn):
+        raise Incorrect(f"pass your function itself (no parentheses); you gave {fn!r}.")
+    got = fn(path)
+    if not isinstance(got, tuple) or len(got) != 3:
+        raise Incorrect(f"your function should return (accelerator, model, tokenizer); it returned {got!r:.80}.")
+    accelerator, model, tokenizer = got
+    if not isinstance(accelerator, Accelerator):
+        raise Incorrect(f"the first value should be an Accelerator; it is a {type(accelerator).__name__}.")
+    if not isinstance(model, torch.nn.Module):
+        raise Incorrect(f"the second value should be the model; it is a {type(model).__name__}.")
+    if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise Incorrect(f"the third value should be the tokenizer; it is a {type(tokenizer).__name__}.")
+    if not any(m is model for m in accelerator._models):  # what prepare() records for every model it returns
+        raise Incorrect("this model was not returned by accelerator.prepare(model): return what prepare gives back.")
+    devices = {p.device.type for p in model.parameters()}
+    if devices != {accelerator.device.type}:
+        raise Incorrect(f"the parameters are on {sorted(devices)}, not on the accelerator's {accelerator.device}.")
+    embeddings = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > embeddings:
+        raise Incorrect(f"the tokenizer has {len(tokenizer):,} tokens but the model only {embeddings:,} embeddings: "
+                        "load both from the same `path`.")
+    batch = tokenizer(["The engineer trained the model.", "A short one."], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch.to(accelerator.device))
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        raise Incorrect("the model returns hidden states but no logits: AutoModel has no task head; use the "
+                        "AutoModelFor... class of the task (sequence classification).")
+    if tuple(logits.shape) != (2, 2):
+        raise Incorrect(f"two sentences gave logits of shape {tuple(logits.shape)}; expected (2, 2): "
+                        "a classification head with num_labels=2.")
+    _check_pretrained_weights(model, path)
+
+
+def _check_pretrained_weights(model, path) -> None:
+    """The word embeddings are the checkpoint's (from_pretrained), not fresh random ones (from_config)."""
+    import torch
+    from transformers import AutoModel
+
+    reference = AutoModel.from_pretrained(path).get_input_embeddings().weight
+    mine = model.get_input_embeddings().weight.detach().to("cpu", torch.float32)
+    if mine.shape != reference.shape or not torch.equal(mine, reference.detach().float()):
+        raise Incorrect("the weights are not the checkpoint's: build the model with from_pretrained(path), "
+                        "not from a config (that starts from random weights).")
 
 
 def _check_training_mib(answer, model) -> None:
@@ -83,23 +124,39 @@ def _check_steps(steps) -> None:
 
 
 q1 = Exercise(
-    "1.1 q1: width of one attention head",
-    _check_head_width,
-    usage="q1.check(head_width, model.config)",
+    "1.1 q1: load a checkpoint and prepare it",
+    _check_load_and_prepare,
+    usage="q1.check(load_and_prepare, choice.path)",
     hints=[
-        "Each attention head works on an equal slice of the token vector.",
-        "Divide the width of the token vector (`hidden_size`) by the number of heads (`num_attention_heads`).",
+        "Three objects: a model with a classification head and its tokenizer, both read from the folder "
+        "`path`, and an Accelerator that places the model. Return what `prepare` gives back, not the model "
+        "you passed in.",
+        "The Auto classes read `config.json` to pick the architecture: `AutoModelForSequenceClassification` "
+        "(2 labels: `num_labels=2`) and `AutoTokenizer`, both with `.from_pretrained(path)` (transformers docs, "
+        "'Auto Classes'); then `Accelerator()` and its `prepare` method (accelerate docs, 'Accelerator').",
+        "model = AutoModelForSequenceClassification.from_pretrained(____, num_labels=____)\n"
+        "tokenizer = AutoTokenizer.from_pretrained(____)\naccelerator = ____\nmodel = accelerator.prepare(____)",
     ],
-    solution_code="head_width = model.config.hidden_size // model.config.num_attention_heads\n"
-    "q1.check(head_width, model.config)",
+    solution_code=(
+        "def load_and_prepare(path):\n"
+        "    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)\n"
+        "    tokenizer = AutoTokenizer.from_pretrained(path)\n"
+        "    accelerator = Accelerator()\n"
+        "    model = accelerator.prepare(model)\n"
+        "    return accelerator, model, tokenizer\n\n"
+        "q1.check(load_and_prepare, choice.path)"
+    ),
 )
 q2 = Exercise(
     "1.1 q2: memory to train the model",
     _check_training_mib,
     usage="q2.check(train_mib, model)",
     hints=[
-        "Training with AdamW in float32 keeps four numbers per parameter: the weight, its gradient and two moving averages.",
-        "That is 4 x 4 = 16 bytes per parameter; count parameters with `p.numel()`; one MiB is 2**20 bytes.",
+        "Training with AdamW in float32 keeps four numbers per parameter: the weight, its gradient and two "
+        "moving averages.",
+        "A float32 number takes 4 bytes; `p.numel()` counts the numbers in a parameter tensor "
+        "(`model.parameters()` yields them all); one MiB is 2**20 bytes.",
+        "train_mib = sum(____ for p in model.parameters()) * ____ / ____",
     ],
     solution_code="train_mib = sum(p.numel() for p in model.parameters()) * 16 / 2**20\nq2.check(train_mib, model)",
 )
@@ -108,8 +165,10 @@ q3 = Exercise(
     _check_gflops_fn,
     usage="q3.check(my_gflops)",
     hints=[
-        "An n x n by n x n product does n^3 multiply-adds.",
-        "A multiply-add is 2 floating-point operations; 1 GFLOP is 1e9 of them.",
+        "An n x n by n x n product does n^3 multiply-adds: each of the n^2 results sums n products.",
+        "A multiply-add is 2 floating-point operations (FLOPs); a rate is operations over seconds; "
+        "1 GFLOP is 1e9 of them (see the 'Measure it' cell above).",
+        "return ____ * n**____ / seconds / ____",
     ],
     solution_code="def my_gflops(n, seconds):\n    return 2 * n**3 / seconds / 1e9\n\nq3.check(my_gflops)",
 )
@@ -119,7 +178,9 @@ q4 = Exercise(
     usage="q4.check(steps)",
     hints=[
         "A device needs its data and its own copy of the model before it can compute anything.",
-        "Gradients must be combined before the updated weights can be shared.",
+        "Gradients must be combined before the updated weights can be shared (look at the figure of steps "
+        "3 and 4).",
+        'steps = ["data sharding", ____, "gradient aggregation", ____]',
     ],
     solution_code=(
         'steps = ["data sharding", "model replication", "gradient aggregation", "parameter synchronization"]\n'

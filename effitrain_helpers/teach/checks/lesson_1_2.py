@@ -1,4 +1,5 @@
-"""Exercises of lesson 1.2 (preprocess images and audio)."""
+"""Exercises of lesson 1.2 (preprocess images and audio): q1, q3 and q4 call the processors with the
+settings the model expects and are judged by the tensors they make; q2 is the arithmetic of normalising."""
 
 from __future__ import annotations
 
@@ -10,15 +11,32 @@ from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 from effitrain_helpers.sources.media import resample
 
 
-def _check_resampled_length(answer) -> None:
-    n = as_number(answer)
-    if math.isclose(n, 40_000):
-        return
-    if math.isclose(n, 2.5 * 44_100):
-        raise Incorrect("that is the length before resampling: the clip keeps 2.5 s but gets 16,000 samples per second.")
-    if math.isclose(n, 2.5 * 44_100 * 44_100 / 16_000, rel_tol=1e-3):
-        raise Incorrect("the ratio is upside down: going from 44.1 kHz to 16 kHz makes the clip shorter in samples.")
-    raise Incorrect(f"{answer!r} samples is not right: duration (s) x new sampling rate (Hz).")
+def _check_clip_inputs(inputs, clip, extractor) -> None:
+    """The learner's feature-extractor output for one clip: a torch tensor at the model's rate, normalised."""
+    import torch
+
+    if not hasattr(inputs, "keys") or "input_values" not in inputs:
+        raise Incorrect(f"give the feature extractor's output (it has 'input_values'); you gave {type(inputs).__name__}.")
+    values = inputs["input_values"]
+    if not isinstance(values, torch.Tensor):
+        raise Incorrect(f"input_values is a {type(values).__name__}, not a PyTorch tensor: ask the extractor for "
+                        "tensors with return_tensors=\"pt\".")
+    rate = extractor.sampling_rate
+    wave = resample(clip["array"], clip["sampling_rate"], rate)
+    if values.ndim != 2 or values.shape[0] != 1:
+        raise Incorrect(f"input_values has shape {tuple(values.shape)}; one clip gives a batch of one: (1, samples).")
+    if values.shape[1] == len(clip["array"]) != len(wave):
+        raise Incorrect(f"{values.shape[1]} samples is the clip at {clip['sampling_rate']} Hz: resample it to the "
+                        f"model's {rate} Hz first.")
+    if values.shape[1] != len(wave):
+        raise Incorrect(f"{values.shape[1]} samples; the clip resampled to {rate} Hz has {len(wave)}: do not pad "
+                        "or cut it here.")
+    if values.dtype != torch.float32:
+        raise Incorrect(f"input_values are {values.dtype}; the model takes float32.")
+    want = extractor(wave, sampling_rate=rate, return_tensors="pt")["input_values"]
+    if not torch.allclose(values, want, atol=1e-4):
+        raise Incorrect("the shape is right but the values are not the extractor's (normalised to zero mean and "
+                        "unit variance): call feature_extractor on the resampled wave.")
 
 
 def _check_pixel_range(answer, processor) -> None:
@@ -74,19 +92,32 @@ def _check_audio_map(fn, dataset, extractor) -> None:
 
 
 q1 = Exercise(
-    "1.2 q1: samples after resampling",
-    _check_resampled_length,
-    usage="q1.check(n_samples)",
-    hints=["Resampling keeps the duration and changes how many samples describe each second.",
-           "2.5 seconds x 16,000 samples per second."],
-    solution_code="n_samples = int(2.5 * 16_000)\nq1.check(n_samples)",
+    "1.2 q1: one clip, as the model expects it",
+    _check_clip_inputs,
+    usage="q1.check(inputs, clip, feature_extractor)",
+    hints=["The model was pre-trained on audio at one sampling rate and takes PyTorch tensors; the extractor "
+           "can only check the rate you tell it.",
+           "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above), then call the extractor "
+           "with `sampling_rate=` and `return_tensors=\"pt\"` (transformers docs, 'Feature Extractor', "
+           "`__call__`); `feature_extractor.sampling_rate` is the rate it expects.",
+           "wave = resample(clip[\"array\"], ____, ____)\n"
+           "inputs = feature_extractor(wave, sampling_rate=____, return_tensors=____)"],
+    solution_code=(
+        "rate = feature_extractor.sampling_rate\n"
+        "wave = resample(clip[\"array\"], clip[\"sampling_rate\"], rate)\n"
+        "inputs = feature_extractor(wave, sampling_rate=rate, return_tensors=\"pt\")\n"
+        "q1.check(inputs, clip, feature_extractor)"
+    ),
 )
 q2 = Exercise(
     "1.2 q2: what the model sees for white and black",
     _check_pixel_range,
     usage="q2.check((white, black), image_processor)",
-    hints=["The processor first multiplies by `rescale_factor` (1/255), then subtracts `image_mean` and divides by `image_std`.",
-           "White: (255/255 - 0.5) / 0.5. Black: (0 - 0.5) / 0.5."],
+    hints=["The processor first rescales the 0..255 values to 0..1, then normalises: it subtracts a mean and "
+           "divides by a standard deviation, as in pre-training.",
+           "Its settings are attributes: `rescale_factor` (1/255), `image_mean` and `image_std` (one per colour "
+           "channel), printed above (transformers docs, 'ViT image processor').",
+           "white = (255 * p.rescale_factor - ____) / ____"],
     solution_code=(
         "p = image_processor\n"
         "white = (255 * p.rescale_factor - p.image_mean[0]) / p.image_std[0]\n"
@@ -99,25 +130,29 @@ q3 = Exercise(
     _check_image_map,
     usage='q3.check(to_thumbnails, shapes["train"])',
     hints=["Same as `preprocess_images`, with one more argument to the processor.",
-           "image_processor(batch['image'], size={'height': 64, 'width': 64})"],
+           "The image processor's call accepts `size=` as a dict with 'height' and 'width' that overrides its "
+           "own (transformers docs, 'ViT image processor'); a batched map function returns a dict of lists.",
+           "out = image_processor(batch[\"image\"], size={\"height\": ____, \"width\": ____})"],
     solution_code=(
         "def to_thumbnails(batch):\n"
-        "    out = image_processor(batch['image'], size={'height': 64, 'width': 64})\n"
-        "    return {'pixel_values': out['pixel_values']}\n\n"
-        "q3.check(to_thumbnails, shapes['train'])"
+        "    out = image_processor(batch[\"image\"], size={\"height\": 64, \"width\": 64})\n"
+        "    return {\"pixel_values\": out[\"pixel_values\"]}\n\n"
+        "q3.check(to_thumbnails, shapes[\"train\"])"
     ),
 )
 q4 = Exercise(
     "1.2 q4: half-second audio features",
     _check_audio_map,
     usage='q4.check(half_second, sounds["train"], feature_extractor)',
-    hints=["Resample every clip to 16 kHz first, as in `preprocess_audio`.",
-           "Then max_length=8000 (0.5 s x 16,000 Hz) with truncation=True and padding='max_length'."],
+    hints=["Resample every clip to 16 kHz first, as in `preprocess_audio`; then make every clip 0.5 s long.",
+           "0.5 s x 16,000 Hz samples; the extractor cuts with `truncation=True` and `max_length=`, and fills "
+           "with `padding=\"max_length\"` (transformers docs, 'Padding and truncation').",
+           "return feature_extractor(waves, sampling_rate=16_000, max_length=____, truncation=____, padding=____)"],
     solution_code=(
         "def half_second(batch):\n"
-        "    waves = [resample(a['array'], a['sampling_rate'], 16_000) for a in batch['audio']]\n"
+        "    waves = [resample(a[\"array\"], a[\"sampling_rate\"], 16_000) for a in batch[\"audio\"]]\n"
         "    return feature_extractor(waves, sampling_rate=16_000, max_length=8_000,\n"
-        "                             truncation=True, padding='max_length')\n\n"
-        "q4.check(half_second, sounds['train'], feature_extractor)"
+        "                             truncation=True, padding=\"max_length\")\n\n"
+        "q4.check(half_second, sounds[\"train\"], feature_extractor)"
     ),
 )

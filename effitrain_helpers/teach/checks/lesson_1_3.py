@@ -1,4 +1,6 @@
-"""Exercises of lesson 1.3 (preprocess text, place data on several devices)."""
+"""Exercises of lesson 1.3 (preprocess text, place data on several devices): q1 and q3 call the tokenizer
+and the collator, q4 runs the learner's `accelerator.prepare(DataLoader(...))` in 2 real processes and checks
+the shards; q2 predicts what `even_batches` does."""
 
 from __future__ import annotations
 
@@ -52,16 +54,52 @@ def _check_collator(collator, split) -> None:
             raise Incorrect("the batch has no 'labels': collate the tokenized split whose 'label' column was renamed.")
 
 
+def _check_sharded_loader(fn, dataset, collate_fn) -> None:
+    """Launch the learner's ``fn(dataset, collate_fn)`` in 2 real processes; each returns the ``idx`` it read.
+
+    Correct when the two shards are disjoint, together hold every sample, and follow ``accelerator.prepare``'s
+    split (batch b of 2 goes to rank b % 2)."""
+    from effitrain_helpers.processes.launch import launch
+
+    if not callable(fn):
+        raise Incorrect(f"pass your function itself (no parentheses); you gave {fn!r}.")
+    ids = [int(i) for i in dataset.with_format(None)["idx"]]
+    if len(ids) % 4:
+        raise Incorrect(f"check it on a dataset of a multiple of 4 samples (2 processes x batches of 2); "
+                        f"this one has {len(ids)}.")
+    shards = launch(fn, dataset, collate_fn, num_processes=2, quiet=True)
+    for rank, shard in enumerate(shards):
+        if not isinstance(shard, (list, tuple)) or not all(isinstance(i, int) for i in shard):
+            raise Incorrect(f"rank {rank} returned {shard!r:.60}; return the list of `idx` values it read "
+                            "(ints: batch['idx'].tolist()).")
+    first, second = (set(s) for s in shards)
+    if sorted(shards[0]) == sorted(shards[1]) == sorted(ids):
+        raise Incorrect(f"both processes read all {len(ids)} samples: a plain DataLoader is not sharded; "
+                        "hand it to accelerator.prepare.")
+    if first & second:
+        raise Incorrect(f"samples {sorted(first & second)[:6]} were read by both processes: the shards overlap.")
+    if first | second != set(ids):
+        raise Incorrect(f"samples {sorted(set(ids) - first - second)[:6]} were read by no process: "
+                        "together the shards must cover the dataset.")
+    batches = [ids[k:k + 2] for k in range(0, len(ids), 2)]
+    want = [[i for b in batches[rank::2] for i in b] for rank in (0, 1)]
+    if [list(s) for s in shards] != want:
+        raise Incorrect("disjoint and complete, but not the split accelerator.prepare makes (rank k reads "
+                        "batches k, k + 2, ... of size 2): use DataLoader(..., batch_size=2) and prepare it.")
+
+
 q1 = Exercise(
     "1.3 q1: shorter pairs",
     _check_tokenize_fn,
     usage='q1.check(tokenize_short, pairs["train"], tokenizer)',
     hints=["Start from `tokenize` above; change one argument.",
-           "tokenizer(batch['sentence1'], batch['sentence2'], truncation=True, max_length=16)"],
+           "The tokenizer takes the two sentences as a pair (`text`, `text_pair`) and cuts with `truncation=True` "
+           "and `max_length=` (transformers docs, 'Tokenizer', `__call__`).",
+           "return tokenizer(batch[\"sentence1\"], ____, truncation=____, max_length=____)"],
     solution_code=(
         "def tokenize_short(batch):\n"
-        "    return tokenizer(batch['sentence1'], batch['sentence2'], truncation=True, max_length=16)\n\n"
-        "q1.check(tokenize_short, pairs['train'], tokenizer)"
+        "    return tokenizer(batch[\"sentence1\"], batch[\"sentence2\"], truncation=True, max_length=16)\n\n"
+        "q1.check(tokenize_short, pairs[\"train\"], tokenizer)"
     ),
 )
 q2 = Exercise(
@@ -69,7 +107,9 @@ q2 = Exercise(
     _check_prediction,
     usage="q2.check((per_rank, repeated))",
     hints=["10 samples in batches of 2 make 5 batches; 3 ranks take them in turn.",
-           "With even_batches=True each rank gets 2 batches (4 samples): 12 samples for 10 that exist."],
+           "With `even_batches=True` (the default of `DataLoaderConfiguration`, accelerate docs) every rank gets "
+           "as many batches as the busiest one, refilled from the start of the dataset.",
+           "per_rank = (batches of the busiest rank) x 2; repeated = 3 x per_rank - ____"],
     solution_code="per_rank, repeated = 4, 2\nq2.check((per_rank, repeated))",
 )
 q3 = Exercise(
@@ -77,7 +117,28 @@ q3 = Exercise(
     _check_collator,
     usage='q3.check(collator_8, tokenized["train"])',
     hints=["GPU tensor cores are fastest when sizes are multiples of 8.",
-           "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)"],
+           "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that length "
+           "up (transformers docs, 'Data Collator').",
+           "collator_8 = DataCollatorWithPadding(tokenizer, ____=8)"],
     solution_code="collator_8 = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
-    "q3.check(collator_8, tokenized['train'])",
+    "q3.check(collator_8, tokenized[\"train\"])",
+)
+q4 = Exercise(
+    "1.3 q4: shard a data loader in 2 processes",
+    _check_sharded_loader,
+    usage='q4.check(my_shard, tokenized["validation"].select(range(12)), collator)',
+    hints=["Each process must read a different part of the data; the object that knows this process's rank and "
+           "the world size is the Accelerator, made inside the function (each process makes its own).",
+           "`accelerator.prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "
+           "(accelerate docs, 'Accelerator.prepare'); `who_got_what` above does it with more options.",
+           "accelerator = ____\nloader = accelerator.prepare(DataLoader(____, batch_size=2, collate_fn=____))"],
+    solution_code=(
+        "def my_shard(dataset, collate_fn):\n"
+        "    from accelerate import Accelerator\n"
+        "    from torch.utils.data import DataLoader\n\n"
+        "    accelerator = Accelerator()\n"
+        "    loader = accelerator.prepare(DataLoader(dataset, batch_size=2, collate_fn=collate_fn))\n"
+        "    return [i for batch in loader for i in batch[\"idx\"].tolist()]\n\n"
+        "q4.check(my_shard, tokenized[\"validation\"].select(range(12)), collator)"
+    ),
 )
