@@ -33,7 +33,6 @@ CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
 # One learning rate for all three, decayed linearly to 0: on the default run (150 steps, seeds 0-2 tried) their final
 # losses came within 4% of each other (benchmarks check 10%). Pre-trained checkpoints: the usual 5e-5 (not tuned here).
 # The workbook's small model learns from random weights; a pre-trained checkpoint wants smaller steps.
-# the workbook's small model learns from random weights; a pre-trained checkpoint wants smaller steps.
 DEFAULT_LR_SMALL = {"adamw": 1e-3, "adafactor": 1e-3, "adamw8bit": 1e-3}
 DEFAULT_LR_PRETRAINED = {"adamw": 5e-5, "adafactor": 5e-5, "adamw8bit": 5e-5}
 
@@ -120,6 +119,29 @@ def make_optimizer(name: str, params, lr: float, betas=(0.9, 0.999), weight_deca
     import bitsandbytes as bnb
 
     return bnb.optim.AdamW8bit(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+def adamw_implementation(optimizer) -> str:
+    """Which of torch's three Adam/AdamW implementations ``optimizer.step()`` runs (lesson 4.1):
+
+    ``"fused"`` when a group sets ``fused=True`` (one kernel per step: each tensor read and written once),
+    ``"foreach"`` when a group sets ``foreach=True`` or leaves both at ``None`` with every parameter on a device
+    with foreach kernels (CUDA, XPU, ...), else ``"for-loop"`` (one parameter at a time, several passes over
+    each tensor: torch's default on the CPU). The rule is torch's own, ``torch.optim.adam.adam``'s call of
+    ``torch.optim.optimizer._default_to_fused_or_foreach``.
+    """
+    import torch
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    if not isinstance(optimizer, torch.optim.Adam):
+        raise TypeError(f"expected torch.optim.Adam or AdamW; got {type(optimizer).__name__}.")
+    kinds = set()
+    for group in optimizer.param_groups:
+        foreach, fused = group.get("foreach"), group.get("fused")
+        if fused is None and foreach is None:
+            _, foreach = _default_to_fused_or_foreach(group["params"], group["differentiable"], use_fused=False)
+        kinds.add("fused" if fused else "foreach" if foreach else "for-loop")
+    return ", ".join(sorted(kinds))
 
 
 @dataclass
