@@ -332,3 +332,65 @@ def plot_optimizer_comparison(comparison) -> "Figure":
     curves.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# --- chapter 4 (lessons 4.2 and 4.3): Adafactor's row and column means, block-wise 8-bit quantisation --------------
+
+def plot_adafactor_factors(full, row, col, title: str = "") -> "Figure":
+    """Adafactor's factored second moment against the full one (lesson 4.2).
+
+    ``full``: the full matrix of squared gradients that Adam would keep (``r x c``); ``row`` (``r``) and ``col``
+    (``c``): Adafactor's ``exp_avg_sq_row`` and ``exp_avg_sq_col``, the means of ``full`` along each row and
+    each column. Left: the full matrix with the row means beside it and the column means below; middle: the
+    rank-1 rebuild ``row[i] * col[j] / mean(row)`` that Adafactor divides by; right: rebuilt against full, one
+    dot per value (log-log; on the diagonal the rebuild is exact).
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    full, row, col = (np.asarray(x, dtype=np.float64) for x in (full, row, col))
+    if full.ndim != 2 or row.shape != full.shape[:1] or col.shape != full.shape[1:]:
+        raise ValueError(f"full must be a matrix (r, c) with row of shape (r,) and col of shape (c,); got "
+                         f"{full.shape}, {row.shape}, {col.shape}.")
+    rebuilt = np.outer(row, col) / row.mean()
+    logs = np.log10(np.concatenate([full.ravel(), rebuilt.ravel()]))
+    vmin, vmax = np.percentile(logs, [1, 99])
+    fig = plt.figure(figsize=(15, 5.2))
+    grid = fig.add_gridspec(2, 5, width_ratios=[1, 0.07, 0.12, 1, 1.05], height_ratios=[1, 0.07],
+                            wspace=0.08, hspace=0.08)
+    shown = dict(aspect="auto", interpolation="nearest", cmap="viridis", vmin=vmin, vmax=vmax)
+    ax_full = fig.add_subplot(grid[0, 0])
+    ax_full.imshow(np.log10(full), **shown)
+    ax_full.set_title(f"full second moment: {full.size:,} values", fontsize=FONT - 1)
+    ax_full.set_xticks([])
+    ax_full.set_ylabel("row", fontsize=FONT - 2)
+    ax_row = fig.add_subplot(grid[0, 1], sharey=ax_full)
+    ax_row.imshow(np.log10(row)[:, None], **shown)
+    ax_row.set_xticks([0], ["row\nmeans"], fontsize=FONT - 4)
+    ax_row.tick_params(labelleft=False)
+    ax_col = fig.add_subplot(grid[1, 0], sharex=ax_full)
+    ax_col.imshow(np.log10(col)[None, :], **shown)
+    ax_col.set_yticks([0], ["column means"], fontsize=FONT - 4)
+    ax_col.set_xlabel("column", fontsize=FONT - 2)
+    ax_rebuilt = fig.add_subplot(grid[0, 3])
+    image = ax_rebuilt.imshow(np.log10(rebuilt), **shown)
+    ax_rebuilt.set_title(f"rebuilt from {row.size + col.size:,} means", fontsize=FONT - 1)
+    ax_rebuilt.set_xticks([])
+    ax_rebuilt.set_yticks([])
+    fig.colorbar(image, ax=[ax_rebuilt], location="bottom", fraction=0.06, pad=0.04,
+                 label="log10 of the squared gradient")
+    ax_scatter = fig.add_subplot(grid[0, 4])
+    pick = np.random.default_rng(0).choice(full.size, size=min(full.size, 4000), replace=False)
+    ax_scatter.loglog(full.ravel()[pick], rebuilt.ravel()[pick], ".", alpha=0.3, markersize=3)
+    low, high = 10 ** vmin, 10 ** vmax
+    ax_scatter.plot([low, high], [low, high], color="black", linewidth=1, label="rebuilt = full")
+    ax_scatter.set_xlabel("full value", fontsize=FONT - 2)
+    ax_scatter.set_ylabel("rebuilt value", fontsize=FONT - 2)
+    ax_scatter.yaxis.set_label_position("right")
+    ax_scatter.yaxis.tick_right()
+    ax_scatter.legend(fontsize=FONT - 4, loc="upper left")
+    ax_scatter.set_title("one dot per value", fontsize=FONT - 1)
+    if title:
+        fig.suptitle(title, fontsize=FONT)
+    return fig
+
