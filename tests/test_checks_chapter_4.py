@@ -155,9 +155,50 @@ def test_4_3_q2_names_in_32_bit():
     assert "set of parameter names" in _status(l43.q2, "0.bias").message
 
 
-def test_4_3_q3_trainer_args():
+def _adamw8bit_state(layer, cls=None, step=True, count=None, **options):
+    import bitsandbytes as bnb
+
+    from effitrain_helpers.measure.optimizer_memory import state_bytes
+
+    optimizer = (cls or bnb.optim.AdamW8bit)(layer.parameters(), lr=1e-3, **options)
+    if step:
+        layer(torch.randn(4, 256)).sum().backward()
+        optimizer.step()
+    return optimizer, state_bytes(optimizer) if count is None else count
+
+
+def test_4_3_q3_adamw8bit_judged_by_its_state():
+    pytest.importorskip("bitsandbytes")
+    import bitsandbytes as bnb
+
+    assert _status(l43.q3, _adamw8bit_state).status == "correct"
+    assert "state is empty" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, step=False)).message
+    assert "not uint8" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW)).message
+    assert "not uint8" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, cls=bnb.optim.AdamW,
+                                                                          optim_bits=32)).message
+    assert "bias" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, min_8bit_size=16)).message
+    assert "measured_bytes=32,768" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, count=32768)).message
+    assert "two things" in _status(l43.q3, lambda layer: _adamw8bit_state(layer)[0]).message
+    assert "function itself" in _status(l43.q3, 3).message
+
+
+def test_4_3_q3_without_bitsandbytes_is_skipped_with_the_reason(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # `import bitsandbytes` raises ImportError
+    result = _status(l43.q3, _adamw8bit_state)
+    assert result.status == "not attempted" and "not checked here" in result.message
+    assert "cannot be imported" in result.message
+
+    def starter(layer):
+        return ____
+
+    assert "still contains ____" in _status(l43.q3, starter).message
+
+
+def test_4_3_q4_trainer_args():
     base = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none", learning_rate=1e-3)
-    assert _status(l43.q3, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
-    assert "adamw_bnb_8bit" in _status(l43.q3, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
-    assert "weight_decay" in _status(l43.q3, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
-    assert "TrainingArguments object" in _status(l43.q3, {"optim": "adamw_bnb_8bit"}).message
+    assert _status(l43.q4, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
+    assert "adamw_bnb_8bit" in _status(l43.q4, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
+    assert "weight_decay" in _status(l43.q4, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
+    assert "TrainingArguments object" in _status(l43.q4, {"optim": "adamw_bnb_8bit"}).message
