@@ -53,11 +53,33 @@ def test_4_1_q2_adamw_by_hand():
     assert "function itself" in _status(l41.q2, 3.0).message
 
 
-def test_4_1_q3_bytes_per_parameter():
-    assert _status(l41.q3, 16).status == "correct"
-    assert "gradients" in _status(l41.q3, 12).message
-    assert "states alone" in _status(l41.q3, 8).message
-    assert _status(l41.q3, 20).status == "incorrect"
+def _groups(model, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or "norm" in n, cls=None, lr=1e-3):
+    decay = [p for n, p in model.named_parameters() if not no_decay(n)]
+    rest = [p for n, p in model.named_parameters() if no_decay(n)]
+    return (cls or torch.optim.AdamW)([{"params": decay, "weight_decay": weight_decay},
+                                       {"params": rest, "weight_decay": 0.0}], lr=lr)
+
+
+def test_4_1_q3_parameter_groups_judged_by_one_real_step():
+    assert _status(l41.q3, _groups).status == "correct"
+    everything = _status(l41.q3, lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01))
+    assert "linear.bias was decayed" in everything.message
+    only_bias = _status(l41.q3, lambda m: _groups(m, no_decay=lambda n: n.endswith("bias")))
+    assert "norm.weight was decayed" in only_bias.message
+    assert "was not decayed" in _status(l41.q3, lambda m: _groups(m, weight_decay=0.0)).message
+    assert "0.1" in _status(l41.q3, lambda m: _groups(m, weight_decay=0.1)).message
+    assert "lr=0.001" in _status(l41.q3, lambda m: _groups(m, lr=1e-2)).message
+    assert "L2" in _status(l41.q3, lambda m: _groups(m, cls=torch.optim.Adam)).message
+    assert "SGD" in _status(l41.q3, lambda m: torch.optim.SGD(m.parameters(), lr=1e-3)).message
+    missing = _status(l41.q3, lambda m: torch.optim.AdamW([p for n, p in m.named_parameters() if "norm" not in n]))
+    assert "did not move" in missing.message and "norm.weight" in missing.message
+    assert "function itself" in _status(l41.q3, 3).message
+    assert "torch optimizer" in _status(l41.q3, lambda m: None).message
+
+    def starter(model):
+        return ____
+
+    assert _status(l41.q3, starter).status == "not attempted"
 
 
 def test_4_2_q1_second_moment_numel():
@@ -71,15 +93,19 @@ def test_4_2_q1_second_moment_numel():
     assert "cannot be factored" in _status(l42.q1, lambda s: 1 if len(s) < 2 else right(s)).message
 
 
-def test_4_2_q2_adafactor_like_trainer():
-    params = lambda: torch.nn.Linear(4, 4).parameters()  # noqa: E731
-    right = Adafactor(params(), lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
-    assert _status(l42.q2, right).status == "correct"
-    assert "ignores yours" in _status(l42.q2, Adafactor(params())).message
-    assert "lr=1e-3" in _status(l42.q2, Adafactor(params(), lr=1e-2, scale_parameter=False, relative_step=False)).message
-    assert "first moment" in _status(l42.q2, Adafactor(params(), lr=1e-3, beta1=0.9, scale_parameter=False,
-                                                       relative_step=False)).message
-    assert "transformers.Adafactor" in _status(l42.q2, torch.optim.AdamW(params())).message
+def test_4_2_q2_adafactor_judged_by_three_real_steps():
+    def build(**options):
+        settings = dict(lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False) | options
+        return lambda params: Adafactor(params, **settings)
+
+    assert _status(l42.q2, build()).status == "correct"
+    assert "chose itself" in _status(l42.q2, lambda params: Adafactor(params)).message
+    assert "chose itself" in _status(l42.q2, build(scale_parameter=True)).message
+    assert "lr=0.01" in _status(l42.q2, build(lr=1e-2)).message
+    assert "first moment" in _status(l42.q2, build(beta1=0.9)).message
+    assert "differ" in _status(l42.q2, build(weight_decay=0.1)).message
+    assert "transformers.Adafactor" in _status(l42.q2, lambda params: torch.optim.AdamW(params)).message
+    assert "function itself" in _status(l42.q2, build()(torch.nn.Linear(2, 2).parameters())).message
 
 
 def test_4_2_q3_beta1_bytes_match_a_real_step():
@@ -129,9 +155,50 @@ def test_4_3_q2_names_in_32_bit():
     assert "set of parameter names" in _status(l43.q2, "0.bias").message
 
 
-def test_4_3_q3_trainer_args():
+def _adamw8bit_state(layer, cls=None, step=True, count=None, **options):
+    import bitsandbytes as bnb
+
+    from effitrain_helpers.measure.optimizer_memory import state_bytes
+
+    optimizer = (cls or bnb.optim.AdamW8bit)(layer.parameters(), lr=1e-3, **options)
+    if step:
+        layer(torch.randn(4, 256)).sum().backward()
+        optimizer.step()
+    return optimizer, state_bytes(optimizer) if count is None else count
+
+
+def test_4_3_q3_adamw8bit_judged_by_its_state():
+    pytest.importorskip("bitsandbytes")
+    import bitsandbytes as bnb
+
+    assert _status(l43.q3, _adamw8bit_state).status == "correct"
+    assert "state is empty" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, step=False)).message
+    assert "not uint8" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW)).message
+    assert "not uint8" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, cls=bnb.optim.AdamW,
+                                                                          optim_bits=32)).message
+    assert "bias" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, min_8bit_size=16)).message
+    assert "measured_bytes=32,768" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, count=32768)).message
+    assert "two things" in _status(l43.q3, lambda layer: _adamw8bit_state(layer)[0]).message
+    assert "function itself" in _status(l43.q3, 3).message
+
+
+def test_4_3_q3_without_bitsandbytes_is_skipped_with_the_reason(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # `import bitsandbytes` raises ImportError
+    result = _status(l43.q3, _adamw8bit_state)
+    assert result.status == "not attempted" and "not checked here" in result.message
+    assert "cannot be imported" in result.message
+
+    def starter(layer):
+        return ____
+
+    assert "still contains ____" in _status(l43.q3, starter).message
+
+
+def test_4_3_q4_trainer_args():
     base = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none", learning_rate=1e-3)
-    assert _status(l43.q3, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
-    assert "adamw_bnb_8bit" in _status(l43.q3, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
-    assert "weight_decay" in _status(l43.q3, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
-    assert "TrainingArguments object" in _status(l43.q3, {"optim": "adamw_bnb_8bit"}).message
+    assert _status(l43.q4, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
+    assert "adamw_bnb_8bit" in _status(l43.q4, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
+    assert "weight_decay" in _status(l43.q4, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
+    assert "TrainingArguments object" in _status(l43.q4, {"optim": "adamw_bnb_8bit"}).message

@@ -147,3 +147,28 @@ def test_shape_errors_are_clear():
     with pytest.raises(ValueError, match="numel=-1"):
         om.adamw8bit_tensor_bytes(-1)
     assert math.isclose(om.adamw8bit_tensor_bytes(256 * 1000) / (8 * 256 * 1000), (2 + 8 / 256) / 8)
+
+
+def test_bitsandbytes_kernels_hint_is_dropped_and_nothing_else(caplog):
+    """bitsandbytes/backends/cpu/ops.py logs an invitation to `pip install kernels` at import on AVX512-BF16
+    CPUs; the lessons' first import (bitsandbytes_status) silences exactly that line on that logger."""
+    import logging
+
+    bitsandbytes_status()
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure you "
+                       "already `pip install kernels` and the kernels >= 0.11.1", "no network")
+        logger.warning("some other bitsandbytes warning")
+    assert [r.getMessage() for r in caplog.records] == ["some other bitsandbytes warning"]
+
+
+def test_adamw_implementation_follows_torchs_choice():
+    from effitrain_helpers.training.optimizer_compare import adamw_implementation
+
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert adamw_implementation(torch.optim.AdamW(params)) == "for-loop"  # CPU tensors: torch's default
+    assert adamw_implementation(torch.optim.AdamW(params, fused=True)) == "fused"
+    assert adamw_implementation(torch.optim.AdamW(params, foreach=True)) == "foreach"
+    with pytest.raises(TypeError, match="torch.optim.Adam or AdamW"):
+        adamw_implementation(torch.optim.SGD(params, lr=0.1))

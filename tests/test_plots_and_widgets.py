@@ -97,5 +97,39 @@ def test_optimizer_widget_runs_the_comparison_with_its_choices(capsys):
     assert "final loss" in capsys.readouterr().out
     fig = plots.plot_optimizer_comparison(result)
     assert len(fig.axes) == 3 and len(fig.axes[2].get_lines()) == 2
+    for run in result.runs:  # the time panel's error bars are the measured quartiles: never below 0
+        q1, q3 = run.seconds_per_step_quartiles
+        assert 0 < q1 <= run.seconds_per_step <= q3
+    bars = fig.axes[1].collections[0].get_segments()
+    drawn = [y for s in bars for y in s[:, 1]]
+    assert drawn == pytest.approx([q * 1e3 for r in result.runs for q in r.seconds_per_step_quartiles])
+    controls = [c for c in box.controls.values() if c.description != "each optimizer's default learning rate"]
+    assert all(c.style.description_width == "initial" for c in controls), "labels shown whole"
+    assert not box.controls["default_lr"].indent and box.controls["default_lr"].layout.width == "auto"
     box.controls["optimizers"].value = ()
     assert box.run() is None and "Pick at least one optimizer" in capsys.readouterr().out
+
+
+def test_adafactor_factors_figure_rebuilds_from_the_means():
+    import numpy as np
+
+    full = np.outer(np.arange(1, 5), np.arange(1, 4)).astype(float)  # rank 1: the rebuild is exact
+    fig = plots.plot_adafactor_factors(full, full.mean(axis=1), full.mean(axis=0), title="t")
+    images = [ax.get_images()[0].get_array() for ax in fig.axes if ax.get_images()]
+    assert np.allclose(images[0], np.log10(full)) and np.allclose(images[-1], np.log10(full))
+    with pytest.raises(ValueError, match="row of shape"):
+        plots.plot_adafactor_factors(full, full.mean(axis=0), full.mean(axis=1))
+
+
+def test_blockwise_quantisation_figure_decodes_with_the_block_scales():
+    import numpy as np
+
+    qmap = np.linspace(-1, 1, 256)
+    values = np.concatenate([np.linspace(-0.5, 0.5, 256), np.linspace(-2, 2, 256)])
+    absmax = np.array([0.5, 2.0])
+    codes = np.abs((values / np.repeat(absmax, 256))[:, None] - qmap[None, :]).argmin(axis=1).astype(np.uint8)
+    fig = plots.plot_blockwise_quantisation(values, codes, absmax, qmap, blocks=2)
+    decoded = fig.axes[0].get_lines()[1].get_ydata()
+    assert np.abs(decoded - values).max() <= 2.0 / 255 + 1e-9
+    with pytest.raises(ValueError, match="one absmax per block"):
+        plots.plot_blockwise_quantisation(values, codes, absmax[:1], qmap)

@@ -298,7 +298,8 @@ def plot_state_bytes(rows: list[tuple[str, float, float]], title: str = "Optimiz
 
 def plot_optimizer_comparison(comparison) -> "Figure":
     """The chapter 4 comparison in one figure (lesson 4.3, ``effitrain optimizers``): state bytes measured and
-    theoretical, milliseconds per step, and the training-loss curves with each final evaluation loss."""
+    theoretical, milliseconds per step (median, with the measured quartiles as error bars: never below 0),
+    and the training-loss curves with each final evaluation loss."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -314,11 +315,15 @@ def plot_optimizer_comparison(comparison) -> "Figure":
     mem.set_ylabel("optimizer state (MiB)", fontsize=FONT - 1)
     mem.set_title("Memory", fontsize=FONT)
     mem.legend(fontsize=FONT - 3)
-    speed.bar(xs, [r.seconds_per_step * 1e3 for r in runs], yerr=[r.seconds_per_step_iqr * 1e3 / 2 for r in runs],
-              color="#2ca02c", capsize=4, label="whole step")
+    medians = np.array([r.seconds_per_step for r in runs]) * 1e3
+    quartiles = np.array([r.seconds_per_step_quartiles for r in runs]) * 1e3  # measured 25th, 75th percentiles
+    below, above = np.clip(medians - quartiles[:, 0], 0, None), np.clip(quartiles[:, 1] - medians, 0, None)
+    speed.bar(xs, medians, yerr=[below, above], color="#2ca02c", capsize=4,
+              label="whole step (bars: 25th-75th percentile)")
     speed.bar(xs, [r.optimizer_seconds_per_step * 1e3 for r in runs], color="#d62728", width=0.5,
               label="optimizer.step()")
     speed.set_xticks(xs, names)
+    speed.set_ylim(0, 1.3 * max(quartiles[:, 1].max(), medians.max()))  # room for the legend above the bars
     speed.set_ylabel(f"ms per step (median) on {comparison.device}", fontsize=FONT - 1)
     speed.set_title("Time", fontsize=FONT)
     speed.legend(fontsize=FONT - 3)
@@ -427,4 +432,118 @@ def plot_gradient_sync(num_devices: int = 2) -> "Figure":
                ha="center", fontsize=FONT - 2)
     right.set_title("DDP: all-reduce, then every rank updates itself", fontsize=FONT + 1)
     fig.tight_layout()
+
+
+# --- chapter 4 (lessons 4.2 and 4.3): Adafactor's row and column means, block-wise 8-bit quantisation --------------
+
+def plot_adafactor_factors(full, row, col, title: str = "") -> "Figure":
+    """Adafactor's factored second moment against the full one (lesson 4.2).
+
+    ``full``: the full matrix of squared gradients that Adam would keep (``r x c``); ``row`` (``r``) and ``col``
+    (``c``): Adafactor's ``exp_avg_sq_row`` and ``exp_avg_sq_col``, the means of ``full`` along each row and
+    each column. Left: the full matrix with the row means beside it and the column means below; middle: the
+    rank-1 rebuild ``row[i] * col[j] / mean(row)`` that Adafactor divides by; right: rebuilt against full, one
+    dot per value (log-log; on the diagonal the rebuild is exact).
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    full, row, col = (np.asarray(x, dtype=np.float64) for x in (full, row, col))
+    if full.ndim != 2 or row.shape != full.shape[:1] or col.shape != full.shape[1:]:
+        raise ValueError(f"full must be a matrix (r, c) with row of shape (r,) and col of shape (c,); got "
+                         f"{full.shape}, {row.shape}, {col.shape}.")
+    rebuilt = np.outer(row, col) / row.mean()
+    logs = np.log10(np.concatenate([full.ravel(), rebuilt.ravel()]))
+    vmin, vmax = np.percentile(logs, [1, 99])
+    fig = plt.figure(figsize=(15, 5.2))
+    grid = fig.add_gridspec(2, 5, width_ratios=[1, 0.07, 0.12, 1, 1.05], height_ratios=[1, 0.07],
+                            wspace=0.08, hspace=0.08)
+    shown = dict(aspect="auto", interpolation="nearest", cmap="viridis", vmin=vmin, vmax=vmax)
+    ax_full = fig.add_subplot(grid[0, 0])
+    ax_full.imshow(np.log10(full), **shown)
+    ax_full.set_title(f"full second moment: {full.size:,} values", fontsize=FONT - 1)
+    ax_full.set_xticks([])
+    ax_full.set_ylabel("row", fontsize=FONT - 2)
+    ax_row = fig.add_subplot(grid[0, 1], sharey=ax_full)
+    ax_row.imshow(np.log10(row)[:, None], **shown)
+    ax_row.set_xticks([0], ["row\nmeans"], fontsize=FONT - 4)
+    ax_row.tick_params(labelleft=False)
+    ax_col = fig.add_subplot(grid[1, 0], sharex=ax_full)
+    ax_col.imshow(np.log10(col)[None, :], **shown)
+    ax_col.set_yticks([0], ["column means"], fontsize=FONT - 4)
+    ax_col.set_xlabel("column", fontsize=FONT - 2)
+    ax_rebuilt = fig.add_subplot(grid[0, 3])
+    image = ax_rebuilt.imshow(np.log10(rebuilt), **shown)
+    ax_rebuilt.set_title(f"rebuilt from {row.size + col.size:,} means", fontsize=FONT - 1)
+    ax_rebuilt.set_xticks([])
+    ax_rebuilt.set_yticks([])
+    fig.colorbar(image, ax=[ax_rebuilt], location="bottom", fraction=0.06, pad=0.04,
+                 label="log10 of the squared gradient")
+    ax_scatter = fig.add_subplot(grid[0, 4])
+    pick = np.random.default_rng(0).choice(full.size, size=min(full.size, 4000), replace=False)
+    ax_scatter.loglog(full.ravel()[pick], rebuilt.ravel()[pick], ".", alpha=0.3, markersize=3)
+    low, high = 10 ** vmin, 10 ** vmax
+    ax_scatter.plot([low, high], [low, high], color="black", linewidth=1, label="rebuilt = full")
+    ax_scatter.set_xlabel("full value", fontsize=FONT - 2)
+    ax_scatter.set_ylabel("rebuilt value", fontsize=FONT - 2)
+    ax_scatter.yaxis.set_label_position("right")
+    ax_scatter.yaxis.tick_right()
+    ax_scatter.legend(fontsize=FONT - 4, loc="upper left")
+    ax_scatter.set_title("one dot per value", fontsize=FONT - 1)
+    if title:
+        fig.suptitle(title, fontsize=FONT)
+    return fig
+
+
+def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: int = 256, blocks: int = 3,
+                                title: str = "") -> "Figure":
+    """Block-wise 8-bit quantisation, as bitsandbytes stores an optimizer state (lesson 4.3).
+
+    ``true_values``: the float32 state (flat); ``codes``: its uint8 codes; ``absmax``: one float32 scale per
+    block of ``block_size`` values; ``qmap``: the 256-entry table a code indexes. Top: the first ``blocks``
+    blocks, true values and decoded ones (``qmap[code] * absmax[block]``), each block's +-absmax; bottom left:
+    the table (dense near 0); bottom right: the decoding error of every value, relative to its block's absmax.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    true_values, codes, absmax, qmap = (np.asarray(x).ravel() for x in (true_values, codes, absmax, qmap))
+    if qmap.size != 256 or codes.size != true_values.size or absmax.size != -(-codes.size // block_size):
+        raise ValueError(f"need a 256-entry qmap, one code per value and one absmax per block of {block_size}; "
+                         f"got qmap {qmap.size}, {codes.size} codes for {true_values.size} values, "
+                         f"{absmax.size} absmax.")
+    scale = np.repeat(absmax, block_size)[:codes.size]
+    decoded = qmap[codes.astype(np.int64)] * scale
+    fig = plt.figure(figsize=(14, 7.5))
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.1, 1], hspace=0.4, wspace=0.25)
+    top = fig.add_subplot(grid[0, :])
+    shown = min(blocks * block_size, codes.size)
+    xs = np.arange(shown)
+    top.plot(xs, true_values[:shown], color="#bbbbbb", linewidth=2.5, label="float32 value")
+    top.plot(xs, decoded[:shown], ".", color="#1f77b4", markersize=3, label="decoded from 8 bits")
+    for b in range(-(-shown // block_size)):
+        lo, hi = b * block_size, min((b + 1) * block_size, shown)
+        top.hlines([absmax[b], -absmax[b]], lo, hi, colors="#d62728", linestyles="--",
+                   label="block's absmax (one float32)" if b == 0 else None)
+        top.axvline(lo, color="black", linewidth=0.8)
+    top.set_xlabel(f"value index (blocks of {block_size})", fontsize=FONT - 2)
+    top.set_ylabel("state value", fontsize=FONT - 2)
+    top.margins(y=0.3)
+    top.legend(fontsize=FONT - 4, loc="upper right", ncol=3)
+    top.set_title(title or f"{blocks} blocks of {block_size} values: 1 byte each + one absmax per block",
+                  fontsize=FONT)
+    table = fig.add_subplot(grid[1, 0])
+    table.plot(np.arange(256), np.sort(qmap), ".", markersize=3)
+    table.set_xlabel("code (0-255)", fontsize=FONT - 2)
+    table.set_ylabel("qmap[code] (times absmax)", fontsize=FONT - 2)
+    table.set_title(f"the table: {int((np.abs(qmap) < 0.1).sum())} of 256 entries within +-0.1",
+                    fontsize=FONT - 1)
+    table.grid(alpha=0.3)
+    error = fig.add_subplot(grid[1, 1])
+    relative = np.abs(decoded - true_values) / np.where(scale > 0, scale, 1)
+    error.hist(relative, bins=60, color="#1f77b4")
+    error.set_yscale("log")
+    error.set_xlabel("|decoded - float32| / block's absmax", fontsize=FONT - 2)
+    error.set_ylabel("values", fontsize=FONT - 2)
+    error.set_title(f"decoding error: at most {relative.max():.3f} of the absmax", fontsize=FONT - 1)
     return fig

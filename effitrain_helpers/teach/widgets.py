@@ -122,15 +122,17 @@ def optimizer_widget(steps: int = 60, optimizers: tuple[str, ...] = ("adamw", "a
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    from effitrain_helpers.training.optimizer_compare import compare_optimizers, comparison_table
+    from effitrain_helpers.training.optimizer_compare import comparison_caption, comparison_frame, compare_optimizers
     from effitrain_helpers.teach.plots import plot_optimizer_comparison
 
+    labels = {"style": {"description_width": "initial"}}  # whole labels, never cut off
     names = w.SelectMultiple(options=list(optimizers), value=tuple(optimizers), description="optimizers",
-                             rows=len(optimizers))
-    default_lr = w.Checkbox(value=True, description="each optimizer's default learning rate")
+                             rows=len(optimizers), **labels)
+    default_lr = w.Checkbox(value=True, description="each optimizer's default learning rate", indent=False,
+                            layout=w.Layout(width="auto"))
     lr = w.FloatLogSlider(value=1e-3, base=10, min=-5, max=-1, step=0.25, description="learning rate",
-                          readout_format=".1e")
-    step_box = w.IntSlider(value=steps, min=5, max=max(400, steps), step=5, description="steps")
+                          readout_format=".1e", **labels)
+    step_box = w.IntSlider(value=steps, min=5, max=max(400, steps), step=5, description="steps", **labels)
     button = w.Button(description="Run", button_style="primary", icon="play")
     out = w.Output()
 
@@ -150,7 +152,8 @@ def optimizer_widget(steps: int = 60, optimizers: tuple[str, ...] = ("adamw", "a
                 print(f"Cannot run that: {err}")
                 return None
             out.clear_output()
-            print(comparison_table(result))
+            display(comparison_frame(result).round(4))
+            print(comparison_caption(result))
             fig = plot_optimizer_comparison(result)
             display(fig)
             plt.close(fig)

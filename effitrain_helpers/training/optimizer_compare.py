@@ -19,6 +19,7 @@ starts fresh processes, so importing bitsandbytes in a notebook before ``launch`
 from __future__ import annotations
 
 import copy
+import logging
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -50,8 +51,30 @@ def check_betas(betas) -> tuple[float, float]:
     return float(betas[0]), float(betas[1])
 
 
+KERNELS_HINT = "pip install kernels"  # in the one bitsandbytes log line that a learner cannot act on
+
+
+class _DropKernelsHint(logging.Filter):
+    """Drops bitsandbytes' "... Please make sure you already `pip install kernels` ..." warning: on CPUs with
+    AVX512-BF16, importing bitsandbytes tries to fetch a 4-bit matrix kernel from the Hugging Face Hub
+    (``bitsandbytes/backends/cpu/ops.py``) and logs this when it cannot; chapter 4 uses no 4-bit kernel."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return KERNELS_HINT not in record.getMessage()
+
+
+def quiet_bitsandbytes_kernels_hint() -> None:
+    """Install :class:`_DropKernelsHint` on the logger that emits the warning (once; before the import)."""
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    if not any(isinstance(f, _DropKernelsHint) for f in logger.filters):
+        logger.addFilter(_DropKernelsHint())
+
+
 def bitsandbytes_status() -> tuple[bool, str]:
-    """``(True, 'bitsandbytes X.Y.Z ...')`` when bitsandbytes imports here, else ``(False, why)``. Never raises."""
+    """``(True, 'bitsandbytes X.Y.Z ...')`` when bitsandbytes imports here, else ``(False, why)``. Never raises.
+
+    The first import goes through here, with bitsandbytes' "pip install kernels" warning silenced (only it)."""
+    quiet_bitsandbytes_kernels_hint()
     try:
         import bitsandbytes
     except Exception as err:  # ImportError, or a broken native library
@@ -117,6 +140,29 @@ def make_optimizer(name: str, params, lr: float, betas=(0.9, 0.999), weight_deca
     return bnb.optim.AdamW8bit(params, lr=lr, betas=betas, weight_decay=weight_decay)
 
 
+def adamw_implementation(optimizer) -> str:
+    """Which of torch's three Adam/AdamW implementations ``optimizer.step()`` runs (lesson 4.1):
+
+    ``"fused"`` when a group sets ``fused=True`` (one kernel per step: each tensor read and written once),
+    ``"foreach"`` when a group sets ``foreach=True`` or leaves both at ``None`` with every parameter on a device
+    with foreach kernels (CUDA, XPU, ...), else ``"for-loop"`` (one parameter at a time, several passes over
+    each tensor: torch's default on the CPU). The rule is torch's own, ``torch.optim.adam.adam``'s call of
+    ``torch.optim.optimizer._default_to_fused_or_foreach``.
+    """
+    import torch
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    if not isinstance(optimizer, torch.optim.Adam):
+        raise TypeError(f"expected torch.optim.Adam or AdamW; got {type(optimizer).__name__}.")
+    kinds = set()
+    for group in optimizer.param_groups:
+        foreach, fused = group.get("foreach"), group.get("fused")
+        if fused is None and foreach is None:
+            _, foreach = _default_to_fused_or_foreach(group["params"], group["differentiable"], use_fused=False)
+        kinds.add("fused" if fused else "foreach" if foreach else "for-loop")
+    return ", ".join(sorted(kinds))
+
+
 @dataclass
 class OptimizerRun:
     """What one optimizer did in the comparison. Bytes are bytes; seconds are wall-clock seconds."""
@@ -131,6 +177,7 @@ class OptimizerRun:
     expected_state_bytes: int  # theory from the parameter shapes (optimizer_memory)
     seconds_per_step: float  # median over the steps after the warm-up: forward, backward, step, zero_grad
     seconds_per_step_iqr: float  # spread: interquartile range of the same steps
+    seconds_per_step_quartiles: tuple[float, float]  # 25th and 75th percentiles of the same steps
     optimizer_seconds_per_step: float  # median of optimizer.step() alone
     initial_loss: float  # loss on the fixed evaluation batches before training
     final_loss: float  # loss on the same batches after the last step
@@ -218,7 +265,8 @@ def train_steps(model, optimizer, batches, eval_batches=None, scheduler=None, wa
                 progress: bool = False) -> dict:
     """Train ``model`` with ``optimizer`` (built by you) on ``batches``, one step per batch (lessons 4.1-4.3).
 
-    ``scheduler`` (optional) is stepped after each optimizer step. Returns ``losses`` (per step), ``seconds_per_step`` (median after ``warmup`` steps, and its IQR),
+    ``scheduler`` (optional) is stepped after each optimizer step. Returns ``losses`` (per step),
+    ``seconds_per_step`` (median after ``warmup`` steps, its IQR and its 25th/75th percentiles),
     ``optimizer_seconds_per_step`` (median of ``optimizer.step()`` alone), ``state_bytes`` (measured after
     the last step), and ``initial_loss`` / ``final_loss`` on ``eval_batches`` when given.
     """
@@ -257,6 +305,7 @@ def train_steps(model, optimizer, batches, eval_batches=None, scheduler=None, wa
     quartiles = statistics.quantiles(timed, n=4) if len(timed) >= 2 else [timed[0]] * 3
     return {"losses": losses, "seconds_per_step": statistics.median(timed),
             "seconds_per_step_iqr": quartiles[2] - quartiles[0],
+            "seconds_per_step_quartiles": (quartiles[0], quartiles[2]),
             "optimizer_seconds_per_step": statistics.median(timed_opt), "state_bytes": state_bytes(optimizer),
             "initial_loss": initial, "final_loss": evaluation_loss(model, eval_batches) if eval_batches else float("nan")}
 
@@ -334,6 +383,7 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
             learning_rate=rates[name], steps=steps, n_parameters=n_parameters(net), parameter_bytes=parameter_bytes(net),
             state_bytes=result["state_bytes"], expected_state_bytes=expected_state_bytes(name, net),
             seconds_per_step=result["seconds_per_step"], seconds_per_step_iqr=result["seconds_per_step_iqr"],
+            seconds_per_step_quartiles=result["seconds_per_step_quartiles"],
             optimizer_seconds_per_step=result["optimizer_seconds_per_step"], initial_loss=result["initial_loss"],
             final_loss=result["final_loss"], losses=result["losses"]))
         del net, optimizer
@@ -342,16 +392,28 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
                       batch_size, seed)
 
 
+def comparison_frame(comparison: Comparison):
+    """The comparison as a pandas DataFrame, one row per optimizer, units in the column names (lesson 4.3)."""
+    import pandas as pd
+
+    return pd.DataFrame([{
+        "optimizer": r.name, "lr": r.learning_rate, "state MiB": r.state_bytes / 2**20,
+        "theory MiB": r.expected_state_bytes / 2**20, "measured / theory": r.state_vs_theory,
+        "state bytes / param": r.bytes_per_parameter, "ms / step": r.seconds_per_step * 1e3,
+        "optimizer.step() ms": r.optimizer_seconds_per_step * 1e3, "final loss": r.final_loss,
+    } for r in comparison.runs]).set_index("optimizer")
+
+
+def comparison_caption(comparison: Comparison) -> str:
+    """What ran (steps, batch, seed, device, model, data) and the notes, as lines under the table."""
+    lines = [f"{comparison.steps} steps of batch {comparison.batch_size}, seed {comparison.seed}, on "
+             f"{comparison.device}; model {comparison.model}; data {comparison.data}"]
+    return "\n".join(lines + [f"note: {n}" for n in comparison.notes])
+
+
 def comparison_table(comparison: Comparison) -> str:
-    """The comparison as a fixed-width text table (units in the header)."""
-    head = (f"{'optimizer':<10} {'lr':>8} {'state MiB':>10} {'theory MiB':>10} {'meas/theory':>11} "
-            f"{'B/param':>8} {'ms/step':>8} {'opt ms':>7} {'final loss':>10}")
-    lines = [head, "-" * len(head)]
-    for r in comparison.runs:
-        lines.append(f"{r.name:<10} {r.learning_rate:>8.0e} {r.state_bytes / 2**20:>10.3f} "
-                     f"{r.expected_state_bytes / 2**20:>10.3f} {r.state_vs_theory:>11.4f} {r.bytes_per_parameter:>8.3f} "
-                     f"{r.seconds_per_step * 1e3:>8.1f} {r.optimizer_seconds_per_step * 1e3:>7.1f} {r.final_loss:>10.4f}")
-    lines.append(f"{comparison.steps} steps of batch {comparison.batch_size}, seed {comparison.seed}, on "
-                 f"{comparison.device}; model {comparison.model}; data {comparison.data}")
-    lines += [f"note: {n}" for n in comparison.notes]
-    return "\n".join(lines)
+    """The comparison as plain text for a terminal (``effitrain optimizers``): the frame, then the caption."""
+    formats = {"lr": "{:.0e}".format, "measured / theory": "{:.4f}".format, "final loss": "{:.4f}".format,
+               "ms / step": "{:.1f}".format, "optimizer.step() ms": "{:.1f}".format}
+    text = comparison_frame(comparison).to_string(formatters=formats, float_format="{:.3f}".format)
+    return f"{text}\n{comparison_caption(comparison)}"

@@ -1,4 +1,4 @@
-"""Exercises of lesson 4.1 (AdamW: the two moving averages, decoupled weight decay, 8 bytes per parameter)."""
+"""Exercises of lesson 4.1 (AdamW: its state for a model, one step by hand, parameter groups for weight decay)."""
 
 from __future__ import annotations
 
@@ -100,37 +100,99 @@ def _check_adamw_by_hand(fn) -> None:
                         f"{[round(x, 6) for x in want]}; yours gave {[round(x, 6) for x in got]}.")
 
 
-def _check_training_bytes(answer) -> None:
-    got = as_number(answer)
-    if math.isclose(got, 16):
-        return
-    if math.isclose(got, 12):
-        raise Incorrect("you left out the gradients: backward() keeps one float32 gradient per parameter.")
-    if math.isclose(got, 8):
-        raise Incorrect("those are the optimizer states alone; add the parameter and its gradient.")
-    if math.isclose(got, 4):
-        raise Incorrect("that is the parameter alone; training also keeps its gradient and AdamW's two states.")
-    raise Incorrect(f"{got} is not it: add the bytes of the parameter, its gradient and AdamW's two states "
-                    "(all float32).")
+def q3_model():
+    """The model of exercise 3: embedding, linear layer, LayerNorm and classifier (weights and biases)."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.ModuleDict({"embedding": torch.nn.Embedding(100, 16), "linear": torch.nn.Linear(16, 16),
+                                "norm": torch.nn.LayerNorm(16), "classifier": torch.nn.Linear(16, 2)})
+
+
+Q3_LR, Q3_WEIGHT_DECAY = 1e-3, 0.01  # q3's settings
+Q3_NO_DECAY = ("linear.bias", "norm.weight", "norm.bias", "classifier.bias")  # what Trainer leaves undecayed
+
+
+def _one_step_moves(make_adamw) -> tuple[dict, dict, dict, object]:
+    """Build the learner's optimizer on a fresh q3_model, take one step with random gradients (random signs,
+    sizes 0.5 to 2), and return ``(start, after, grads, optimizer)``: float64 values by parameter name."""
+    import torch
+
+    model = q3_model()
+    optimizer = make_adamw(model)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise Incorrect(f"make_adamw(model) should return a torch optimizer; it returned "
+                        f"{type(optimizer).__name__}.")
+    generator = torch.Generator().manual_seed(1)
+    start = {n: p.detach().double() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        sign = torch.randint(0, 2, p.shape, generator=generator) * 2 - 1
+        p.grad = sign * (0.5 + 1.5 * torch.rand(p.shape, generator=generator))
+    grads = {n: p.grad.double() for n, p in model.named_parameters()}
+    optimizer.step()
+    return start, {n: p.detach().double() for n, p in model.named_parameters()}, grads, optimizer
+
+
+def _check_param_groups(make_adamw) -> None:
+    """Judged by what one step does: AdamW's first step moves every value by lr against its gradient's sign,
+    and decoupled decay adds lr * weight_decay * p, for the decayed parameters only."""
+    import torch
+
+    if not callable(make_adamw):
+        raise Incorrect(f"pass your function itself (make_adamw, without calling it); you gave {make_adamw!r}.")
+    start, after, grads, optimizer = _one_step_moves(make_adamw)
+    still = sorted(n for n in start if torch.equal(start[n], after[n]))
+    if still:
+        raise Incorrect(f"{still} did not move at all: every parameter must be in one of the groups.")
+    for name in start:
+        moved = start[name] - after[name]
+        if torch.allclose(moved, Q3_LR * grads[name], rtol=1e-3):
+            raise Incorrect(f"{name} moved in proportion to its gradient: that is SGD; AdamW moves each value by "
+                            "about lr whatever the gradient's size.")
+        residual = moved - Q3_LR * torch.sign(grads[name])  # what is left after the Adam part: the decay
+        weight = float((start[name] ** 2).sum())
+        decay_seen = float((residual * start[name]).sum()) / weight / Q3_LR if weight else 0.0
+        if not torch.allclose(residual, Q3_LR * decay_seen * start[name], atol=1e-6):
+            lr_seen = float(moved.abs().mean())
+            raise Incorrect(f"{name} moved by about {lr_seen:.2g} per value in the first step; AdamW moves each "
+                            f"value by its learning rate there: use lr={Q3_LR}.")
+        if name in Q3_NO_DECAY and abs(decay_seen) > 1e-3:
+            raise Incorrect(f"{name} was decayed (weight_decay {decay_seen:.2g}): biases and LayerNorm weights "
+                            "go in a group with weight_decay=0.0.")
+        if name not in Q3_NO_DECAY and not math.isclose(decay_seen, Q3_WEIGHT_DECAY, rel_tol=0.05):
+            if abs(decay_seen) < 1e-3 and not isinstance(optimizer, torch.optim.AdamW):
+                raise Incorrect(f"{name} was not decayed in the first step: that is Adam's L2 term (added to the "
+                                "gradient, then rescaled with it); use torch.optim.AdamW, whose decay is "
+                                "decoupled.")
+            seen = "was not decayed" if abs(decay_seen) < 1e-3 else f"decayed with weight_decay {decay_seen:.2g}"
+            raise Incorrect(f"{name} {seen}; the exercise asks for weight_decay={Q3_WEIGHT_DECAY} on the weights "
+                            "and embeddings.")
 
 
 q1 = Exercise(
     "4.1 q1: AdamW's state bytes for a model",
     _check_state_bytes,
     usage="q1.check(moment_bytes)",
-    hints=["Count the values first: sum(p.numel() for p in model.parameters()).",
-           "AdamW keeps exp_avg and exp_avg_sq, each a float32 tensor the shape of its parameter: 2 x 4 bytes per value."],
-    solution_code=("model = q1_model()\nn = sum(p.numel() for p in model.parameters())\nmoment_bytes = 2 * 4 * n\n"
+    hints=["AdamW keeps two tensors the shape of each parameter (exp_avg and exp_avg_sq), in float32: count "
+           "the model's values, then bytes.",
+           "p.numel() gives the values of a tensor (torch.Tensor.numel in the PyTorch docs), and "
+           "exercise_model.parameters() gives every parameter tensor; a float32 value takes 4 bytes.",
+           "moment_bytes = ____ * ____ * sum(____ for p in exercise_model.parameters())"],
+    solution_code=("exercise_model = q1_model()\n"
+                   "moment_bytes = 2 * 4 * sum(p.numel() for p in exercise_model.parameters())\n"
                    "q1.check(moment_bytes)"),
 )
 q2 = Exercise(
     "4.1 q2: AdamW by hand",
     _check_adamw_by_hand,
     usage="q2.check(adamw_by_hand)",
-    hints=["Keep m and v (both start at 0) and a step counter t starting at 1; LR, BETAS, EPS, WEIGHT_DECAY are "
-           "imported for you.",
-           "Each step: p = p * (1 - LR * WEIGHT_DECAY); m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g; "
-           "p = p - LR * (m / (1 - b1**t)) / (sqrt(v / (1 - b2**t)) + EPS)."],
+    hints=["Follow the five numbered lines of the lesson's by-hand cell, once per gradient: keep m and v "
+           "(both start at 0) and a step counter t that starts at 1.",
+           "The algorithm box of the torch.optim.AdamW documentation gives the order: decay the parameter "
+           "(p times 1 - lr * weight_decay), update m and v, divide them by 1 - beta**t, then subtract "
+           "lr * m_hat / (sqrt(v_hat) + eps). LR, BETAS, EPS and WEIGHT_DECAY are imported for you.",
+           "Inside the loop over the gradients:\n    p = p * (1 - ____)\n    m = b1 * m + ____\n"
+           "    v = ____\n    p = p - LR * (m / ____) / (math.sqrt(____) + EPS)\nthen keep each new p in a list and return it."],
     solution_code=(
         "def adamw_by_hand(p, grads):\n    b1, b2 = BETAS\n    m = v = 0.0\n    values = []\n"
         "    for t, g in enumerate(grads, start=1):\n        p = p * (1 - LR * WEIGHT_DECAY)\n"
@@ -139,10 +201,23 @@ q2 = Exercise(
         "    return values\n\nq2.check(adamw_by_hand)"),
 )
 q3 = Exercise(
-    "4.1 q3: bytes per parameter while training",
-    _check_training_bytes,
-    usage="q3.check(bytes_per_parameter)",
-    hints=["Training with AdamW in float32 keeps, for every parameter: the parameter, its gradient, and two states.",
-           "4 bytes each."],
-    solution_code="bytes_per_parameter = 4 + 4 + 2 * 4  # parameter, gradient, exp_avg, exp_avg_sq\nq3.check(bytes_per_parameter)",
+    "4.1 q3: AdamW with parameter groups",
+    _check_param_groups,
+    usage="q3.check(make_adamw)",
+    hints=["One optimizer, two groups of parameters with different settings: the weight matrices and "
+           "embeddings decay, the biases and the LayerNorm weights do not (as Trainer does it).",
+           "torch.optim.AdamW accepts a list of dicts instead of parameters: "
+           "[{'params': [...], 'weight_decay': ...}, ...] (\"Per-parameter options\" in the torch.optim "
+           "documentation). model.named_parameters() gives (name, tensor) pairs; the names say 'bias' or "
+           "'norm'.",
+           "Sort each (name, p) of model.named_parameters() into a list decay or no_decay, then\n"
+           "    return torch.optim.AdamW([{\"params\": decay, \"weight_decay\": ____},\n"
+           "                              {\"params\": ____, \"weight_decay\": ____}], lr=____)"],
+    solution_code=(
+        "print([name for name, _ in q3_model().named_parameters()])\n\n"
+        "def make_adamw(model):\n    decay, no_decay = [], []\n    for name, p in model.named_parameters():\n"
+        "        (no_decay if name.endswith(\"bias\") or \"norm\" in name else decay).append(p)\n"
+        "    groups = [{\"params\": decay, \"weight_decay\": Q3_WEIGHT_DECAY},\n"
+        "              {\"params\": no_decay, \"weight_decay\": 0.0}]\n"
+        "    return torch.optim.AdamW(groups, lr=Q3_LR)\n\nq3.check(make_adamw)"),
 )

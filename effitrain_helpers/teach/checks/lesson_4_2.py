@@ -1,4 +1,4 @@
-"""Exercises of lesson 4.2 (Adafactor: row and column statistics instead of a full second moment)."""
+"""Exercises of lesson 4.2 (Adafactor: row and column means instead of a full second moment)."""
 
 from __future__ import annotations
 
@@ -32,21 +32,55 @@ def _check_numel_fn(fn) -> None:
                         f"{shape[0]} rows and {shape[1]} columns.")
 
 
-def _check_trainer_like(optimizer) -> None:
+Q2_LR = 1e-3  # q2's learning rate
+
+
+def _adafactor_steps(make, steps: int = 3):
+    """``steps`` steps of ``make(params)`` on a fresh Linear(16, 8) with fixed gradients: (optimizer, layer)."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(16, 8)
+    optimizer = make(layer.parameters())
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        for p in layer.parameters():
+            p.grad = torch.randn(p.shape, generator=generator)
+        optimizer.step()
+    return optimizer, layer
+
+
+def _check_make_adafactor(make_adafactor) -> None:
+    """Judged by behaviour: three steps must move the weights exactly as Trainer's Adafactor (lr=1e-3, no
+    relative step, no parameter scaling, no first moment) does, with a factored state for the matrix."""
+    import torch
+
     try:
         from transformers import Adafactor
     except ImportError as err:  # pragma: no cover - transformers is a dependency
         raise Incorrect(f"transformers is needed here ({err}).")
+    if not callable(make_adafactor):
+        raise Incorrect(f"pass your function itself (make_adafactor, without calling it); you gave "
+                        f"{make_adafactor!r}.")
+    optimizer, layer = _adafactor_steps(make_adafactor)
     if not isinstance(optimizer, Adafactor):
-        raise Incorrect(f"build a transformers.Adafactor; you gave {type(optimizer).__name__}.")
+        raise Incorrect(f"build a transformers.Adafactor; make_adafactor returned {type(optimizer).__name__}.")
+    _, reference = _adafactor_steps(lambda ps: Adafactor(ps, lr=Q2_LR, scale_parameter=False,
+                                                         relative_step=False, warmup_init=False))
+    if all(torch.allclose(a, b, rtol=1e-5, atol=1e-8) for a, b in zip(layer.parameters(), reference.parameters())):
+        return
     group = optimizer.param_groups[0]
     if group["relative_step"] or group["scale_parameter"]:
-        raise Incorrect("with relative_step=True or scale_parameter=True, Adafactor computes its own step size "
-                        "and ignores yours; Trainer sets both to False.")
-    if group["lr"] is None or not math.isclose(group["lr"], 1e-3):
-        raise Incorrect(f"learning rate {group['lr']!r}: the exercise asks for lr=1e-3.")
-    if group["beta1"] is not None:
-        raise Incorrect("beta1 adds a full first moment (4 bytes per parameter): leave it at None, as Trainer does.")
+        raise Incorrect("the weights moved by a step size Adafactor chose itself: with relative_step=True or "
+                        "scale_parameter=True it ignores (or rescales) your lr; Trainer sets both to False.")
+    if "exp_avg" in optimizer.state[layer.weight]:
+        raise Incorrect("your optimizer keeps exp_avg, a full first moment (4 bytes per parameter): leave beta1 "
+                        "at None, as Trainer does.")
+    if group["lr"] != Q2_LR:
+        raise Incorrect(f"the weights moved by a step of lr={group['lr']!r}; the exercise asks for lr={Q2_LR}.")
+    raise Incorrect("after three steps your weights differ from those of Trainer's Adafactor (lr=1e-3, "
+                    "scale_parameter=False, relative_step=False, warmup_init=False, other settings at their "
+                    "defaults).")
 
 
 def _check_beta1_bytes(answer) -> None:
@@ -70,27 +104,40 @@ q1 = Exercise(
     "4.2 q1: Adafactor's second moment for any shape",
     _check_numel_fn,
     usage="q1.check(second_moment_numel)",
-    hints=["A vector (one dimension) keeps all its values.",
-           "With 2 or more dimensions: math.prod(shape[:-1]) row values + math.prod(shape[:-2]) * shape[-1] column values."],
+    hints=["A vector (one dimension) cannot be factored: it keeps all its values. A tensor with 2 or more "
+           "dimensions keeps one mean per row and one per column.",
+           "transformers/optimization.py, Adafactor.step, creates exp_avg_sq_row with shape grad_shape[:-1] and "
+           "exp_avg_sq_col with shape grad_shape[:-2] + grad_shape[-1:]; math.prod multiplies a shape out.",
+           "For a vector return ____; otherwise\n    return math.prod(____) + math.prod(____) * ____"],
     solution_code=(
         "def second_moment_numel(shape):\n    if len(shape) < 2:\n        return shape[0]\n"
         "    return math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]\n\nq1.check(second_moment_numel)"),
 )
 q2 = Exercise(
     "4.2 q2: Adafactor as Trainer builds it",
-    _check_trainer_like,
-    usage="q2.check(my_adafactor)",
-    hints=["Trainer(optim='adafactor') uses your learning rate as it is.",
-           "Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)."],
-    solution_code=("my_adafactor = Adafactor(torch.nn.Linear(8, 8).parameters(), lr=1e-3, scale_parameter=False,\n"
-                   "                         relative_step=False, warmup_init=False)\nq2.check(my_adafactor)"),
+    _check_make_adafactor,
+    usage="q2.check(make_adafactor)",
+    hints=["Adafactor's defaults pick their own step size; to give it a learning rate, as Trainer("
+           "optim='adafactor') does, two options must be off, and warm-up init too.",
+           "transformers.Adafactor(params, lr=..., scale_parameter=..., relative_step=..., warmup_init=...): "
+           "see the Adafactor page of the transformers documentation (Optimization), or "
+           "transformers/trainer_optimizer.py, _get_adafactor.",
+           "    return Adafactor(params, lr=____, scale_parameter=____, relative_step=____,\n"
+           "                     warmup_init=____)"],
+    solution_code=("def make_adafactor(params):\n"
+                   "    return Adafactor(params, lr=Q2_LR, scale_parameter=False, relative_step=False,\n"
+                   "                     warmup_init=False)\n\nq2.check(make_adafactor)"),
 )
 q3 = Exercise(
     "4.2 q3: Adafactor with a first moment",
     _check_beta1_bytes,
     usage="q3.check(state_bytes_with_beta1)",
-    hints=["nn.Linear(256, 64): weight (64, 256), bias (64,).",
-           "Per tensor: second moment (factored for the weight), exp_avg (full, because beta1 is set), RMS (one float)."],
-    solution_code=("weight = 4 * (64 + 256) + 4 * 64 * 256 + 4\nbias = 4 * 64 + 4 * 64 + 4\n"
+    hints=["Count each tensor separately: nn.Linear(256, 64) has a weight of shape (64, 256) and a bias of "
+           "shape (64,); every value in the state is float32 (4 bytes).",
+           "Per tensor, Adafactor.step keeps: the second moment (row and column means for the weight, in full "
+           "for the bias), exp_avg (a full copy, because beta1 is set) and RMS (one value).",
+           "weight = 4 * (____ + ____) + 4 * ____ + 4\nbias = 4 * ____ + 4 * ____ + 4"],
+    solution_code=("weight = 4 * (64 + 256) + 4 * 64 * 256 + 4   # rows + columns, exp_avg, RMS\n"
+                   "bias = 4 * 64 + 4 * 64 + 4                    # full exp_avg_sq, exp_avg, RMS\n"
                    "state_bytes_with_beta1 = weight + bias\nq3.check(state_bytes_with_beta1)"),
 )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
-from effitrain_helpers.measure.optimizer_memory import adamw8bit_tensor_bytes
+from effitrain_helpers.measure.optimizer_memory import adamw8bit_state_bytes, adamw8bit_tensor_bytes, state_bytes
+from effitrain_helpers.teach.exercises import NOT_ATTEMPTED, CheckResult, Exercise, Incorrect, as_number
+from effitrain_helpers.training.optimizer_compare import bitsandbytes_status
 
 NUMELS = [4096, 5000, 256 * 1000 + 1, 4095, 1, 768 * 3072]
 Q2_SHAPES = {"0.weight": (64, 64), "0.bias": (64,), "1.weight": (4095, 1), "1.bias": (4095,), "2.weight": (10, 4095)}
@@ -46,6 +47,66 @@ def _check_32bit_names(answer) -> None:
         raise Incorrect(f"missing: {sorted(want - got)}. A tensor keeps 32-bit state when it has fewer than 4096 values.")
 
 
+def q3_layer():
+    """The layer of exercise 3: nn.Linear(256, 64), a weight of 16,384 values and a bias of 64."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Linear(256, 64)
+
+
+def _check_adamw8bit(build_and_step) -> None:
+    """Runs the learner's function on a fresh q3_layer and judges the optimizer it returns by its state."""
+    import torch
+
+    if not callable(build_and_step):
+        raise Incorrect(f"pass your function itself (adamw8bit_state, without calling it); you gave "
+                        f"{build_and_step!r}.")
+    layer = q3_layer()
+    answer = build_and_step(layer)
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        raise Incorrect(f"return two things, (optimizer, measured_bytes); you returned {type(answer).__name__}.")
+    optimizer, measured = answer
+    if not hasattr(optimizer, "state") or not hasattr(optimizer, "param_groups"):
+        raise Incorrect(f"the first thing returned should be the optimizer; got {type(optimizer).__name__}.")
+    if not any(p is layer.weight for g in optimizer.param_groups for p in g["params"]):
+        raise Incorrect("the optimizer does not hold the layer's weight: build it on layer.parameters().")
+    state = optimizer.state.get(layer.weight, {})
+    if not state:
+        raise Incorrect("the optimizer's state is empty: it is created at the first step; run a forward "
+                        "pass, backward(), then optimizer.step().")
+    kept = state.get("state1", state.get("exp_avg"))
+    if kept is None or kept.dtype != torch.uint8:
+        dtype = getattr(kept, "dtype", "no state1")
+        raise Incorrect(f"the weight's first moment is {dtype}, not uint8: use bitsandbytes.optim.AdamW8bit "
+                        "(its 16,384 values are over min_8bit_size, so their state is 8-bit).")
+    if optimizer.state.get(layer.bias, {}).get("state1", torch.empty(0, dtype=torch.uint8)).dtype != torch.float32:
+        raise Incorrect("the bias (64 values) should keep float32 state: leave min_8bit_size at its default.")
+    want = adamw8bit_state_bytes(layer)
+    if state_bytes(optimizer) != want:
+        raise Incorrect(f"this optimizer keeps {state_bytes(optimizer):,} bytes of state, the theory "
+                        f"{want:,}: build it with AdamW8bit's default settings.")
+    got = as_number(measured)
+    if got != want:
+        raise Incorrect(f"measured_bytes={got:,.0f}, but the state holds {want:,} bytes: add the bytes of every "
+                        "tensor in optimizer.state, the shared qmaps once (state_bytes does that).")
+
+
+class OptionalExercise(Exercise):
+    """An exercise that needs bitsandbytes: where it cannot be imported, checking says so (Not attempted, with
+    the reason) instead of judging."""
+
+    def evaluate(self, *answers, **context) -> CheckResult:
+        ok, why = bitsandbytes_status()
+        if ok:
+            return super().evaluate(*answers, **context)
+        blanks_only = Exercise(self.name, lambda *_, **__: None, self.usage)  # finds ____ and bad calls only
+        result = blanks_only.evaluate(*answers, **context)
+        if result.status == NOT_ATTEMPTED:
+            return result
+        return CheckResult(self.name, NOT_ATTEMPTED, f"not checked here: {why}")
+
+
 def _check_8bit_args(args) -> None:
     try:
         from transformers import TrainingArguments
@@ -66,8 +127,11 @@ q1 = Exercise(
     "4.3 q1: 8-bit state bytes of one tensor",
     _check_tensor_bytes,
     usage="q1.check(adamw8bit_bytes)",
-    hints=["Under 4096 values: two float32 states, 8 bytes per value.",
-           "Otherwise: two uint8 states (2 bytes per value) + 2 float32 absmax per block: 2 * 4 * math.ceil(n / 256)."],
+    hints=["Two cases: a small tensor keeps two float32 states; a large one keeps two uint8 states and, for "
+           "each of them, one float32 absmax per block of 256 values (the last block may be partial).",
+           "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size (4096) decides the "
+           "dtype, and blocks = n // 256 + bool(n % 256); math.ceil does the same.",
+           "    if n < ____:\n        return ____ * n\n    return 2 * n + 2 * 4 * math.ceil(____)"],
     solution_code=("def adamw8bit_bytes(n):\n    if n < 4096:\n        return 8 * n\n"
                    "    return 2 * n + 2 * 4 * math.ceil(n / 256)\n\nq1.check(adamw8bit_bytes)"),
 )
@@ -75,17 +139,44 @@ q2 = Exercise(
     "4.3 q2: which tensors keep 32-bit state",
     _check_32bit_names,
     usage="q2.check(names_in_32_bit)",
-    hints=["Compute the number of values of each shape in Q2_SHAPES.", "The rule is numel < 4096 (4096 itself is 8-bit)."],
-    solution_code=("names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if math.prod(shape) < 4096}\n"
+    hints=["The rule counts a tensor's values, not the length of one side: compare each shape's number of "
+           "values with min_8bit_size.",
+           "math.prod(shape) gives the number of values; the rule in Optimizer2State.init_state is "
+           "p.numel() < min_8bit_size (4096), so 4096 itself is 8-bit.",
+           "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if ____}"],
+    solution_code=("print(Q2_SHAPES)\n"
+                   "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if math.prod(shape) < 4096}\n"
                    "q2.check(names_in_32_bit)"),
 )
-q3 = Exercise(
-    "4.3 q3: 8-bit AdamW through Trainer",
+q3 = OptionalExercise(
+    "4.3 q3: AdamW8bit, built and measured",
+    _check_adamw8bit,
+    usage="q3.check(adamw8bit_state)",
+    hints=["Build the 8-bit optimizer on the layer's parameters, take one real training step (the state is "
+           "created then), and add up the bytes of its state.",
+           "bitsandbytes.optim.AdamW8bit(params, lr=...) takes the same arguments as torch.optim.AdamW (see "
+           "the bitsandbytes documentation, Optimizers > AdamW); state_bytes(optimizer) adds up "
+           "optimizer.state.",
+           "    optimizer = bnb.optim.____(layer.parameters(), lr=1e-3)\n"
+           "    layer(torch.randn(4, 256)).sum().____()\n    optimizer.____()\n"
+           "    return optimizer, ____(optimizer)"],
+    solution_code=("def adamw8bit_state(layer):\n    import bitsandbytes as bnb\n\n"
+                   "    optimizer = bnb.optim.AdamW8bit(layer.parameters(), lr=1e-3)\n"
+                   "    layer(torch.randn(4, 256)).sum().backward()\n    optimizer.step()\n"
+                   "    return optimizer, state_bytes(optimizer)\n\nq3.check(adamw8bit_state)"),
+)
+q4 = Exercise(
+    "4.3 q4: 8-bit AdamW through Trainer",
     _check_8bit_args,
-    usage="q3.check(my_args)",
-    hints=["TrainingArguments has an `optim` argument naming the optimizer.",
-           "TrainingArguments(output_dir=..., optim='adamw_bnb_8bit', learning_rate=1e-3, weight_decay=0.01, "
-           "use_cpu=True, report_to='none')."],
-    solution_code=("my_args = TrainingArguments(output_dir=tempfile.mkdtemp(), optim='adamw_bnb_8bit', learning_rate=1e-3,\n"
-                   "                            weight_decay=0.01, use_cpu=True, report_to='none')\nq3.check(my_args)"),
+    usage="q4.check(my_args)",
+    hints=["TrainingArguments has an argument that names the optimizer Trainer builds; the learning rate and "
+           "weight decay are arguments too.",
+           "The names are listed in transformers.training_args.OptimizerNames; the bitsandbytes 8-bit AdamW is "
+           "one of them. Also set output_dir, use_cpu=True and report_to='none'.",
+           "TrainingArguments(output_dir=tempfile.mkdtemp(), optim=____, learning_rate=____, "
+           "weight_decay=____, use_cpu=True, report_to='none')"],
+    solution_code=("my_args = TrainingArguments(output_dir=tempfile.mkdtemp(), optim=\"adamw_bnb_8bit\",\n"
+                   "                            learning_rate=1e-3, weight_decay=0.01, use_cpu=True,\n"
+                   "                            report_to=\"none\")\n"
+                   "q4.check(my_args)"),
 )

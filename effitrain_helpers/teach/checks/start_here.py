@@ -25,6 +25,8 @@ q1 = Exercise(
     _check_matrix_bytes,
     usage="q1.check(matrix_bytes)",
     hints=["A 1000 x 1000 matrix holds a million numbers.",
-           "float32 means 32 bits = 4 bytes per number: 1000 * 1000 * 4."],
+           "float32 means 32 bits, and a byte is 8 bits. PyTorch tells you too: "
+           "torch.zeros(1, dtype=torch.float32).element_size() (see torch.Tensor.element_size in the docs).",
+           "matrix_bytes = (number of values) * (bytes per value): 1000 * 1000 * ____."],
     solution_code="matrix_bytes = 1000 * 1000 * 4\nq1.check(matrix_bytes)",
 )
