@@ -88,7 +88,7 @@ class LabPage:
         return self.page.evaluate("() => { " + _CELLS + " }")
 
     def cell_locator(self, index: int):
-        return self.page.locator(".jp-NotebookPanel:visible .jp-Notebook > .jp-Cell").nth(index)
+        return self.page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell").nth(index)
 
     def type_into_cell(self, index: int, code: str) -> None:
         """Select cell ``index``, replace its text by typing ``code`` (keyboard), and run it (Shift+Enter)."""
