@@ -31,9 +31,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lab_page import LabPage  # tests/browser/ is on sys.path (pytest's rootdir-relative import)
+from lab_page import REPO, LabPage  # tests/browser/ is on sys.path (pytest's rootdir-relative import)
 
-REPO = Path(__file__).resolve().parents[2]
 ENABLE = ("install Chromium to run them (Debian/Ubuntu: `sudo apt-get install chromium`; "
           "elsewhere set EFFITRAIN_CHROMIUM=/path/to/chromium)")
 # Headless, and quiet on the network: without the networking flags Chromium keeps trying to reach Google's
@@ -41,37 +40,53 @@ ENABLE = ("install Chromium to run them (Debian/Ubuntu: `sudo apt-get install ch
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SERVER_START_SECONDS = 120
-ARTIFACTS = Path(os.environ.get("EFFITRAIN_BROWSER_ARTIFACTS", REPO / "build" / "browser-test-failures"))
 
 
-def pytest_collection_modifyitems(items):
-    """Every test in this folder is a browser test, and slow."""
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.browser)
-            item.add_marker(pytest.mark.slow)
+_SKIPPED: list[str] = []  # the one line said at the end of the run when the browser tests were left out
 
 
 def _under_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """Chromium's path; a skip (one line, how to enable) on a learner's machine without it, a failure in CI."""
-    problem = None
+def _chromium() -> tuple[str | None, str | None]:
+    """(Chromium's path, None), or (None, what is missing)."""
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        problem = "Playwright for Python is not installed (`pip install -e '.[test]'`, or `make env`)"
+        return None, "Playwright for Python is not installed (`make env`, or `pip install -e '.[test]'`)"
     path = os.environ.get("EFFITRAIN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if problem is None and not (path and os.access(path, os.X_OK)):
-        problem = f"no Chromium found (EFFITRAIN_CHROMIUM={os.environ.get('EFFITRAIN_CHROMIUM')!r}, none on PATH)"
+    if not (path and os.access(path, os.X_OK)):
+        return None, f"no Chromium found (EFFITRAIN_CHROMIUM={os.environ.get('EFFITRAIN_CHROMIUM')!r}, none on PATH)"
+    return path, None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test in this folder is a browser test, and slow. Without a browser (and not under CI) they are
+    left out, and one line at the end of the run says how to enable them."""
+    here = Path(__file__).parent
+    mine = [item for item in items if here in Path(item.fspath).parents]
+    for item in mine:
+        item.add_marker(pytest.mark.browser)
+        item.add_marker(pytest.mark.slow)
+    _, problem = _chromium()
+    if mine and problem and not _under_ci():
+        items[:] = [item for item in items if item not in mine]
+        config.hook.pytest_deselected(items=mine)
+        _SKIPPED.append(f"{len(mine)} browser tests skipped: {problem}; {ENABLE}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _SKIPPED:
+        terminalreporter.write_line(line, yellow=True)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium's path. Missing, the tests never get here except under CI, where that is a failure."""
+    path, problem = _chromium()
     if problem:
-        if _under_ci():
-            pytest.fail(f"browser tests cannot run under CI: {problem}; .ci/run installs Chromium with apt-get")
-        pytest.skip(f"browser tests skipped: {problem}; {ENABLE}")
+        pytest.fail(f"browser tests cannot run under CI: {problem}; .ci/run installs Chromium with apt-get")
     return path
 
 
@@ -207,7 +222,4 @@ def pytest_runtest_makereport(item, call):
     lab_page = next((v for v in values if isinstance(v, LabPage)), None)
     if lab_page is None:
         return
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    stem = ARTIFACTS / item.name.replace("/", "_").replace("[", "-").replace("]", "")
-    saved = [lab_page.save_failure(stem)]
-    report.sections.append(("browser", "\n".join(saved)))
+    report.sections.append(("browser", lab_page.save_failure(item.name)))

@@ -8,8 +8,11 @@ output text, computed styles, loaded images.
 
 from __future__ import annotations
 
-import time
+import os
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("EFFITRAIN_BROWSER_ARTIFACTS", REPO / "build" / "browser-test-failures"))
 
 # JavaScript run in the page. `panel()` is the notebook in the main area.
 _PANEL = "const panel = window.jupyterapp.shell.currentWidget;"
@@ -155,16 +158,17 @@ class LabPage:
         return self.page.locator(".jp-NotebookPanel .jp-RenderedHTMLCommon table").count()
 
     # --- failure report -------------------------------------------------------------------------------
-    def save_failure(self, stem: Path) -> str:
-        """Save a full-page screenshot and the console log next to ``stem``; return where they are."""
+    def save_failure(self, name: str) -> str:
+        """Save a screenshot and the console log as ``ARTIFACTS/name.*``; return where they are."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        stem = ARTIFACTS / "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
         shot, log = stem.with_suffix(".png"), stem.with_suffix(".console.log")
         try:
-            self.page.screenshot(path=str(shot), full_page=True, timeout=30_000)
+            self.page.screenshot(path=str(shot), timeout=30_000)
         except Exception as err:  # the page may be gone; the log is still worth saving
-            shot = f"no screenshot ({type(err).__name__}: {err})"
+            shot = f"none ({type(err).__name__}: {err})"
         log.write_text("\n".join(self.console) + "\n")
         return f"screenshot: {shot}\nconsole log: {log}"
-
 
 def _describe(cells: list[dict]) -> str:
     """The failing cells' index, first source line and error, for an assertion message."""
@@ -175,14 +179,3 @@ def _describe(cells: list[dict]) -> str:
         parts.append(f"cell {cell['index']} ({first!r}): {'; '.join(errors) or cell['text'][-300:]}")
     return " | ".join(parts)
 
-
-def wait_for(condition, seconds: float, what: str, interval: float = 0.5):
-    """Poll ``condition()`` until it returns something true; fail naming ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds:.0f} s")
-        time.sleep(interval)
