@@ -1,5 +1,10 @@
 """Browser tests: the workbook in JupyterLab, in headless Chromium driven by Playwright, as a learner sees it.
 
+Scenarios (issue 14), each on its own copy of the notebooks: 1. the start page (``test_start_page.py``);
+2. lesson 1.1's student edition (``test_lesson_1_1.py``); 3. lesson 2.2 in several processes
+(``test_lesson_2_2.py``); 4. every table those pages render, body cells left-aligned (in each of them).
+None may show JupyterLab's news or update pop-up.
+
 Fixtures:
 
 - ``chromium``: the path of Debian's ``chromium`` (or ``EFFITRAIN_CHROMIUM``). Missing: every browser test is
@@ -30,7 +35,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from lab_page import REPO, LabPage  # tests/browser/ is on sys.path (pytest's rootdir-relative import)
 
 ENABLE = ("install Chromium to run them (Debian/Ubuntu: `sudo apt-get install chromium`; "
@@ -102,8 +106,9 @@ class Lab:
     def __init__(self, root: Path, port: int, token: str, process: subprocess.Popen, log: Path):
         self.root, self.port, self.token, self.process, self.log = root, port, token, process, log
 
-    def url(self, path: str = "") -> str:
-        return f"http://127.0.0.1:{self.port}/lab/tree/{path}?token={self.token}"
+    def url(self, path: str, workspace: str) -> str:
+        """The address that opens ``path`` in JupyterLab workspace ``workspace``."""
+        return f"http://127.0.0.1:{self.port}/lab/workspaces/{workspace}/tree/{path}?token={self.token}"
 
     def api(self, path: str, method: str = "GET"):
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", method=method,
@@ -132,9 +137,9 @@ def _wait_until_ready(lab: Lab) -> None:
 def _stop(lab: Lab) -> None:
     """Shut down the server's kernels, then the server; anything of its own left after that is killed."""
     try:
-        own = lab.process.pid, psutil.Process(lab.process.pid).children(recursive=True)
+        children = psutil.Process(lab.process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
-        own = lab.process.pid, []
+        children = []
     try:
         for kernel in lab.api("kernels"):
             lab.api(f"kernels/{kernel['id']}", method="DELETE")
@@ -146,13 +151,13 @@ def _stop(lab: Lab) -> None:
     except subprocess.TimeoutExpired:
         lab.process.kill()
         lab.process.wait(timeout=10)
-    _, alive = psutil.wait_procs(own[1], timeout=5)
+    _, alive = psutil.wait_procs(children, timeout=5)
     for child in alive:
         child.kill()
 
 
 @pytest.fixture(scope="session")
-def lab(chromium, tmp_path_factory) -> Lab:
+def lab(chromium, tmp_path_factory):
     """JupyterLab from this environment, with nothing of the user's: temporary root, config and settings."""
     home = tmp_path_factory.mktemp("jupyter")
     root = tmp_path_factory.mktemp("lab-root")
@@ -168,7 +173,6 @@ def lab(chromium, tmp_path_factory) -> Lab:
     tracker.parent.mkdir(parents=True)
     tracker.write_text(json.dumps({"windowingMode": "none"}))
     env.pop("MPLBACKEND", None)  # the test session's Agg would hide figures; a learner's kernel draws inline
-    env.pop("JUPYTER_PLATFORM_DIRS", None)
     token, port = secrets.token_hex(16), _free_port()
     args = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",

@@ -9,12 +9,16 @@ output text, computed styles, loaded images.
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 from pathlib import Path
+
+from effitrain_helpers.teach.editions import default_source
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("EFFITRAIN_BROWSER_ARTIFACTS", REPO / "build" / "browser-test-failures"))
 
-# JavaScript run in the page. `panel()` is the notebook in the main area.
+# JavaScript run in the page: `panel` is the notebook in the main area.
 _PANEL = "const panel = window.jupyterapp.shell.currentWidget;"
 
 # Every cell of the current notebook as the model holds it (what the kernel sent) plus the rendered text.
@@ -36,26 +40,31 @@ class LabPage:
     """One Playwright page showing JupyterLab (``lab`` is the conftest's server)."""
 
     def __init__(self, page, lab):
-        """Use :meth:`new` (a fresh browser context per page)."""
+        """Use :meth:`new` (a fresh browser context and JupyterLab workspace per page)."""
         self.page, self.lab = page, lab
+        self.workspace = f"test-{secrets.token_hex(4)}"  # nothing restored from another page's tabs
         self.console: list[str] = []
         page.on("console", lambda msg: self.console.append(f"[{msg.type}] {msg.text}"))
         page.on("pageerror", lambda err: self.console.append(f"[pageerror] {err}"))
 
     @classmethod
-    def new(cls, browser, lab) -> "LabPage":
+    def new(cls, browser, lab) -> LabPage:
         """A page in a new browser context (no state shared with other pages); ``close()`` when done."""
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         context.set_default_timeout(60_000)
         return cls(context.new_page(), lab)
 
     def close(self) -> None:
-        self.page.context.close()
+        """Shut down the notebook's kernel (a learner closing the lesson) and close the page."""
+        try:
+            self.page.evaluate("() => window.jupyterapp?.shell.currentWidget?.sessionContext?.shutdown()")
+        finally:
+            self.page.context.close()
 
     # --- opening and running ---------------------------------------------------------------------------
     def open_notebook(self, path: str) -> None:
         """Open ``path`` (relative to the server's root) and wait until its kernel is idle."""
-        self.page.goto(self.lab.url(path))
+        self.page.goto(self.lab.url(path, self.workspace))
         self.page.wait_for_function(
             "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
             " && window.jupyterapp.shell.currentWidget.sessionContext", timeout=KERNEL_START_SECONDS * 1000)
@@ -94,15 +103,20 @@ class LabPage:
         return self.page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell").nth(index)
 
     def type_into_cell(self, index: int, code: str) -> None:
-        """Select cell ``index``, replace its text by typing ``code`` (keyboard), and run it (Shift+Enter)."""
-        self.page.evaluate("(i) => { " + _PANEL + " panel.content.activeCellIndex = i;"
-                           " panel.content.mode = 'command'; }", index)
+        """Select cell ``index``, replace its text by typing ``code`` (keyboard), run it (Shift+Enter) and
+        wait until it has run (a new execution count, the kernel idle)."""
+        before = self.page.evaluate("(i) => { " + _PANEL + " panel.content.activeCellIndex = i;"
+                                    " panel.content.mode = 'command';"
+                                    " return panel.content.widgets[i].model.executionCount; }", index)
         editor = self.cell_locator(index).locator(".jp-InputArea-editor .cm-content")
         editor.click()
         self.page.keyboard.press("Control+a")
         self.page.keyboard.press("Delete")
         self.page.keyboard.insert_text(code)
         self.page.keyboard.press("Shift+Enter")
+        self.page.wait_for_function(
+            "([i, before]) => { " + _PANEL + " const count = panel.content.widgets[i].model.executionCount;"
+            " return count !== null && count !== before; }", arg=[index, before], timeout=120_000, polling=250)
         self.wait_for_idle(120)
 
     def add_cell_below(self, index: int, code: str) -> int:
@@ -163,9 +177,11 @@ class LabPage:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         stem = ARTIFACTS / "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
         shot, log = stem.with_suffix(".png"), stem.with_suffix(".console.log")
+        from playwright.sync_api import Error
+
         try:
             self.page.screenshot(path=str(shot), timeout=30_000)
-        except Exception as err:  # the page may be gone; the log is still worth saving
+        except Error as err:  # the page may be gone; the log is still worth saving
             shot = f"none ({type(err).__name__}: {err})"
         log.write_text("\n".join(self.console) + "\n")
         return f"screenshot: {shot}\nconsole log: {log}"
@@ -179,3 +195,49 @@ def _describe(cells: list[dict]) -> str:
         parts.append(f"cell {cell['index']} ({first!r}): {'; '.join(errors) or cell['text'][-300:]}")
     return " | ".join(parts)
 
+
+# --- shared by the scenarios ---------------------------------------------------------------------------
+NOTEBOOKS = default_source()
+RUN_ALL_SECONDS = 600  # generous: a busy 2-core machine runs lesson 2.2 several times slower than a quiet one
+
+
+def copy_notebooks(lab, folder: str, names: list[str], source=NOTEBOOKS) -> str:
+    """Copy ``names`` (and the edition file, if any) from ``source`` into ``folder`` of the server's root."""
+    target = lab.root / folder
+    target.mkdir()
+    for name in names + [n.name for n in source.glob("effitrain-edition.json")]:
+        shutil.copy(source / name, target / name)
+    return folder
+
+
+def stream(cells: list[dict], name: str) -> list[tuple[int, str]]:
+    """(cell index, text) of every ``name`` stream output (stdout or stderr)."""
+    return [(c["index"], o["text"]) for c in cells for o in c["outputs"]
+            if o["output_type"] == "stream" and o["name"] == name]
+
+
+def assert_tables_left_aligned(page, notebook: str) -> None:
+    """Scenario 4 on the page shown: every body cell of every rendered table is left-aligned."""
+    assert page.table_count() > 0, f"{notebook}: no table rendered"
+    wrong = page.table_cells_not_left()
+    assert not wrong, (f"{notebook}: {len(wrong)} table body cells not left-aligned, in cells "
+                       f"{sorted({w['cell'] for w in wrong})}; e.g. {wrong[:2]}")
+
+
+def assert_no_news(page) -> None:
+    assert not page.news_notifications(), (
+        "JupyterLab shows a news/update notification; `make env` installs tools/jupyterlab-overrides.json "
+        "to turn them off")
+
+
+def run_in_page(lab, browser, path: str):
+    """Open ``path`` in a new page and Run All; yields (page, cells) for a module's tests, then closes it.
+    On failure the screenshot and console log are saved and named in the error."""
+    page = LabPage.new(browser, lab)
+    try:
+        page.open_notebook(path)
+        cells = page.run_all(RUN_ALL_SECONDS)
+    except Exception as err:
+        raise AssertionError(f"{err}\n{page.save_failure(path.replace('/', '_'))}") from err
+    yield page, cells
+    page.close()
