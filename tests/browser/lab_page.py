@@ -64,7 +64,7 @@ class LabPage:
     # --- opening and running ---------------------------------------------------------------------------
     def open_notebook(self, path: str) -> None:
         """Open ``path`` (relative to the server's root) and wait until its kernel is idle."""
-        self.page.goto(self.lab.url(path, self.workspace))
+        self.page.goto(self.lab.url(path, self.workspace), timeout=KERNEL_START_SECONDS * 1000)
         self.page.wait_for_function(
             "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
             " && window.jupyterapp.shell.currentWidget.sessionContext", timeout=KERNEL_START_SECONDS * 1000)
