@@ -13,9 +13,13 @@ STAMP  := $(VENV)/.effitrain-installed
 # The learner's folder (git-ignored): $EFFITRAIN_WORKBOOK when set, else my-workbook/
 WORKBOOK ?= $(or $(EFFITRAIN_WORKBOOK),my-workbook)
 
-.PHONY: env lab lab-instructor test test-fast bench notebooks editions clean
+# JupyterLab settings of the workbook's environment (no news or update pop-up): an overrides.d file, so a
+# user's own overrides.json stays theirs.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/effitrain.json
 
-env: $(STAMP)
+.PHONY: env lab lab-instructor test test-fast test-browser bench notebooks editions clean
+
+env: $(STAMP) $(LAB_OVERRIDES)
 
 # torch first: the CPU wheel on machines without an NVIDIA GPU (never a multi-GB CUDA build there),
 # the default PyPI build (CUDA on Linux) where nvidia-smi finds a GPU. Then the package and its test extras.
@@ -37,6 +41,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (effitrain)" >/dev/null
 	@touch $(STAMP)
 
+$(LAB_OVERRIDES): tools/jupyterlab-overrides.json | $(STAMP)
+	mkdir -p $(dir $@)
+	cp $< $@
+
 lab: env
 	$(BIN)/effitrain workbook --dir $(WORKBOOK)
 	$(BIN)/jupyter lab $(WORKBOOK)
@@ -54,6 +62,12 @@ test-fast: env
 	@start=$$(date +%s); \
 	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python -m pytest -m "not slow" tests; status=$$?; \
 	echo "fast tests took $$(( $$(date +%s) - start )) s"; exit $$status
+
+# The browser tests alone (tests/browser/: JupyterLab in headless Chromium; see README, Contributing).
+test-browser: env
+	@start=$$(date +%s); \
+	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python -m pytest tests/browser -m browser; status=$$?; \
+	echo "browser tests took $$(( $$(date +%s) - start )) s"; exit $$status
 
 bench: env
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/run_benchmarks.py
