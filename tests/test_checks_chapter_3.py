@@ -14,6 +14,7 @@ def test_3_1_q1():
     assert "samples" in l31.q1.evaluate(2).message
 
 
+@pytest.mark.slow
 def test_3_1_q2_runs_the_learners_loop_in_two_processes():
     def right(model, optimizer, dataset, k):
         from accelerate import Accelerator
@@ -70,6 +71,7 @@ def test_3_1_q2_runs_the_learners_loop_in_two_processes():
     assert "function itself" in l31.q2.evaluate(42).message
 
 
+@pytest.mark.slow
 def test_3_1_q2_reports_a_failing_function_in_one_line():
     def broken(model, optimizer, dataset, k):
         raise RuntimeError("my bug")
@@ -135,6 +137,7 @@ def test_3_2_q3_checkpointing_a_plain_module():
     assert "output differs" in l32.q3.evaluate(skips_a_block).message
 
 
+@pytest.mark.slow
 def test_3_2_q4_counts_the_averages_of_a_local_sgd_loop_in_two_processes():
     def right(model, optimizer, dataset, k):
         from accelerate import Accelerator

@@ -186,6 +186,7 @@ def shard_data(tokenizer):
     return data["validation"], DataCollatorWithPadding(tokenizer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, status, words", [
     ("prepared", "correct", ""),
     ("plain", "incorrect", "both processes read all 12 samples"),

@@ -118,6 +118,9 @@ def online(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.delenv("EFFITRAIN_KIT", raising=False)
     monkeypatch.setattr(hub, "_ANSWERS", {})
+    import huggingface_hub.constants  # read HF_HUB_OFFLINE when first imported (by an earlier test, offline)
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     return monkeypatch
 
 
@@ -376,6 +379,7 @@ def test_a_launch_folder_left_by_a_killed_notebook_is_removed_by_the_next_launch
     assert not stale.exists() and mine.exists()
 
 
+@pytest.mark.slow
 def test_a_killed_model_build_leaves_no_building_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(SETTINGS, "cache_dir", tmp_path)
     script = ("import time\nfrom effitrain_helpers.core.cache import build_once\n"
