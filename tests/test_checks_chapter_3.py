@@ -1,5 +1,6 @@
 """Every checker of chapter 3, with known right and known wrong answers."""
 
+import pytest
 import torch
 from transformers import DistilBertConfig
 
