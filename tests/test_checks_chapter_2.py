@@ -1,8 +1,6 @@
 """Every checker of chapter 2, with known right and known wrong answers."""
 
-import math
 
-import numpy as np
 import pytest
 import torch
 from transformers import TrainingArguments
@@ -101,37 +99,36 @@ def test_2_2_q3(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-def test_2_3_q1():
-    def right(model, loader, accelerator):
-        model.eval()
-        correct = total = 0
+def _predictions(gather="gather_for_metrics", evaluation_mode=True):
+    """A q1 answer; ``gather`` names the Accelerator method used (None: no gathering)."""
+
+    def my_predictions(model, loader, accelerator):
+        if evaluation_mode:
+            model.eval()
+        predictions = []
         with torch.no_grad():
             for batch in loader:
-                p, y = accelerator.gather_for_metrics((model(**batch).logits.argmax(-1), batch["labels"]))
-                correct, total = correct + int((p == y).sum()), total + len(y)
-        return correct / total
+                predicted = model(**batch).logits.argmax(-1)
+                predictions.append(getattr(accelerator, gather)(predicted) if gather else predicted)
+        return torch.cat(predictions)
 
-    def plain_gather(model, loader, accelerator):
-        model.eval()
-        correct = total = 0
-        for batch in loader:
-            p, y = accelerator.gather((model(**batch).logits.argmax(-1), batch["labels"]))
-            correct, total = correct + int((p == y).sum()), total + len(y)
-        return correct / total
+    return my_predictions
 
-    def local_only(model, loader, accelerator):
-        model.eval()
-        matches = [(model(**b).logits.argmax(-1) == b["labels"]).float() for b in loader]
-        return float(torch.cat(matches).mean())
 
-    def wrong_value(model, loader, accelerator):
-        right(model, loader, accelerator)
-        return 0.5
+@pytest.mark.parametrize("answer, words", [
+    (_predictions(), ""),
+    (_predictions(gather="gather"), "predictions for 37 samples: the processes' last batches were evened out"),
+    (_predictions(gather=None), "only its own share"),
+    (_predictions(evaluation_mode=False), "model.eval()"),
+])
+def test_2_3_q1_counts_what_2_real_processes_gathered(answer, words):
+    result = l23.q1.evaluate(answer)
+    assert (result.status == "correct") == (words == "") and words in result.message, result
 
-    assert l23.q1.evaluate(right).status == "correct"
-    assert "counts the samples" in l23.q1.evaluate(plain_gather).message
-    assert "never gathers" in l23.q1.evaluate(local_only).message
-    assert "true accuracy" in l23.q1.evaluate(wrong_value).message
+
+def test_2_3_q1_plain_mistakes_and_the_truth():
+    assert "pass your function itself" in l23.q1.evaluate("gather").message
+    assert len(l23._true_predictions()) == l23.SAMPLES
 
 
 @pytest.mark.parametrize("answer, words", [((1.0, 4.0), ""), ((4.0, 4.0), "share the same cores"),
