@@ -242,7 +242,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("1_1_", "lesson_1_1", "q3", ""),
     ("1_1_", "lesson_1_1", "q4", ""),
     ("2_2_", "lesson_2_2", "q2", "import math"),
-    ("2_2_", "lesson_2_2", "q1", ""),
+    ("2_2_", "lesson_2_2", "q3", ""),
     ("2_3_", "lesson_2_3", "q2", ""),
 ]
 
