@@ -12,7 +12,7 @@ Sub-packages, lowest layer first (a module imports only from its own layer or lo
                  ``workload``, ``accumulation``, ``checkpointing``, ``local_sgd``, ``precision``, ``techniques``
                  and ``efficiency`` (the chapter's table); ``optimizer_compare`` (chapter 4)
 - ``teach``      ``exercises`` and ``checks`` (one module per lesson), ``editions``, ``lessons`` (the course map),
-                 ``plots``, ``widgets``, ``code_view``
+                 ``plots``, ``widgets``
 - ``cli``        the ``effitrain`` command line
 
 Importing this package is cheap: transformers, accelerate, datasets and bitsandbytes are only imported

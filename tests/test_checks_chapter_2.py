@@ -10,17 +10,38 @@ from effitrain_helpers.teach.checks import lesson_2_3 as l23
 from effitrain_helpers.teach.exercises import Spy
 
 
-def _args(tmp_path, **changes):
-    base = dict(output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=8, eval_strategy="epoch",
-                logging_strategy="epoch", save_strategy="no", use_cpu=True, report_to="none")
-    return TrainingArguments(**{**base, **changes})
+def _make_trainer(collator=True, metrics=True, **changes):
+    """A q1 answer; ``collator=False`` / ``metrics=False`` and changed arguments make known mistakes."""
+    from transformers import DataCollatorWithPadding, Trainer
+
+    from effitrain_helpers.measure.metrics import trainer_metrics
+
+    def make_trainer(model, tokenizer, train_data, eval_data, output_dir):
+        base = dict(output_dir=output_dir, num_train_epochs=2, learning_rate=1e-3, per_device_train_batch_size=8,
+                    eval_strategy="epoch", logging_strategy="epoch", save_strategy="no", use_cpu=True,
+                    report_to="none", disable_tqdm=True)
+        args = TrainingArguments(**{**base, **changes})
+        return Trainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
+                       data_collator=DataCollatorWithPadding(tokenizer) if collator else None,
+                       compute_metrics=trainer_metrics if metrics else None)
+
+    return make_trainer
 
 
-def test_2_1_q1(tmp_path):
-    assert l21.q1.evaluate(_args(tmp_path)).status == "correct"
-    assert "eval_strategy" in l21.q1.evaluate(_args(tmp_path, eval_strategy="no")).message
-    assert "per_device_train_batch_size is 16" in l21.q1.evaluate(_args(tmp_path, per_device_train_batch_size=16)).message
-    assert "TrainingArguments object" in l21.q1.evaluate({"eval_strategy": "epoch"}).message
+@pytest.mark.parametrize("answer, words", [
+    (_make_trainer(), ""),
+    (_make_trainer(collator=False), "cannot batch pairs"),
+    (_make_trainer(metrics=False), "compute_metrics"),
+    (_make_trainer(per_device_train_batch_size=16), "took 4 optimizer steps"),
+])
+def test_2_1_q1_trains_the_learners_trainer(answer, words):
+    result = l21.q1.evaluate(answer)
+    assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
+def test_2_1_q1_refuses_what_is_not_a_trainer():
+    assert "pass your function itself" in l21.q1.evaluate("Trainer").message
+    assert "returned dict" in l21.q1.evaluate(lambda *args: {}).message
 
 
 def test_2_1_q2():
@@ -51,39 +72,57 @@ def test_2_1_q3(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-def test_2_2_q1():
-    def right(forward, batch, optimizer, accelerator):
-        accelerator.backward(forward(**batch).loss)
-        optimizer.step()
-        optimizer.zero_grad()
+def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=True):
+    """A q1 answer; each flag set to False makes one known mistake."""
+    from accelerate import Accelerator
 
-    def plain_backward(forward, batch, optimizer, accelerator):
-        forward(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    def my_training(model, optimizer, train_loader, scheduler, epochs):
+        accelerator = Accelerator()
+        model, optimizer = accelerator.prepare(model, optimizer)
+        if prepare_loader:
+            train_loader = accelerator.prepare(train_loader)
+        if prepare_scheduler:
+            scheduler = accelerator.prepare(scheduler)
+        model.train()
+        for _ in range(epochs):
+            for batch in train_loader:
+                loss = model(**batch).loss
+                accelerator.backward(loss) if accelerate_backward else loss.backward()
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+        return model
 
-    def no_step(forward, batch, optimizer, accelerator):
-        accelerator.backward(forward(**batch).loss)
-        optimizer.zero_grad()
-
-    def no_zero(forward, batch, optimizer, accelerator):
-        accelerator.backward(forward(**batch).loss)
-        optimizer.step()
-
-    assert l22.q1.evaluate(right).status == "correct"
-    assert "accelerator.backward" in l22.q1.evaluate(plain_backward).message
-    assert "optimizer.step()" in l22.q1.evaluate(no_step).message
-    assert "zero_grad" in l22.q1.evaluate(no_zero).message
-
-    def zero_first(forward, batch, optimizer, accelerator):
-        optimizer.zero_grad()
-        accelerator.backward(forward(**batch).loss)
-        optimizer.step()
-
-    assert l22.q1.evaluate(zero_first).status == "correct"
+    return my_training
 
 
-@pytest.mark.parametrize("answer, words", [(94, ""), (188, "in all"), (93, "rounded down"), (100, "not it")])
+@pytest.mark.parametrize("answer, words", [((32, 94), ""), ((16, 188), "batch of one device"),
+                                           ((32, 188), "each see 16"), ((32, 93), "rounded down"), ((32, 90), "not it")])
+def test_2_1_q4(answer, words):
+    result = l21.q4.evaluate(answer)
+    assert (result.status == "correct") == (words == "") and words in result.message
+
+
+@pytest.mark.parametrize("flags, words", [
+    ({}, ""),
+    ({"prepare_loader": False}, "its own half"),
+    ({"prepare_scheduler": False}, "learning rate ended at 0.25"),
+    ({"accelerate_backward": False}, "accelerator.backward"),
+])
+def test_2_2_q1_runs_the_training_in_2_real_processes(flags, words):
+    result = l22.q1.evaluate(_training(**flags))
+    assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
+def test_2_2_q1_reference_and_plain_mistakes_without_processes():
+    """The one-process reference is what a correct DDP run gives (checked above); a non-function is refused."""
+    assert "pass your function itself" in l22.q1.evaluate(42).message
+    weights = l22._reference_weights()
+    assert len(weights) == 2 and weights[0].shape == (2, 6)
+
+
+@pytest.mark.parametrize("answer, words", [(564, ""), (282, "halfway"), (188, "one epoch"), (94, "one epoch"),
+                                           (100, "not it")])
 def test_2_2_q2(answer, words):
     result = l22.q2.evaluate(answer)
     assert (result.status == "correct") == (words == "") and words in result.message
@@ -98,37 +137,36 @@ def test_2_2_q3(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-def test_2_3_q1():
-    def right(model, loader, accelerator):
-        model.eval()
-        correct = total = 0
+def _predictions(gather="gather_for_metrics", evaluation_mode=True):
+    """A q1 answer; ``gather`` names the Accelerator method used (None: no gathering)."""
+
+    def my_predictions(model, loader, accelerator):
+        if evaluation_mode:
+            model.eval()
+        predictions = []
         with torch.no_grad():
             for batch in loader:
-                p, y = accelerator.gather_for_metrics((model(**batch).logits.argmax(-1), batch["labels"]))
-                correct, total = correct + int((p == y).sum()), total + len(y)
-        return correct / total
+                predicted = model(**batch).logits.argmax(-1)
+                predictions.append(getattr(accelerator, gather)(predicted) if gather else predicted)
+        return torch.cat(predictions)
 
-    def plain_gather(model, loader, accelerator):
-        model.eval()
-        correct = total = 0
-        for batch in loader:
-            p, y = accelerator.gather((model(**batch).logits.argmax(-1), batch["labels"]))
-            correct, total = correct + int((p == y).sum()), total + len(y)
-        return correct / total
+    return my_predictions
 
-    def local_only(model, loader, accelerator):
-        model.eval()
-        matches = [(model(**b).logits.argmax(-1) == b["labels"]).float() for b in loader]
-        return float(torch.cat(matches).mean())
 
-    def wrong_value(model, loader, accelerator):
-        right(model, loader, accelerator)
-        return 0.5
+@pytest.mark.parametrize("answer, words", [
+    (_predictions(), ""),
+    (_predictions(gather="gather"), "predictions for 37 samples: the processes' last batches were evened out"),
+    (_predictions(gather=None), "only its own share"),
+    (_predictions(evaluation_mode=False), "model.eval()"),
+])
+def test_2_3_q1_counts_what_2_real_processes_gathered(answer, words):
+    result = l23.q1.evaluate(answer)
+    assert (result.status == "correct") == (words == "") and words in result.message, result
 
-    assert l23.q1.evaluate(right).status == "correct"
-    assert "counts the samples" in l23.q1.evaluate(plain_gather).message
-    assert "never gathers" in l23.q1.evaluate(local_only).message
-    assert "true accuracy" in l23.q1.evaluate(wrong_value).message
+
+def test_2_3_q1_plain_mistakes_and_the_truth():
+    assert "pass your function itself" in l23.q1.evaluate("gather").message
+    assert len(l23._true_predictions()) == l23.SAMPLES
 
 
 @pytest.mark.parametrize("answer, words", [((1.0, 4.0), ""), ((4.0, 4.0), "share the same cores"),

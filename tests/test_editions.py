@@ -248,7 +248,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
      "image_processor = AutoImageProcessor.from_pretrained(choose_image_processor().path, backend='pil')"),
     ("1_3_", "lesson_1_3", "q2", ""),
     ("2_2_", "lesson_2_2", "q2", "import math"),
-    ("2_2_", "lesson_2_2", "q1", ""),
+    ("2_2_", "lesson_2_2", "q3", ""),
     ("2_3_", "lesson_2_3", "q2", ""),
     ("3_1_", "lesson_3_1", "q1", ""),
     ("3_1_", "lesson_3_1", "q3", "bytes_per_sample = 1000.0"),

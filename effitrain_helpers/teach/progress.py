@@ -93,8 +93,10 @@ class ProgressTable(list):
         return "\n".join(lines[:1] + ["-" * len(lines[0])] + lines[1:])
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+        # JupyterLab right-aligns the cells of HTML outputs; lesson names read better from the left
+        left = ' style="text-align:left"'
+        head = "".join(f"<th{left}>{html.escape(c)}</th>" for c in COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td{left}>{html.escape(str(c))}</td>" for c in row) + "</tr>"
                        for row in self._cells())
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

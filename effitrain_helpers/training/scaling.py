@@ -7,13 +7,83 @@
 - a plain PyTorch ``DistributedDataParallel`` loop, the reference the Accelerate loop must keep up with;
 - the raw ``all_reduce`` of a buffer as large as the gradient: the communication floor.
 
-Samples per second count every process's samples: ``world_size x batch_size x steps / seconds``.
+Samples per second count every process's samples: ``world_size x batch_size x steps / seconds``. The batch
+*per process* is fixed, so the global batch grows with N (each process does the same work per step).
+
+A busy machine makes such timings lie (a one-process run slowed down 8x by another program looks like a great
+speed-up). :func:`unreliable_reasons` says when a measurement cannot be trusted: repeats spread too far,
+interleaved rounds disagree, or fewer idle cores than the threads the run needs (measured with psutil just
+before timing); :func:`scaling_verdict` then states that instead of a conclusion.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+
+SPREAD_LIMIT = 0.25  # (slowest - fastest) / median of one loop's repeats
+ROUNDS_LIMIT = 0.25  # how far apart the interleaved rounds' workbook / DDP time ratios may be (relative)
+IDLE_MARGIN = 0.5  # a run needs at least (threads - this) idle cores
+PLAUSIBLE_SPEEDUP = 1.25  # N processes on N x the cores at most N times as fast, with this margin
+
+
+def idle_cores(interval: float = 0.3) -> float | None:
+    """Cores (of those this process may use) that no program used during ``interval`` seconds, e.g. 1.0 when
+    another program keeps one of 2 cores busy; None where psutil cannot tell."""
+    try:
+        import psutil
+
+        busy = psutil.cpu_percent(interval=interval, percpu=True)
+    except (ImportError, OSError):
+        return None
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(len(busy))
+    return sum(100.0 - busy[i] for i in mine if i < len(busy)) / 100.0
+
+
+def unreliable_reasons(times: dict[str, list[float]], threads_needed: int, idle: float | None) -> list[str]:
+    """Why timings taken in interleaved rounds cannot be trusted; an empty list when they look sound.
+
+    ``times`` maps each timed loop to its seconds per round (the rounds interleave the loops, so a busy moment
+    hits them alike); ``threads_needed`` is processes x threads; ``idle`` the idle cores seen before timing.
+    """
+    reasons = []
+    for name, values in times.items():
+        if len(values) >= 2 and min(values) > 0:
+            spread = (max(values) - min(values)) / statistics.median(values)
+            if spread > SPREAD_LIMIT:
+                reasons.append(f"the {name} loop's {len(values)} repeats spread {spread:.0%} "
+                               f"(more than {SPREAD_LIMIT:.0%})")
+    if len(times.get("workbook", [])) >= 2 and len(times.get("ddp", [])) == len(times["workbook"]):
+        ratios = [w / d for w, d in zip(times["workbook"], times["ddp"]) if d > 0]
+        if ratios and max(ratios) / min(ratios) - 1 > ROUNDS_LIMIT:
+            reasons.append(f"the interleaved rounds disagree: workbook / DDP time went from {min(ratios):.2f} "
+                           f"to {max(ratios):.2f} between rounds")
+    if idle is not None and idle < threads_needed - IDLE_MARGIN:
+        reasons.append(f"only {idle:.1f} idle core(s) for {threads_needed} thread(s): another program is "
+                       "using the CPU")
+    return reasons
+
+
+def scaling_verdict(one: dict, many: dict) -> tuple[bool, str]:
+    """(reliable, one sentence): how N processes compare with one, or why this run allows no conclusion.
+
+    ``one`` and ``many`` are :func:`measure_scaling` results with 1 and N processes. Besides each run's own
+    :func:`unreliable_reasons`, a speed-up above N x ``PLAUSIBLE_SPEEDUP`` is flagged: N processes sharing the
+    same cores cannot do that; the one-process run was disturbed.
+    """
+    n = many["world_size"]
+    reasons = [f"1 process: {r}" for r in one["unreliable"]] + [f"{n} processes: {r}" for r in many["unreliable"]]
+    ratio = many["workbook_samples_per_s"] / one["workbook_samples_per_s"]
+    if ratio > n * PLAUSIBLE_SPEEDUP:
+        reasons.append(f"{n} processes came out {ratio:.1f}x as fast as one, more than {n} processes can gain "
+                       "over one on the same cores")
+    if reasons:
+        return False, ("Unreliable measurement, so no conclusion about speed-up: " + "; ".join(reasons)
+                       + ". Close other programs (or wait) and run the cell again.")
+    faster = "faster" if ratio >= 1 else "slower"
+    return True, (f"{n} processes processed {ratio:.2f}x the samples per second of one process "
+                  f"({faster}), repeats and rounds consistent, enough idle cores.")
 
 
 def _timed_steps(model, optimizer, batches, backward, sync_context, device) -> float:
@@ -57,7 +127,11 @@ def _allreduce_seconds(numel: int, device, repeats: int = 10) -> float:
 
 
 def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, rounds: int = 3, seed: int = 0) -> dict:
-    """Time the workbook loop, its compute-only part, plain DDP and a raw all_reduce (see module docstring)."""
+    """Time the workbook loop, its compute-only part, plain DDP and a raw all_reduce (see module docstring).
+
+    Also returns ``seconds_per_round`` (each loop's rounds), ``idle_cores`` (seen just before timing) and
+    ``unreliable``: the reasons, if any, not to trust these timings (:func:`unreliable_reasons`).
+    """
     import contextlib
 
     import torch
@@ -97,6 +171,9 @@ def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, 
     }
     for m, o, b, c in loops.values():  # warm-up
         _timed_steps(m, o, batches[:1], b, c, accelerator.device)
+    if dist.is_initialized():
+        dist.barrier()  # every rank idle at once: what is busy now is other programs
+    idle = idle_cores()
     times = {name: [] for name in loops}
     for _ in range(rounds):  # interleaved, so that a busy moment hits every loop alike
         for name, (m, o, b, c) in loops.items():
@@ -107,10 +184,13 @@ def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, 
 
     allreduce = _allreduce_seconds(numel, accelerator.device)
     samples = world * batch_size * steps
+    threads = torch.get_num_threads()
     return {
-        "rank": rank, "world_size": world, "threads": torch.get_num_threads(), "steps": steps,
+        "rank": rank, "world_size": world, "threads": threads, "steps": steps,
         "batch_size_per_process": batch_size, "gradient_mib": numel * 4 / 2**20,
         "workbook_samples_per_s": samples / total, "ddp_samples_per_s": samples / ddp_seconds,
         "compute_s_per_step": compute / steps, "communication_s_per_step": max(0.0, total - compute) / steps,
         "allreduce_s": allreduce, "allreduce_gb_per_s": numel * 4 / allreduce / 1e9 if allreduce else None,
+        "seconds_per_round": times, "idle_cores": idle,
+        "unreliable": unreliable_reasons(times, world * threads, idle),
     }

@@ -149,13 +149,17 @@ class LabPage:
 
     def table_cells_not_left(self) -> list[dict]:
         """Body cells (td) of every table in the rendered output and Markdown of the open notebook whose
-        computed text-align is not left: cell index, table's first words, the cell's text and alignment."""
+        computed text-align is not left: cell index, table's first words, the cell's text and alignment.
+
+        pandas DataFrames (``table.dataframe``) are left out: JupyterLab right-aligns their columns of numbers
+        on purpose. Every other HTML table (a code view, a hand-made table) and every Markdown table counts:
+        code or prose right-aligned is what the 2.2 code view looked like."""
         return self.page.evaluate(
             """() => {
               const panel = window.jupyterapp.shell.currentWidget;
               const found = [];
               panel.content.widgets.forEach((cell, index) => {
-                cell.node.querySelectorAll('.jp-RenderedHTMLCommon table').forEach(table => {
+                cell.node.querySelectorAll('.jp-RenderedHTMLCommon table:not(.dataframe)').forEach(table => {
                   table.querySelectorAll('td').forEach(td => {
                     const align = getComputedStyle(td).textAlign;
                     if (!['left', 'start', '-webkit-left'].includes(align) && td.innerText.trim()) {

@@ -9,18 +9,75 @@ import numpy as np
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 
-def _check_args(args) -> None:
-    from transformers import TrainingArguments
+EPOCHS, BATCH, PAIRS = 2, 8, 32  # q1's run: 2 epochs of 4 steps
 
-    if not isinstance(args, TrainingArguments):
-        raise Incorrect(f"pass a TrainingArguments object; you gave {type(args).__name__}.")
-    wanted = {"eval_strategy": "epoch", "logging_strategy": "epoch", "save_strategy": "no", "use_cpu": True,
-              "num_train_epochs": 2, "per_device_train_batch_size": 8, "report_to": []}
-    for name, want in wanted.items():
-        got = getattr(args, name)
-        got = getattr(got, "value", got)  # enums compare by their value
-        if got != want and not (name == "report_to" and got in ([], ["none"], "none", None)):
-            raise Incorrect(f"{name} is {got!r}; this exercise wants {want!r}.")
+
+def _check_make_trainer(fn) -> None:
+    """Build the learner's Trainer on 32 pairs of the workbook's data, train it, and judge what it did."""
+    import tempfile
+
+    import datasets
+    import torch
+    from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from effitrain_helpers.sources.models import load_classifier
+    from effitrain_helpers.training.train import TrainConfig, build_data
+
+    if not callable(fn):
+        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+    model, tokenizer = load_classifier(verbose=False)
+    datasets.disable_progress_bars()  # the check shows its verdict only
+    try:
+        data, _ = build_data(TrainConfig(n_train=PAIRS, n_validation=16), tokenizer)
+    finally:
+        datasets.enable_progress_bars()
+    lengths = [len(ids) for ids in data["train"]["input_ids"]]
+    short, long = lengths.index(min(lengths)), lengths.index(max(lengths))
+    features = [{k: data["train"][i][k] for k in ("input_ids", "attention_mask", "labels")} for i in (short, long)]
+    start = [p.detach().clone() for p in model.parameters()]
+    with tempfile.TemporaryDirectory() as out:
+        trainer = fn(model, tokenizer, data["train"], data["validation"], out)
+        if not isinstance(trainer, Trainer):
+            raise Incorrect(f"return the Trainer you built; your function returned {type(trainer).__name__}.")
+        try:
+            padded = trainer.data_collator(features)["input_ids"]
+        except (ValueError, TypeError, RuntimeError) as err:
+            raise Incorrect(f"the Trainer's data collator cannot batch pairs of {min(lengths)} and {max(lengths)} "
+                            f"tokens ({type(err).__name__}): pass a collator that pads them to one length.") from None
+        if tuple(padded.shape) != (2, max(lengths)):
+            raise Incorrect(f"the data collator returned input_ids of shape {tuple(padded.shape)} for pairs of "
+                            f"{min(lengths)} and {max(lengths)} tokens; it should pad to (2, {max(lengths)}).")
+        for quiet in (PrinterCallback, ProgressCallback):  # the check shows its verdict only
+            trainer.remove_callback(quiet)
+        trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    if trainer.state.global_step != EPOCHS * PAIRS // BATCH:
+        raise Incorrect(f"{PAIRS} pairs took {trainer.state.global_step} optimizer steps; {EPOCHS} epochs in batches "
+                        f"of {BATCH} per device take {EPOCHS * PAIRS // BATCH}.")
+    if len(evals) != EPOCHS:
+        raise Incorrect(f"the Trainer evaluated {len(evals)} time(s) in {EPOCHS} epochs: evaluate at every epoch.")
+    if "eval_accuracy" not in evals[-1]:
+        raise Incorrect(f"the evaluation computed only {sorted(evals[-1])}: give the Trainer a compute_metrics "
+                        "function (the workbook's trainer_metrics) for accuracy and F1.")
+    if all(torch.equal(a, b) for a, b in zip(start, model.parameters())):
+        raise Incorrect("the weights did not change: was the learning rate 0, or the model not the one passed in?")
+
+
+def _check_global_batch(answer) -> None:
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Incorrect(f"answer should be a pair (total_batch, steps_per_epoch); you gave {answer!r}.")
+    total, steps = (as_number(a) for a in answer)
+    if total == 16:
+        raise Incorrect("16 is the batch of one device; one optimizer step sees a batch on every process.")
+    if total != 32:
+        raise Incorrect(f"total batch {total:g} is not right: per-device batch x number of processes.")
+    if steps == math.ceil(3000 / 16):
+        raise Incorrect("that many steps would each see 16 pairs; with 2 processes a step sees 32.")
+    if steps == 3000 // 32:
+        raise Incorrect("rounded down: the last, partial batch is still a step.")
+    if steps != math.ceil(3000 / 32):
+        raise Incorrect(f"{steps:g} steps is not it: 3,000 pairs in global batches of 32.")
 
 
 def _check_metrics_fn(fn) -> None:
@@ -58,36 +115,63 @@ def _check_always_yes(answer, labels) -> None:
 
 
 q1 = Exercise(
-    "2.1 q1: TrainingArguments",
-    _check_args,
-    usage="q1.check(my_args)",
-    hints=["Copy the `args` cell and change the values the exercise names.",
-           "num_train_epochs=2, per_device_train_batch_size=8, use_cpu=True; keep the strategies and report_to."],
+    "2.1 q1: TrainingArguments and a Trainer, trained briefly",
+    _check_make_trainer,
+    usage="q1.check(make_trainer)",
+    hints=[
+        "Two objects: the TrainingArguments that describe the run (the names the exercise lists), then the "
+        "Trainer that gets the model, the arguments, both datasets, a collator that pads and the metrics.",
+        "transformers docs, 'Trainer' and 'TrainingArguments'; the cells above build both. The collator is "
+        "DataCollatorWithPadding(tokenizer); compute_metrics is the workbook's trainer_metrics.",
+        "args = TrainingArguments(output_dir=____, num_train_epochs=____, learning_rate=____, ...)\n"
+        "return Trainer(model=____, args=____, train_dataset=____, eval_dataset=____,\n"
+        "               data_collator=____, compute_metrics=____)",
+    ],
     solution_code=(
-        "my_args = TrainingArguments(output_dir=tempfile.mkdtemp(), num_train_epochs=2, per_device_train_batch_size=8,\n"
-        "                            eval_strategy='epoch', logging_strategy='epoch', save_strategy='no',\n"
-        "                            use_cpu=True, report_to='none')\nq1.check(my_args)"
+        "def make_trainer(model, tokenizer, train_data, eval_data, output_dir):\n"
+        "    args = TrainingArguments(output_dir=output_dir, num_train_epochs=2, learning_rate=1e-3,\n"
+        "                             per_device_train_batch_size=8, eval_strategy=\"epoch\",\n"
+        "                             logging_strategy=\"epoch\", save_strategy=\"no\", use_cpu=True,\n"
+        "                             report_to=\"none\")\n"
+        "    return Trainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,\n"
+        "                   data_collator=DataCollatorWithPadding(tokenizer),\n"
+        "                   compute_metrics=trainer_metrics)\n\n"
+        "q1.check(make_trainer)"
     ),
 )
 q2 = Exercise(
     "2.1 q2: compute_metrics",
     _check_metrics_fn,
     usage="q2.check(my_metrics)",
-    hints=["`logits.argmax(-1)` gives the predicted class of each row.",
-           "Compare with `labels` and take the mean of the matches."],
+    hints=["Unpack the pair, find each row's predicted class, compare with the labels.",
+           "NumPy: `logits.argmax(-1)` gives the predicted class of each row; the mean of a boolean array is the "
+           "fraction of True (transformers docs, 'Trainer', compute_metrics).",
+           "return {\"accuracy\": float((____ == ____).mean())}"],
     solution_code=(
         "def my_metrics(eval_pred):\n    logits, labels = eval_pred\n"
-        "    return {'accuracy': float((logits.argmax(-1) == labels).mean())}\n\nq2.check(my_metrics)"
+        "    return {\"accuracy\": float((logits.argmax(-1) == labels).mean())}\n\nq2.check(my_metrics)"
     ),
 )
 q3 = Exercise(
     "2.1 q3: the always-yes baseline",
     _check_always_yes,
     usage='q3.check((accuracy, f1), data["validation"][:]["labels"])',
-    hints=["Always answering 1 is right on every row labelled 1: accuracy = share of 1s = precision.",
-           "It finds every paraphrase, so recall = 1; F1 = 2 p / (p + 1)."],
+    hints=["Always answering 1 is right on every row labelled 1: accuracy = share of 1s, and so is the "
+           "precision.",
+           "It finds every paraphrase, so recall = 1; put precision p and recall 1 into F1 = 2 p r / (p + r).",
+           "positive = float((labels == ____).float().mean()), then always_yes = (____, ____)"],
     solution_code=(
-        "labels = data['validation'][:]['labels']\npositive = float((labels == 1).float().mean())\n"
-        "always_yes = (positive, 2 * positive / (positive + 1))\nq3.check(always_yes, labels)"
+        "labels = data[\"validation\"][:][\"labels\"]\npositive = float((labels == 1).float().mean())\n"
+        "always_yes = (positive, 2 * positive * 1.0 / (positive + 1.0))\nq3.check(always_yes, labels)"
     ),
+)
+q4 = Exercise(
+    "2.1 q4: the global batch in 2 processes",
+    _check_global_batch,
+    usage="q4.check((total_batch, steps_per_epoch))",
+    hints=["Each process takes its own batch of per_device_train_batch_size at every step.",
+           "Trainer calls it the total train batch size: per-device batch x world size (x gradient accumulation "
+           "steps, 1 here); an epoch is the pairs divided by it, the last partial batch included.",
+           "total_batch, steps_per_epoch = ____ * 2, math.ceil(3000 / ____)"],
+    solution_code="total_batch, steps_per_epoch = 16 * 2, math.ceil(3000 / 32)\nq4.check((total_batch, steps_per_epoch))",
 )

@@ -1,45 +1,91 @@
-"""Exercises of lesson 2.3 (evaluate with Accelerator; scaling)."""
+"""Exercises of lesson 2.3 (evaluate with Accelerator; scaling).
+
+q1's checker runs the learner's evaluation in 2 real processes on an uneven split (37 samples in batches of 8)
+and counts the predictions each rank got back against the dataset's length, then compares them with the
+model's own predictions in one process.
+"""
 
 from __future__ import annotations
 
 import math
 
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, Spy, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+
+
+SAMPLES, BATCH, PROCESSES = 37, 8, 2  # 5 batches (the last of 5 samples) over 2 processes: an uneven split
+
+
+def _eval_parts():
+    """A seeded classifier with dropout (so evaluation mode matters) that answers like a Hugging Face model
+    (``.logits``), and a loader of ``SAMPLES`` dict batches; both in training mode, as a training loop leaves them."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    class Output(dict):
+        __getattr__ = dict.__getitem__
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dropout, self.linear = torch.nn.Dropout(0.5), torch.nn.Linear(4, 2)
+
+        def forward(self, inputs, labels=None):
+            return Output(logits=self.linear(self.dropout(inputs)))
+
+    torch.manual_seed(0)
+    x = torch.randn(SAMPLES, 4)
+    rows = [{"inputs": x[i], "labels": int(x[i, 0] > 0)} for i in range(SAMPLES)]
+    return Tiny().train(), DataLoader(rows, batch_size=BATCH)
+
+
+def _true_predictions() -> list[int]:
+    """The model's predictions on every sample, in order, in one process and evaluation mode."""
+    import torch
+
+    model, loader = _eval_parts()
+    model.eval()
+    with torch.no_grad():
+        return [int(p) for batch in loader for p in model(**batch).logits.argmax(-1)]
+
+
+def _run_learner_eval(fn) -> dict:
+    """Inside one launched process: prepare the parts, run the learner's ``fn``, report what it returned."""
+    import torch
+    from accelerate import Accelerator
+
+    accelerator = Accelerator()
+    model, loader = accelerator.prepare(*_eval_parts())
+    out = fn(model, loader, accelerator)
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu().reshape(-1).tolist()
+    return {"rank": accelerator.process_index, "batches_here": len(loader), "returned": out}
 
 
 def _check_eval_fn(fn) -> None:
-    import torch
-    from accelerate import Accelerator
-    from torch.utils.data import DataLoader, TensorDataset
+    from effitrain_helpers.processes.launch import RankFailed, launch
 
     if not callable(fn):
         raise Incorrect(f"pass your function itself; you gave {fn!r}.")
-    torch.manual_seed(0)
-    x, y = torch.randn(37, 4), torch.randint(0, 2, (37,))
-
-    class Tiny(torch.nn.Module):  # answers like a Hugging Face model: an object with .logits
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(4, 2)
-
-        def forward(self, inputs, labels=None):
-            return type("Out", (), {"logits": self.linear(inputs)})()
-
-    model = Tiny()
-    want = float((model(x).logits.argmax(-1) == y).float().mean())
-    spy = Spy(Accelerator(), watch=("gather", "gather_for_metrics"))
-    loader = DataLoader(TensorDataset(x, y), batch_size=8, collate_fn=lambda rows: {
-        "inputs": torch.stack([r[0] for r in rows]), "labels": torch.stack([r[1] for r in rows])})
-    model, loader = spy.prepare(model, loader)
-    got = as_number(fn(model, loader, spy))
-    if "gather_for_metrics" not in spy.calls:
-        raise Incorrect("gather the predictions with accelerator.gather_for_metrics: plain gather counts the samples "
-                        "repeated at the end of an uneven split twice." if "gather" in spy.calls else
-                        "your function never gathers across processes: call accelerator.gather_for_metrics.")
-    if model.training:
-        raise Incorrect("switch the model to evaluation mode with model.eval() (dropout off).")
-    if not math.isclose(got, want, abs_tol=1e-6):
-        raise Incorrect(f"your accuracy is {got:.4f}; the model's true accuracy on these 37 samples is {want:.4f}.")
+    try:
+        runs = launch(_run_learner_eval, fn, num_processes=PROCESSES, timeout=120, quiet=True, cpu=True)
+    except RankFailed as err:
+        raise Incorrect(f"in the 2 processes, rank {err.rank} raised {err.exc_type}: "
+                        f"{str(err).splitlines()[0].split(': ', 1)[-1]}") from None
+    for run in runs:
+        if not isinstance(run["returned"], list):
+            raise Incorrect(f"return the gathered predictions as one tensor (torch.cat); rank {run['rank']} "
+                            f"returned a {type(run['returned']).__name__}.")
+        count = len(run["returned"])
+        if count > SAMPLES:
+            raise Incorrect(f"rank {run['rank']} got {count} predictions for {SAMPLES} samples: the processes' "
+                            "last batches were evened out with repeated samples, and a plain gather keeps them. "
+                            "Use the gather that drops them for metrics.")
+        if count < SAMPLES:
+            raise Incorrect(f"rank {run['rank']} got {count} predictions for {SAMPLES} samples: only its own share "
+                            f"({run['batches_here']} batches). Gather the predictions of every process.")
+    if any(run["returned"] != _true_predictions() for run in runs):
+        raise Incorrect(f"{SAMPLES} predictions, but not the model's: it has dropout, so switch it to evaluation "
+                        "mode with model.eval() before predicting.")
 
 
 def _check_ideal_speedups(answer) -> None:
@@ -71,34 +117,48 @@ def _check_ring_bytes(answer, gradient_mib) -> None:
 
 
 q1 = Exercise(
-    "2.3 q1: an evaluation loop",
+    "2.3 q1: predictions gathered from 2 processes, each sample once",
     _check_eval_fn,
-    usage="q1.check(my_accuracy)",
-    hints=["model.eval(), then a loop over the loader inside `with torch.no_grad():`.",
-           "For each batch: predictions = model(**batch).logits.argmax(-1); then "
-           "accelerator.gather_for_metrics((predictions, batch['labels'])); at the end, the mean of the matches."],
+    usage="q1.check(my_predictions)",
+    hints=[
+        "Evaluation mode and no gradients, then for each batch the predicted classes; collect them from every "
+        "process so that each sample counts once, even when the split is uneven.",
+        "Accelerate docs, 'Accelerator.gather_for_metrics': like gather, but it drops the samples added to even "
+        "out the last batches. torch.cat joins the per-batch tensors; model(**batch).logits.argmax(-1) "
+        "gives a batch's classes.",
+        "model.____()\npredictions = ____\nwith torch.____():\n    for batch in ____:\n"
+        "        predicted = ____\n        predictions.append(accelerator.____(predicted))\nreturn torch.cat(____)",
+    ],
     solution_code=(
-        "def my_accuracy(model, loader, accelerator):\n    model.eval()\n    correct, total = 0, 0\n"
-        "    with torch.no_grad():\n        for batch in loader:\n"
-        "            predictions = model(**batch).logits.argmax(-1)\n"
-        "            predictions, labels = accelerator.gather_for_metrics((predictions, batch['labels']))\n"
-        "            correct += int((predictions == labels).sum())\n            total += len(labels)\n"
-        "    return correct / total\n\nq1.check(my_accuracy)"
+        "def my_predictions(model, loader, accelerator):\n"
+        "    model.eval()\n"
+        "    predictions = []\n"
+        "    with torch.no_grad():\n"
+        "        for batch in loader:\n"
+        "            predicted = model(**batch).logits.argmax(-1)\n"
+        "            predictions.append(accelerator.gather_for_metrics(predicted))\n"
+        "    return torch.cat(predictions)\n\n"
+        "q1.check(my_predictions)"
     ),
 )
 q2 = Exercise(
     "2.3 q2: ideal speedups",
     _check_ideal_speedups,
     usage="q2.check((on_one_cpu, on_4_gpus))",
-    hints=["Speedup = time with one process / time with N, if communication were free.",
-           "Sharing one CPU's cores gives nothing extra; N GPUs give N times the compute."],
+    hints=["Speedup = time with one process / time with N, if communication were free. Where does each "
+           "process's compute come from?",
+           "On one CPU the processes divide the same cores between them; with one GPU each, every process brings "
+           "a device of its own.",
+           "(on_one_cpu, on_4_gpus) = (____, ____): one of them is 1.0."],
     solution_code="on_one_cpu, on_4_gpus = 1.0, 4.0\nq2.check((on_one_cpu, on_4_gpus))",
 )
 q3 = Exercise(
     "2.3 q3: what a ring all-reduce sends",
     _check_ring_bytes,
     usage='q3.check(mib_sent, scaling_n["gradient_mib"])',
-    hints=["A ring all-reduce has two phases, reduce-scatter then all-gather.",
-           "In each phase a process sends (N-1) chunks of 1/N of the gradient: 2 (N-1)/N x gradient size in all."],
+    hints=["A ring all-reduce has two phases, reduce-scatter then all-gather; the gradient is cut into N chunks.",
+           "In each phase a process sends N-1 chunks of 1/N of the gradient (the factor 2 (N-1)/N is explained "
+           "in nccl-tests' doc/PERFORMANCE.md, 'bus bandwidth').",
+           "mib_sent = ____ * (4 - 1) / 4 * scaling_n[\"gradient_mib\"]"],
     solution_code='mib_sent = 2 * (4 - 1) / 4 * scaling_n["gradient_mib"]\nq3.check(mib_sent, scaling_n["gradient_mib"])',
 )
