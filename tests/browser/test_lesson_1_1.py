@@ -28,10 +28,17 @@ def test_lesson_1_1_as_a_student(lesson_1_1):
 
     q1 = next(c for c in exercises if "q1.check(" in c["source"])
     check_line = next(line for line in q1["source"].splitlines() if "q1.check(" in line)
-    page.type_into_cell(q1["index"], f"head_width = model.config.num_attention_heads\n{check_line}")
-    assert re.search(r"Incorrect.*number of heads", page.output_text(q1["index"])), page.output_text(q1["index"])
-    page.type_into_cell(q1["index"], "head_width = model.config.hidden_size // model.config.num_attention_heads"
-                                     f"\n{check_line}")
+    answer = ("def load_and_prepare(path):\n"
+              "    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)\n"
+              "    tokenizer = AutoTokenizer.from_pretrained(path)\n"
+              "    accelerator = Accelerator()\n"
+              "    {prepare}\n"
+              "    return accelerator, model, tokenizer\n\n" + check_line)
+    # a classic slip: the Accelerator made, the model never prepared
+    page.type_into_cell(q1["index"], answer.format(prepare="pass"))
+    assert re.search(r"Incorrect.*not returned by accelerator.prepare", page.output_text(q1["index"])), \
+        page.output_text(q1["index"])
+    page.type_into_cell(q1["index"], answer.format(prepare="model = accelerator.prepare(model)"))
     assert "Correct" in page.output_text(q1["index"]) and "Incorrect" not in page.output_text(q1["index"])
     hint = page.add_cell_below(q1["index"], "q1.hint()")
     assert re.match(r"Hint 1 of \d+: \S", page.output_text(hint)), page.output_text(hint)

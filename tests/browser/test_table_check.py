@@ -15,7 +15,7 @@ def test_the_alignment_check_finds_a_right_aligned_code_table(page, lab):
         nbformat.v4.new_code_cell('from IPython.display import HTML\n'
                                   'HTML("<table><tr><td>def step(batch):</td><td>    loss = model(batch)</td></tr>'
                                   '</table>")'),
-    ])
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     nbformat.write(nb, folder / "control.ipynb")
     page.open_notebook("control/control.ipynb")
     page.run_all(RUN_ALL_SECONDS)
