@@ -103,6 +103,7 @@ def test_2_1_q4(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, words", [
     ({}, ""),
     ({"prepare_loader": False}, "its own half"),
@@ -153,6 +154,7 @@ def _predictions(gather="gather_for_metrics", evaluation_mode=True):
     return my_predictions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
     (_predictions(), ""),
     (_predictions(gather="gather"), "predictions for 37 samples: the processes' last batches were evened out"),

@@ -430,7 +430,7 @@ def test_train_option_errors_are_one_line(capsys):
 @pytest.mark.parametrize("argv", [["shards", "--processes", "65"], ["efficiency", "--processes", "65"]])
 def test_process_count_errors_name_the_option_typed_and_come_first(capsys, argv):
     start = time.perf_counter()
-    line = _one_line_error(capsys, argv, "--processes 65 is not allowed")
+    line = _one_line_error(capsys, argv, "--processes=65 must be a whole number from")
     assert "num_processes" not in line and time.perf_counter() - start < 3
 
 
@@ -452,7 +452,7 @@ def test_efficiency_accepts_an_accumulation_the_batch_cannot_refuse(monkeypatch)
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
 def test_launch_refuses_a_timeout_that_is_not_a_finite_positive_number(bad):
-    with pytest.raises(ValueError, match="must be a finite positive number of seconds"):
+    with pytest.raises(ValueError, match="timeout=.* must be a positive number"):
         launch(print, num_processes=1, timeout=bad)
 
 

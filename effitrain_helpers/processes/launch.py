@@ -26,7 +26,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import pickle
 import shutil
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from effitrain_helpers.processes import protocol
+from effitrain_helpers.core.validate import positive_int, positive_number, whole_number
 
 MAX_PROCESSES = 64
 WORKER = "effitrain_helpers.processes.launch_worker"
@@ -88,13 +88,10 @@ def resolve_num_processes(value: Any = None, minimum: int = 1, name: str = "num_
     how the user spelled it (``--processes`` on the command line), so the error names what they typed.
     """
     n = default_num_processes() if value is None else value
-    if isinstance(n, bool) or not isinstance(n, int) or not minimum <= n <= MAX_PROCESSES:
-        given = f"{name} {value}" if name.startswith("--") else f"{name}={value!r}"
-        example = max(2, minimum)
-        fix = f"{name} {example}" if name.startswith("--") else f"{name}={example}"
-        raise ValueError(f"{given} is not allowed; use a whole number from {minimum} to {MAX_PROCESSES} "
-                         f"(default: every GPU, or 2 on a CPU){why}. Fix: e.g. {fix}.")
-    return n
+    example = max(2, minimum)
+    fix = f"{name} {example}" if name.startswith("--") else f"{name}={example}"
+    return whole_number(name, n, minimum=minimum, maximum=MAX_PROCESSES,
+                        hint=f"e.g. {fix} (default: every GPU, or 2 on a CPU){why}")
 
 
 def free_port() -> int:
@@ -107,12 +104,9 @@ def free_port() -> int:
 def _validate(fn, timeout, threads_per_process) -> None:
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable; pass the function itself, e.g. launch(train, num_processes=2).")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"timeout={timeout!r} must be a finite positive number of seconds, e.g. timeout=120.")
-    if threads_per_process is not None and (
-        isinstance(threads_per_process, bool) or not isinstance(threads_per_process, int) or threads_per_process < 1
-    ):
-        raise ValueError(f"threads_per_process={threads_per_process!r} must be a whole number >= 1, or None (cores / N).")
+    positive_number("timeout", timeout, hint="e.g. timeout=120 (seconds)")
+    if threads_per_process is not None:
+        positive_int("threads_per_process", threads_per_process, hint="e.g. threads_per_process=1, or None (cores / N)")
 
 
 def _environment(rank: int, n: int, port: int, threads: int, use_gpu: bool, timeout: float) -> dict[str, str]:

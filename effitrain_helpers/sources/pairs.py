@@ -21,6 +21,7 @@ from pathlib import Path
 
 from effitrain_helpers.sources.corpus import OBJECTS, SUBJECTS, SYNONYMS, TAILS, clause, lower_first
 from effitrain_helpers.sources.kit import ITEMS
+from effitrain_helpers.core.validate import positive_int
 
 LABEL_NAMES = ["not_equivalent", "equivalent"]
 MRPC_SAMPLE = Path(__file__).parent / "sample_data" / "mrpc"  # 12 real GLUE MRPC rows (see its README)
@@ -67,8 +68,7 @@ def make_pairs(n_train: int = 800, n_validation: int = 200, seed: int = 0):
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
     for name, n in (("n_train", n_train), ("n_validation", n_validation)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name}={n!r} must be a whole number >= 1.")
+        positive_int(name, n)
     features = Features({"sentence1": Value("string"), "sentence2": Value("string"),
                          "label": ClassLabel(names=LABEL_NAMES), "idx": Value("int32")})
     splits = {}

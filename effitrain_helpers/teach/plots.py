@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from effitrain_helpers.core.validate import whole_number
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
     from matplotlib.figure import Figure
@@ -399,8 +400,7 @@ def plot_gradient_sync(num_devices: int = 2) -> "Figure":
     """
     import matplotlib.pyplot as plt
 
-    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or not 2 <= num_devices <= 4:
-        raise ValueError(f"num_devices={num_devices!r}: draw between 2 and 4 devices.")
+    whole_number("num_devices", num_devices, minimum=2, maximum=4, hint="e.g. num_devices=2 (it draws 2 to 4)")
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
     width = 8 / num_devices
     centers = [1 + i * width + width * 0.4 for i in range(num_devices)]

@@ -8,13 +8,12 @@ helpers here are shared by chapter 3's measurement modules (``accumulation``, ``
 
 from __future__ import annotations
 
+from effitrain_helpers.core.validate import positive_int
+
 
 def check_steps(name: str, value) -> int:
     """``value`` as a whole number >= 1, else ``ValueError`` naming ``name`` (e.g. ``gradient_accumulation_steps``)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is not allowed: it must be a whole number >= 1"
-                         f"{' (1 means off)' if name.endswith('_steps') else ''}. Fix: pass e.g. {name}=4.")
-    return value
+    return positive_int(name, value, hint=f"e.g. {name}=4" + (" (1 means off)" if name.endswith("_steps") else ""))
 
 
 def lesson_rows(n: int, seq_len: int = 64, seed: int = 0) -> list[dict]:
