@@ -84,7 +84,7 @@ def test_bad_input_from_the_real_command_is_one_line_and_exit_code_2():
     out = run("shards", "--samples", "-3")
     assert out.returncode == 2 and out.stdout == ""
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
-        "effitrain shards: error: samples=-3 must be a whole number >= 1. Fix: e.g. --samples 10 --batch-size 2."]
+        "effitrain shards: error: --samples=-3 must be a whole number from 1 to 100000. Fix: e.g. --samples 10 --batch-size 2."]
 
 
 @pytest.mark.slow

@@ -110,7 +110,7 @@ def test_local_sgd_synchronises_k_times_less_and_ends_with_identical_replicas():
     assert dp.agreeing_steps == [1, 2, 3, 4] and none.agreeing_steps == [] and not none.final_agree
     assert dp.bytes_per_rank == 2 * ls.bytes_per_rank and ls.closing_bytes == ls.parameter_bytes
     assert ls.final_agree
-    with pytest.raises(ValueError, match="at least 2 processes"):
+    with pytest.raises(ValueError, match="local SGD needs a group of at least 2"):
         local_sgd.measure_local_sgd(num_processes=1)
 
 

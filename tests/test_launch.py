@@ -11,7 +11,9 @@ from effitrain_helpers.processes.sharding import shard_indices, summarize_shards
 
 
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    """This process's direct children: the workers launch starts (grandchildren belong to long-lived children of
+    the test session, such as the browser tests' Chromium, which start and end processes of their own)."""
+    return {p.pid for p in psutil.Process().children()}
 
 
 @pytest.mark.slow
