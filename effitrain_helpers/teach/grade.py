@@ -21,6 +21,7 @@ a container or an account of its own when the submissions are not trusted.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import csv
 import os
 import re
@@ -134,7 +135,10 @@ def grade_notebook(student: str, path: Path, limit: float) -> list[Row]:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "EFFITRAIN_SOLUTIONS": "off",
                verdicts.PROGRESS_ENV: str(record_file), "MPLBACKEND": "Agg"}
         try:
-            asyncio.run(_execute(nb, workdir, env, limit))
+            # in a thread of its own: asyncio.run refuses a thread whose event loop already runs (a Jupyter
+            # kernel, where an instructor may call grade(); a test session holding Playwright's loop)
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(asyncio.run, _execute(nb, workdir, env, limit)).result()
             error = _first_error(nb)
             if error:
                 rows.append(Row(student, name, "", "", ERROR, error))
