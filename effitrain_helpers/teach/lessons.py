@@ -1,7 +1,7 @@
 """Which lessons does the course have, and which of them are in this workbook? (start page, README, tests)
 
-``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter (the one place they are
-written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
+``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter, then the three of
+chapter 5, which goes beyond the course (the one place they are written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
 when it exists (its title then comes from the notebook's own first heading), "coming" when it does not yet, and
 the notebook's wall time from the latest ``make bench`` report on this machine when there is one. Nothing here
 is a measured number written by hand.
@@ -23,6 +23,7 @@ CHAPTERS = {
     2: "Distributed training with Accelerator and Trainer",
     3: "Improving training efficiency",
     4: "Training with efficient optimizers",
+    5: "Beyond the course: shard the model, profile a step, survive a crash",
 }
 SYLLABUS = (
     ("1.1", "Prepare models with AutoModel and Accelerator"),
@@ -37,6 +38,9 @@ SYLLABUS = (
     ("4.1", "Balanced training with AdamW"),
     ("4.2", "Memory-efficient training with Adafactor"),
     ("4.3", "8-bit Adam"),
+    ("5.1", "Shard the model: FSDP and ZeRO"),
+    ("5.2", "Where does a step's time go?"),
+    ("5.3", "Checkpoint, crash, resume"),
 )
 
 
