@@ -157,6 +157,12 @@ def test_every_message_of_the_translated_lessons_and_the_machinery_is_translated
                       + "; ".join(f"{m}: {len(x)}" for m, x in report.untranslated.items()), stacklevel=1)
 
 
+def test_checker_messages_not_routed_through_tr_are_found():
+    assert t.unrouted_verdicts("teach.checks.lesson_1_1") == [] == t.unrouted_verdicts("teach.checks.start_here")
+    assert t.unrouted_verdicts("teach.checks.lesson_2_2"), "lesson 2.2's messages are not translatable yet"
+    assert all(": Incorrect(...) without tr()" in x for x in t.unrouted_verdicts("teach.checks.lesson_2_2"))
+
+
 def test_a_changed_english_message_leaves_its_translation_stale(monkeypatch):
     messages, bad = t.package_messages()
     old = "Hint {n} of {total}: {hint}"

@@ -61,7 +61,7 @@ def status(lang: str) -> int:
     print(f"\n{lang}: {len(done)} notebooks translated ({', '.join(map(lesson_id, done)) or 'none'}), "
           f"{len(problems)} problems; not translated yet: {', '.join(map(lesson_id, todo)) or 'none'}")
     for module, texts in messages.untranslated.items():
-        print(f"  messages of {module} not translated yet: {len(texts)}")
+        print(f"  {module}: {len(texts)} messages not translated yet or not routed through tr()")
     return 1 if problems else 0
 
 
@@ -78,10 +78,12 @@ def _has_reader_text(source: str) -> bool:
 
 
 def _block(text: str, indent: str = "    ") -> str:
-    """``text`` as a YAML literal block (``|-``, or ``|+`` when it ends with newlines)."""
-    chomp = "|+" if text.endswith("\n") else "|-"
+    """``text`` as a YAML literal block (``|-``, ``|+`` when it ends with newlines), as the message and cell files
+    hold it (entries at 2 spaces, text at 4)."""
+    chomp = "+" if text.endswith("\n") else "-"
+    start = "2" if text[:1].isspace() else ""  # an indentation indicator keeps leading spaces (4 = 2 + 2)
     body = "\n".join(indent + line if line else "" for line in text.splitlines())
-    return f"{chomp}\n{body}"
+    return f"|{start}{chomp}\n{body}"
 
 
 def new(lesson: str, lang: str) -> int:

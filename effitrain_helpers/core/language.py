@@ -48,12 +48,23 @@ def read_entries(path: Path) -> list[dict]:
     return data
 
 
+def _usable_entries(path: Path) -> list[dict]:
+    """:func:`read_entries`, or [] for a file that cannot be read: a broken translation file never breaks a
+    learner's check() (its messages show in English; ``tests/test_translations.py`` names the file and line)."""
+    import yaml
+
+    try:
+        return read_entries(path)
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+
+
 @lru_cache(maxsize=None)
 def catalog(lang: str) -> dict[str, str]:
     """``{English template: translated template}`` of every message file of ``lang`` ({} for English)."""
     if lang == "en":
         return {}
-    return {e["en"]: e["pt"] for path in sorted(messages_folder(lang).glob("*.yaml")) for e in read_entries(path)
+    return {e["en"]: e["pt"] for path in sorted(messages_folder(lang).glob("*.yaml")) for e in _usable_entries(path)
             if e["pt"].strip()}  # an empty `pt:` is a message still to translate
 
 

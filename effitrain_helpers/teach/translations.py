@@ -231,6 +231,20 @@ def _literal_calls(path: Path) -> tuple[list[str], list[str]]:
     return literals, bad
 
 
+def unrouted_verdicts(module: str) -> list[str]:
+    """The lines of ``module`` (``"teach.checks.lesson_2_2"``) that raise :class:`Incorrect` with a message not
+    written as ``tr("...")``: messages a translation cannot reach yet."""
+    path = PACKAGE.joinpath(*module.split(".")).with_suffix(".py")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Incorrect" and node.args:
+            first = node.args[0]
+            routed = isinstance(first, ast.Call) and getattr(first.func, "id", None) == "tr"
+            if not routed:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: Incorrect(...) without tr()")
+    return found
+
+
 def package_messages() -> tuple[dict[str, list[str]], list[str]]:
     """``{module: English messages}`` of the package (``"teach.checks.lesson_1_1"``: the literals of its
     ``tr``/``msg`` calls, and for a checks module its exercises' names and hints), and the calls that pass
@@ -277,8 +291,8 @@ def _fields(template: str) -> set[str]:
 
 @dataclass
 class MessageReport:
-    """What :func:`message_problems` found: ``problems`` fail a test, ``untranslated`` only lists the messages
-    of lessons not declared translated yet."""
+    """What :func:`message_problems` found: ``problems`` fail a test, ``untranslated`` only lists, for the lessons
+    not declared translated yet, their untranslated messages and their checker messages not routed through tr."""
 
     problems: list[str]
     untranslated: dict[str, list[str]]
@@ -290,16 +304,21 @@ def message_problems(lang: str) -> MessageReport:
     messages, bad = package_messages()
     problems = [f"{where}: tr() needs the English template as a literal (fields as keyword arguments), and msg() "
                 "a literal" for where in bad]
-    strict = set(strict_modules(lang, messages))
+    checks = [f"teach.checks.{i.name}" for i in pkgutil.iter_modules(importlib.import_module(CHECKS_PACKAGE).__path__)]
+    modules = list(dict.fromkeys([*messages, *checks]))
+    strict = set(strict_modules(lang, modules))
     known = catalog.__wrapped__(lang)
     untranslated = {}
-    for module, texts in messages.items():
-        missing = [t for t in texts if not known.get(t)]
+    for module in modules:
+        missing = [t for t in messages.get(module, []) if not known.get(t)]
+        unrouted = unrouted_verdicts(module) if module in checks else []
         if module in strict:
             problems += [f"{module}: no {lang} translation of {t!r}. Fix: add it to translations/{lang}/messages/"
                          f"{module}.yaml (`python tools/translations.py messages {module}`)" for t in missing]
-        elif missing:
-            untranslated[module] = missing
+            problems += [f"{where}: a translated lesson's checker message must be tr(\"English template\", ...)"
+                         for where in unrouted]
+        elif missing or unrouted:
+            untranslated[module] = missing + unrouted
     folder = messages_folder(lang)
     for path in sorted(folder.glob("*.yaml")):
         module = path.stem
