@@ -147,6 +147,28 @@ def test_exercise_markers_survive_translation():
         assert student.cells[0].source.startswith("*Edição do aluno")
 
 
+def test_a_new_translation_file_lists_every_cell_and_refresh_takes_the_new_fingerprint(monkeypatch, tmp_path):
+    import translations as tool
+
+    monkeypatch.setattr(t, "TRANSLATIONS", tmp_path)
+    name = "1_2_preprocess_images_and_audio.ipynb"
+    assert tool.new("1.2", LANG) == 0
+    english = _english(name)
+    translation = t.Translation.read(name, LANG)
+    assert list(translation.cells) == [c.id for c in english.cells]
+    todo = [c for c in english.cells if translation.cells[c.id].get("todo")]
+    assert todo and all(translation.cells[c.id]["pt"] == c.source for c in todo), "the English, to replace"
+    assert all(translation.cells[c.id].get("same") for c in english.cells if c.id not in {x.id for x in todo})
+    problems = t.notebook_problems(english, name, translation)
+    assert len(problems) == len(todo) and all("not translated yet" in p for p in problems)
+    path = t.translation_path(name, LANG)
+    first = english.cells[0]
+    path.write_text(path.read_text().replace(f"en: {t.fingerprint(first.source)}", "en: 000000000000", 1))
+    assert "the English changed" in t.notebook_problems(english, name, t.Translation.read(name, LANG))[0]
+    assert tool.refresh("1.2", [first.id], LANG) == 0
+    assert t.Translation.read(name, LANG).cells[first.id]["en"] == t.fingerprint(first.source)
+
+
 # ---------------------------------------------------------------- the package's messages
 
 def test_every_message_of_the_translated_lessons_and_the_machinery_is_translated():

@@ -29,6 +29,11 @@ from effitrain_helpers.teach.editions import default_source  # noqa: E402
 from effitrain_helpers.teach.workbook import lesson_id  # noqa: E402
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the project when it is inside it (what the translator types next)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def _notebook(lesson: str) -> str:
     """The English notebook of ``lesson`` (``2.2``, ``start`` or a file name)."""
     names = [p.name for p in sorted(default_source().glob("*.ipynb"))]
@@ -103,7 +108,7 @@ def new(lesson: str, lang: str) -> int:
             lines += ["  todo: true", f"  pt: {_block(cell.source)}"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {path.relative_to(ROOT)}: translate each `todo` cell, then `python tools/translations.py build "
+    print(f"wrote {_shown(path)}: translate each `todo` cell, then `python tools/translations.py build "
           f"{lesson_id(name)}`")
     return 0
 
@@ -122,7 +127,7 @@ def refresh(lesson: str, cell_ids: list[str], lang: str) -> int:
         if n != 1:
             raise SystemExit(f"{path}: no entry `- id: {cell_id}` followed by `  en:`")
     path.write_text(text, encoding="utf-8")
-    print(f"{path.relative_to(ROOT)}: {len(cell_ids)} fingerprints refreshed")
+    print(f"{_shown(path)}: {len(cell_ids)} fingerprints refreshed")
     return 0
 
 
@@ -138,7 +143,7 @@ def messages(module: str, lang: str) -> int:
     with open(path, "a", encoding="utf-8") as f:
         for text in missing:
             f.write(f"- en: {_block(text)}\n  pt: \"\"\n")
-    print(f"{path.relative_to(ROOT)}: {len(missing)} messages to translate (empty `pt:`)")
+    print(f"{_shown(path)}: {len(missing)} messages to translate (empty `pt:`)")
     return 0
 
 
@@ -160,7 +165,7 @@ def build(lessons: list[str], lang: str, execute: bool) -> int:
         nbformat.write(t.build_notebook(_english(name), name, lang, previous), path)
         if execute:
             notebook_outputs.execute(path)
-        print(f"built {path.relative_to(ROOT)}" + (" (executed)" if execute else ""))
+        print(f"built {_shown(path)}" + (" (executed)" if execute else ""))
     return 0
 
 

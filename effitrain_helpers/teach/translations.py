@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from effitrain_helpers.core.language import TRANSLATIONS, catalog, messages_folder, msg, read_entries, tr
-from effitrain_helpers.core.settings import LANGUAGES, check_lang
+from effitrain_helpers.core.settings import check_lang
 from effitrain_helpers.teach.editions import default_source
 from effitrain_helpers.teach.exercises import Exercise
 from effitrain_helpers.teach.verdicts import CHECKS_PACKAGE, lesson_of
@@ -332,8 +332,3 @@ def message_problems(lang: str) -> MessageReport:
                 problems.append(f"{path.relative_to(TRANSLATIONS.parent)}: the translation of {entry['en']!r} has "
                                 f"the fields {sorted(_fields(entry['pt']))}, the English {sorted(_fields(entry['en']))}")
     return MessageReport(problems, untranslated)
-
-
-def all_languages() -> tuple[str, ...]:
-    """The translated languages (every language but English)."""
-    return tuple(lang for lang in LANGUAGES if lang != "en")
