@@ -5,6 +5,8 @@
 #   make test-fast   the tests that start no process and run no notebook (while you work)
 #   make test-all    make test plus the exhaustive tier (every student edition executed; before a release)
 # make lab-instructor opens the solved notebooks (notebooks/, with the instructor notes) instead.
+# Language: EFFITRAIN_LANG=en (default) or pt-BR, e.g. `make lab EFFITRAIN_LANG=pt-BR` (your copy in Brazilian
+# Portuguese; `make editions EFFITRAIN_LANG=pt-BR` likewise): make passes it on to effitrain and the kernels.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin

@@ -4,11 +4,16 @@
 - ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
 - ``plot_gradient_sync``: steps 3 and 4 with a parameter server and with DDP's all-reduce (lesson 1.1)
 - ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
+
+The titles and labels of lesson 1.1's figures are in the learner's language (``tr``, see
+:mod:`effitrain_helpers.core.language`); the other figures are still in English.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import whole_number
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -40,9 +45,9 @@ def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None
         ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=3, label=f"{device} {dtype}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("matrix size n (n x n times n x n)", fontsize=FONT)
-    ax.set_ylabel("GFLOP/s (2n^3 / median time)", fontsize=FONT)
-    ax.set_title(title or f"Matrix product throughput on {results[0].device_name}", fontsize=FONT)
+    ax.set_xlabel(tr("matrix size n (n x n times n x n)"), fontsize=FONT)
+    ax.set_ylabel(tr("GFLOP/s (2n^3 / median time)"), fontsize=FONT)
+    ax.set_title(title or tr("Matrix product throughput on {device}", device=results[0].device_name), fontsize=FONT)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=FONT - 2)
     fig.tight_layout()
@@ -72,19 +77,20 @@ def plot_four_steps(num_devices: int = 2) -> "Figure":
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 6)
     ax.axis("off")
-    _box(ax, 3.5, 5.2, 3, 0.6, "global batch (all samples)", "#dddddd")
+    _box(ax, 3.5, 5.2, 3, 0.6, tr("global batch (all samples)"), "#dddddd")
     width = 8 / num_devices
     for i in range(num_devices):
         x = 1 + i * width
-        _arrow(ax, (5, 5.2), (x + width * 0.4, 4.55), "1. shard" if i == 0 else "")
-        _box(ax, x, 4.0, width * 0.8, 0.5, f"shard {i}", "#cfe8ff")
-        _box(ax, x, 2.8, width * 0.8, 0.8, f"device {i}\nmodel copy (2. replicate)", "#ffe7b3")
+        _arrow(ax, (5, 5.2), (x + width * 0.4, 4.55), tr("1. shard") if i == 0 else "")
+        _box(ax, x, 4.0, width * 0.8, 0.5, tr("shard {i}", i=i), "#cfe8ff")
+        _box(ax, x, 2.8, width * 0.8, 0.8, tr("device {i}\nmodel copy (2. replicate)", i=i), "#ffe7b3")
         _arrow(ax, (x + width * 0.4, 4.0), (x + width * 0.4, 3.6))
-        _box(ax, x, 1.8, width * 0.8, 0.5, f"gradients {i}", "#ffd0d0")
+        _box(ax, x, 1.8, width * 0.8, 0.5, tr("gradients {i}", i=i), "#ffd0d0")
         _arrow(ax, (x + width * 0.4, 2.8), (x + width * 0.4, 2.3))
-        _arrow(ax, (x + width * 0.4, 1.8), (5, 1.1), "3. aggregate" if i == 0 else "")
-    _box(ax, 3.0, 0.4, 4, 0.7, "averaged gradient -> one update\n4. synchronise: same weights everywhere", "#d5f5d5")
-    ax.set_title("One step of data-parallel training", fontsize=FONT + 1)
+        _arrow(ax, (x + width * 0.4, 1.8), (5, 1.1), tr("3. aggregate") if i == 0 else "")
+    _box(ax, 3.0, 0.4, 4, 0.7, tr("averaged gradient -> one update\n4. synchronise: same weights everywhere"),
+         "#d5f5d5")
+    ax.set_title(tr("One step of data-parallel training"), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
 
@@ -409,29 +415,31 @@ def plot_gradient_sync(num_devices: int = 2) -> "Figure":
         ax.set_ylim(0, 7)
         ax.axis("off")
     # parameter server
-    _box(left, 1.0, 5.0, 8, 1.0, "parameter server\n3. average the gradients, update the weights", "#d5f5d5")
+    _box(left, 1.0, 5.0, 8, 1.0, tr("parameter server\n3. average the gradients, update the weights"), "#d5f5d5")
     for i, x in enumerate(centers):
-        _box(left, x - width * 0.4, 1.6, width * 0.8, 1.0, f"device {i}\nforward + backward", "#ffe7b3")
+        _box(left, x - width * 0.4, 1.6, width * 0.8, 1.0, tr("device {i}\nforward + backward", i=i), "#ffe7b3")
         _arrow(left, (x - 0.4, 2.6), (x - 0.4, 5.0))
         _arrow(left, (x + 0.4, 5.0), (x + 0.4, 2.6))
-        left.text(x - 0.5, 3.8, "gradients", ha="right", va="center", fontsize=FONT - 3)
-        left.text(x + 0.5, 3.8, "4. new\nweights", ha="left", va="center", fontsize=FONT - 3)
-    left.text(5, 0.8, "one place holds the weights; the devices wait for it", ha="center", fontsize=FONT - 2)
-    left.set_title("Parameter server (the course's picture)", fontsize=FONT + 1)
+        left.text(x - 0.5, 3.8, tr("gradients"), ha="right", va="center", fontsize=FONT - 3)
+        left.text(x + 0.5, 3.8, tr("4. new\nweights"), ha="left", va="center", fontsize=FONT - 3)
+    left.text(5, 0.8, tr("one place holds the weights; the devices wait for it"), ha="center", fontsize=FONT - 2)
+    left.set_title(tr("Parameter server (the course's picture)"), fontsize=FONT + 1)
     # DDP: all-reduce, then the same update everywhere
-    _box(right, 1.0, 5.8, 8, 0.7, "at prepare: rank 0 broadcasts its weights (once)", "#e6e6e6")
+    _box(right, 1.0, 5.8, 8, 0.7, tr("at prepare: rank 0 broadcasts its weights (once)"), "#e6e6e6")
     for i, x in enumerate(centers):
         _arrow(right, (x, 5.8), (x, 5.0))
-        _box(right, x - width * 0.4, 3.9, width * 0.8, 1.1, f"rank {i}\nforward + backward", "#ffe7b3")
-        _box(right, x - width * 0.4, 1.0, width * 0.8, 1.0, f"4. optimizer step\non rank {i}'s copy", "#d5f5d5")
-    _box(right, 1.0, 2.45, 8, 0.9, "3. all-reduce: every rank receives the average gradient", "#ffd0d0")
+        _box(right, x - width * 0.4, 3.9, width * 0.8, 1.1, tr("rank {i}\nforward + backward", i=i), "#ffe7b3")
+        _box(right, x - width * 0.4, 1.0, width * 0.8, 1.0, tr("4. optimizer step\non rank {i}'s copy", i=i),
+             "#d5f5d5")
+    _box(right, 1.0, 2.45, 8, 0.9, tr("3. all-reduce: every rank receives the average gradient"), "#ffd0d0")
     for x in centers:
         _arrow(right, (x, 3.9), (x, 3.35))
         _arrow(right, (x, 2.45), (x, 2.0))
-    right.text(5, 0.4, "same weights + same average gradient = same new weights, with no second broadcast",
+    right.text(5, 0.4, tr("same weights + same average gradient = same new weights, with no second broadcast"),
                ha="center", fontsize=FONT - 2)
-    right.set_title("DDP: all-reduce, then every rank updates itself", fontsize=FONT + 1)
+    right.set_title(tr("DDP: all-reduce, then every rank updates itself"), fontsize=FONT + 1)
     fig.tight_layout()
+    return fig
 
 
 # --- chapter 4 (lessons 4.2 and 4.3): Adafactor's row and column means, block-wise 8-bit quantisation --------------
