@@ -4,6 +4,7 @@
 - ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
 - ``plot_gradient_sync``: steps 3 and 4 with a parameter server and with DDP's all-reduce (lesson 1.1)
 - ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
+- ``plot_step_breakdown``: a training step's phases as stacked bars, one per configuration (lesson 5.2)
 """
 
 from __future__ import annotations
@@ -546,4 +547,40 @@ def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: in
     error.set_xlabel("|decoded - float32| / block's absmax", fontsize=FONT - 2)
     error.set_ylabel("values", fontsize=FONT - 2)
     error.set_title(f"decoding error: at most {relative.max():.3f} of the absmax", fontsize=FONT - 1)
+    return fig
+
+
+# ---- chapter 5, lesson 5.2
+def plot_step_breakdown(profiles: dict, title: str = "Where a training step's time goes") -> "Figure":
+    """One stacked bar per configuration (``{label: StepProfile}``): the labelled phases and the unlabelled
+    rest, in ms per step, adding up to the profiler's step; under it, a hatched bar for the time collectives
+    ran on the process group's threads (overlapping backward, so not stacked). Lesson 5.2."""
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.measure.step_profile import OTHER
+
+    if not profiles:
+        raise ValueError("profiles is empty: pass {label: StepProfile} for at least one configuration.")
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.1 * len(profiles)))
+    labels, hatched = list(profiles), False
+    for y, label in enumerate(labels):
+        profile = profiles[label]
+        parts = list(profile.phases_ms.items()) + [(OTHER, profile.other_ms)]
+        left = 0.0
+        for (phase, ms), color in zip(parts, colors[:len(parts) - 1] + ["#cccccc"]):
+            ax.barh(y, ms, left=left, height=0.5, color=color, label=phase if y == 0 else None)
+            if ms >= 0.07 * profile.step_ms:
+                ax.text(left + ms / 2, y, f"{ms:.0f}", ha="center", va="center", fontsize=FONT - 3)
+            left += ms
+        if profile.communication_ms:
+            ax.barh(y + 0.38, profile.communication_ms, height=0.2, color="white", edgecolor="black",
+                    hatch="//", label=None if hatched else "collectives (gloo threads, overlapping)")
+            hatched = True
+    ax.set_yticks(range(len(labels)), labels, fontsize=FONT - 2)
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds per step (profiler)", fontsize=FONT - 1)
+    ax.set_title(title, fontsize=FONT)
+    ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     return fig
