@@ -27,6 +27,7 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     "3.2": {"small": {"seq_lens": (32, 64, 128)}, "full": {"seq_lens": (128, 256, 512)}},
     "3.3": {"small": {"steps": 6}, "full": {"steps": 30}},
     "4": {"small": {"steps": 150}, "full": {"steps": 400}},  # lessons 4.1-4.3 and `effitrain optimizers`
+    "5.1": {"small": {"steps": 3, "batch_size": 8}, "full": {"steps": 20, "batch_size": 32}},  # per process
 }
 
 

@@ -4,6 +4,7 @@
 - ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
 - ``plot_gradient_sync``: steps 3 and 4 with a parameter server and with DDP's all-reduce (lesson 1.1)
 - ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
+- ``plot_rank_bytes``: bytes each rank holds under DDP and FSDP, by kind (lesson 5.1)
 
 The titles and labels of lesson 1.1's figures are in the learner's language (``tr``, see
 :mod:`effitrain_helpers.core.language`); the other figures are still in English.
@@ -554,4 +555,46 @@ def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: in
     error.set_xlabel("|decoded - float32| / block's absmax", fontsize=FONT - 2)
     error.set_ylabel("values", fontsize=FONT - 2)
     error.set_title(f"decoding error: at most {relative.max():.3f} of the absmax", fontsize=FONT - 1)
+    return fig
+
+
+# ---- chapter 5, lesson 5.1: what each rank holds under DDP and under FSDP -----------------------------------------
+
+def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict]] | None = None,
+                    title: str = "") -> "Figure":
+    """Bytes each rank holds, by kind, under each strategy (lesson 5.1): one group of bars per strategy
+    (``measured["DDP"]``, ``measured["FSDP"]``: one ``{kind: bytes}`` per rank, in rank order), one bar per
+    rank stacked by kind (parameters, gradients, optimizer state); ``theory`` (same shape) marks each bar's
+    expected total with a black line."""
+    import matplotlib.pyplot as plt
+
+    if not measured or not all(measured.values()):
+        raise ValueError("nothing to plot: pass {strategy: [{kind: bytes} per rank]}, e.g. report['bytes'] "
+                         "of compare_ddp_fsdp().")
+    kinds = list(next(iter(measured.values()))[0])
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    ticks, labels, x = [], [], 0.0
+    for strategy, ranks in measured.items():
+        for rank, held in enumerate(ranks):
+            bottom = 0.0
+            for colour, kind in zip(colours, kinds):
+                ax.bar(x, held[kind] / 2**20, bottom=bottom, color=colour, width=0.8,
+                       label=kind if x == 0 else None)
+                bottom += held[kind] / 2**20
+            ax.text(x, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=FONT - 2)
+            if theory is not None:
+                expected = sum(theory[strategy][rank].values()) / 2**20
+                ax.hlines(expected, x - 0.45, x + 0.45, colors="black", linewidth=2,
+                          label="theory" if x == 0 else None)
+            ticks.append(x)
+            labels.append(f"{strategy}\nrank {rank}")
+            x += 1
+        x += 0.6
+    ax.set_xticks(ticks, labels, fontsize=FONT - 1)
+    ax.set_ylabel("MiB held by the rank", fontsize=FONT)
+    ax.legend(fontsize=FONT - 2, loc="upper right")
+    ax.margins(y=0.15)
+    ax.set_title(title or "What each rank holds: full copies (DDP) against 1/N shards (FSDP)", fontsize=FONT + 1)
+    fig.tight_layout()
     return fig
