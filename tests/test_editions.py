@@ -258,6 +258,8 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("4_1_", "lesson_4_1", "q1", "from effitrain_helpers.teach.checks.lesson_4_1 import q1_model"),
     ("4_2_", "lesson_4_2", "q3", ""),
     ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
+    ("5_3_", "lesson_5_3", "q2", ""),
+    ("5_3_", "lesson_5_3", "q3", "import math"),
 ]
 
 

@@ -90,12 +90,8 @@ def _saved_files(root) -> dict[str, set[str]]:
     return out
 
 
-def _judge(rank: dict, files: dict[str, set[str]]) -> None:
-    """Incorrect with the first thing that went wrong in one rank's report."""
-    import torch
-
-    if rank["answer"] is not None:
-        raise Incorrect(f"resume should return a pair (steps_done, loader); yours returned {rank['answer']}.")
+def _judge_files(files: dict[str, set[str]]) -> None:
+    """Incorrect when what ``save`` wrote cannot be a checkpoint of every rank at each step."""
     if not files:
         raise Incorrect("nothing was written under root: save should call accelerator.save_state(folder) "
                         "with a folder inside root.")
@@ -106,6 +102,14 @@ def _judge(rank: dict, files: dict[str, set[str]]) -> None:
     if lonely:
         raise Incorrect("rank 1's random state is missing from the checkpoint: call save_state in EVERY process "
                         "(it writes the shared files on the main process only, and each rank's own state).")
+
+
+def _judge(rank: dict) -> None:
+    """Incorrect with the first thing that went wrong in one rank's report."""
+    import torch
+
+    if rank["answer"] is not None:
+        raise Incorrect(f"resume should return a pair (steps_done, loader); yours returned {rank['answer']}.")
     done = rank["done"]
     if done != SAVES[-1]:
         raise Incorrect(f"your resume said {done!r} steps were done; the newest checkpoint was saved after "
@@ -137,19 +141,21 @@ def _check_resume(save, resume) -> None:
     for fn, name in ((save, "save"), (resume, "resume")):
         if not callable(fn):
             raise Incorrect(f"pass your {name} function itself; you gave {fn!r}.")
+    ranks, failed = None, None
     with tempfile.TemporaryDirectory(prefix="effitrain-5-3-check-") as root:
         try:
             ranks = launch(_run_learner, save, resume, root, num_processes=PROCESSES, cpu=True, quiet=True,
                            timeout=90)
         except RankFailed as err:
-            raise Incorrect(f"in {PROCESSES} processes your functions raised {err.exc_type}: "
-                            f"{str(err).splitlines()[0]}") from None
+            failed = f"in {PROCESSES} processes, {str(err).splitlines()[0]}"
         except TimeoutError:
-            raise Incorrect("the run did not finish within 90 s: did one process wait for the other (a "
-                            "wait_for_everyone or save_state called on one rank only)?") from None
-        files = _saved_files(root)
+            failed = ("the run did not finish within 90 s: did one process wait for the other (a "
+                      "wait_for_everyone or save_state called on one rank only)?")
+        _judge_files(_saved_files(root))  # first: a bad save is often why resume failed
+    if failed:
+        raise Incorrect(failed)
     for rank in ranks:
-        _judge(rank, files)
+        _judge(rank)
 
 
 def _check_lost_steps(answer) -> None:
