@@ -1,5 +1,6 @@
 """Lesson 5.3: the resume helpers, its figure, and its checkers with known right and known wrong answers."""
 
+import copy
 import math
 
 import pytest
@@ -68,19 +69,13 @@ def _run(model, steps=2, lr=0.01):
 def test_state_differences_zero_for_identical_runs_and_positive_otherwise():
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
-    a, b = _run(_copy(model)), _run(_copy(model))
+    a, b = _run(copy.deepcopy(model)), _run(copy.deepcopy(model))
     assert set(resume.state_differences(a, b).values()) == {0.0}
-    c = _run(_copy(model), steps=3)
+    c = _run(copy.deepcopy(model), steps=3)
     diff = resume.state_differences(a, c)
     assert diff["model"] > 0 and diff["exp_avg"] > 0 and diff["step"] == 1.0
     with pytest.raises(ValueError, match="missing"):
         resume.state_differences(a, {"model": a["model"]})
-
-
-def _copy(model):
-    import copy
-
-    return copy.deepcopy(model)
 
 
 def test_checkpoint_files_and_theory(tmp_path):
@@ -168,3 +163,15 @@ def test_5_3_q1_runs_save_and_resume_in_two_processes(save_fn, resume_fn, status
 
 def test_5_3_q1_rejects_what_is_not_a_function():
     assert "function itself" in l53.q1.evaluate(save, 3).message
+
+
+@pytest.mark.parametrize("files, words", [
+    ({}, "nothing was written"),
+    ({"one": {"model.safetensors", "random_states_0.pkl", "random_states_1.pkl"}}, "its own folder"),
+    ({f"step_{s}": {"model.safetensors", "random_states_0.pkl"} for s in (2, 4)}, "EVERY process"),
+], ids=["nothing", "one folder", "main only"])
+def test_5_3_q1_judges_what_save_wrote(files, words):
+    with pytest.raises(l53.Incorrect, match=words):
+        l53._judge_files(files)
+    l53._judge_files({f"step_{s}": {"model.safetensors", "random_states_0.pkl", "random_states_1.pkl"}
+                      for s in (2, 4)})  # a checkpoint of both ranks at each step passes
