@@ -9,6 +9,7 @@ from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 # q1's run: 2 processes, batches of 2, 8 steps (one epoch per rank); saves after steps 2 and 4; stops after 5
 PROCESSES, BATCH, STEPS, SAVES, STOP = 2, 2, 8, (2, 4), 5
+TIMEOUT = 150  # seconds; a save or barrier on one rank only can make the other wait for ever
 # q2: a checkpoint every 50 steps, a rank dies after 1,336 steps; q3: Young's interval for a 512-GPU job
 Q2_EVERY, Q2_DONE = 50, 1336
 Q3_SAVE_SECONDS, Q3_GPUS, Q3_GPU_MTBF_YEARS = 30.0, 512, 5.0
@@ -145,11 +146,11 @@ def _check_resume(save, resume) -> None:
     with tempfile.TemporaryDirectory(prefix="effitrain-5-3-check-") as root:
         try:
             ranks = launch(_run_learner, save, resume, root, num_processes=PROCESSES, cpu=True, quiet=True,
-                           timeout=90)
+                           timeout=TIMEOUT)
         except RankFailed as err:
             failed = f"in {PROCESSES} processes, {str(err).splitlines()[0]}"
         except TimeoutError:
-            failed = ("the run did not finish within 90 s: did one process wait for the other (a "
+            failed = (f"the run did not finish within {TIMEOUT} s: did one process wait for the other (a "
                       "wait_for_everyone or save_state called on one rank only)?")
         _judge_files(_saved_files(root))  # first: a bad save is often why resume failed
     if failed:
