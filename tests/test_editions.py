@@ -263,6 +263,8 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
     ("5_1_", "lesson_5_1", "q2", ""),
     ("5_1_", "lesson_5_1", "q3", ""),
+    ("5_3_", "lesson_5_3", "q2", ""),
+    ("5_3_", "lesson_5_3", "q3", "import math"),
 ]
 
 

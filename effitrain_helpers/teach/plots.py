@@ -598,3 +598,45 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
     ax.set_title(title or "What each rank holds: full copies (DDP) against 1/N shards (FSDP)", fontsize=FONT + 1)
     fig.tight_layout()
     return fig
+
+
+# ---- chapter 5, lesson 5.3
+
+
+def plot_resume_timeline(launches: list[dict], crash_after: int, resumed_from: int) -> "Figure":
+    """The steps of a crashed run and of its resumed launch on one axis (lesson 5.3).
+
+    Each launch is ``{"label", "start", "end", "saves"}``: it ran the optimizer steps ``start + 1 .. end`` and
+    saved a checkpoint after each step in ``saves``. The first launch died after ``crash_after`` steps; the
+    second resumed from the checkpoint taken after ``resumed_from`` steps, so steps ``resumed_from + 1 ..
+    crash_after`` were done twice (lost, in red).
+    """
+    import matplotlib.pyplot as plt
+
+    if not launches:
+        raise ValueError("no launches to draw; pass the crashed launch and the resumed one.")
+    if not 0 <= resumed_from <= crash_after:
+        raise ValueError(f"resumed_from={resumed_from} must lie between 0 and crash_after={crash_after}.")
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.0 * len(launches)))
+    for lane, run in enumerate(reversed(launches)):
+        ax.broken_barh([(run["start"], run["end"] - run["start"])], (lane - 0.3, 0.6), color="#9ecae1")
+        for step in range(run["start"] + 1, run["end"] + 1):
+            ax.plot([step, step], [lane - 0.3, lane + 0.3], color="white", lw=1)
+        ax.plot(run["saves"], [lane] * len(run["saves"]), "D", color="#08519c", ms=9,
+                label="checkpoint saved" if lane == 0 else None)
+    top = len(launches) - 1  # the first launch is drawn on the top lane
+    ax.broken_barh([(resumed_from, crash_after - resumed_from)], (top - 0.3, 0.6), color="#fb6a4a",
+                   label=f"lost: {crash_after - resumed_from} step(s) done again")
+    ax.plot([crash_after], [top], "X", color="#a50f15", ms=16, label="rank killed (SIGKILL)")
+    ax.annotate("", xy=(resumed_from, top - 1 + 0.35), xytext=(resumed_from, top - 0.35),
+                arrowprops={"arrowstyle": "->", "color": "#08519c", "lw": 2})
+    ax.text(resumed_from - 0.15, top - 0.5, "load_state", ha="right", va="center", fontsize=FONT - 3,
+            color="#08519c")
+    ax.set_yticks(range(len(launches)), [run["label"] for run in reversed(launches)], fontsize=FONT - 1)
+    ax.set_xlabel("optimizer steps done", fontsize=FONT - 1)
+    ax.set_xlim(0, max(run["end"] for run in launches) + 0.5)
+    ax.set_ylim(-0.7, len(launches) - 0.3)
+    ax.legend(fontsize=FONT - 3, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, frameon=False)
+    ax.set_title("Checkpoint, crash, resume", fontsize=FONT)
+    fig.tight_layout()
+    return fig
