@@ -10,10 +10,11 @@
     effitrain efficiency [--processes N] [--accumulation-steps K] [--local-sgd-steps K] [--steps S] [--json]
     effitrain optimizers [--optimizers adamw,adafactor,adamw8bit] [--steps N] [--learning-rate LR] [--seed S]
                          [--plot FILE.png] [--json]
-    effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--json]
+    effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
+    effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
-    effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--json]
+    effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain progress [--json]
     effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S]
 
@@ -180,6 +181,27 @@ def _optimizers(args) -> int:
     return 0
 
 
+def _fsdp(args) -> int:
+    """Chapter 5, lesson 5.1: bytes per rank and communication per step, DDP against FSDP, and equivalence."""
+    from effitrain_helpers.training.model_sharding import compare_ddp_fsdp, report_table, sharding_arguments
+
+    sharding_arguments(args.processes, args.steps, args.batch_size)  # bad input: one line, before any work
+    if not args.json:
+        print("training the same model with DDP and with fully_shard (FSDP2) in real CPU processes ...")
+    report = compare_ddp_fsdp(args.processes, steps=args.steps, batch_size=args.batch_size)
+    print(json.dumps(report) if args.json else report_table(report))
+    return 0
+
+
+def _add_fsdp_parser(sub) -> None:
+    p = sub.add_parser("fsdp", help="chapter 5: bytes per rank and communication per step, DDP against FSDP")
+    p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 3 small, 20 full)")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per process and step (default: 8 small)")
+    p.add_argument("--json", action="store_true", help="one JSON record: bytes, theory, communication, differences")
+    p.set_defaults(func=_fsdp)
+
+
 def _add_optimizers_parser(sub) -> None:
     p = sub.add_parser("optimizers", help="AdamW vs Adafactor vs 8-bit AdamW: state bytes, time per step, loss")
     p.add_argument("--optimizers", default="adamw,adafactor,adamw8bit",
@@ -204,7 +226,8 @@ def _editions(args) -> int:
         raise ValueError("--out DIR is missing: where to write the editions (or --check to only check the markers).")
     check_output_folder(args.out, "--out")
     start = time.perf_counter()
-    summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions)
+    summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions,
+                             lang=args.lang)
     summary["seconds"] = time.perf_counter() - start
     if args.json:
         print(json.dumps(summary))
@@ -212,7 +235,9 @@ def _editions(args) -> int:
     n = sum(summary["exercises"].values())
     print(f"wrote {summary['notebooks']} notebooks ({n} exercises) to {args.out}/student and {args.out}/instructor "
           f"in {summary['seconds']:.1f} s; solution() in the student edition: "
-          f"{'on' if summary['solutions_in_student_edition'] else 'off (graded class)'}")
+          f"{'on' if summary['solutions_in_student_edition'] else 'off (graded class)'}"
+          + (f"; in {args.lang}: {len(summary['translated'])} notebooks translated, the others in English"
+             if args.lang != "en" else ""))
     return 0
 
 
@@ -237,7 +262,7 @@ def _prefetch(args) -> int:
 def _workbook(args) -> int:
     from effitrain_helpers.teach.workbook import FRESH, Workbook, describe
 
-    book = Workbook(args.dir, args.source)
+    book = Workbook(args.dir, args.source, args.lang)
     try:
         report = [book.fresh(args.fresh)] if args.fresh else book.sync()
     except OSError as err:
@@ -285,6 +310,23 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _language(text: str) -> str:
+    from effitrain_helpers.core.settings import check_lang
+
+    try:
+        return check_lang(text, "")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _add_lang(p) -> None:
+    from effitrain_helpers.core.settings import LANGUAGES, SETTINGS
+
+    p.add_argument("--lang", type=_language, default=SETTINGS.lang,
+                   help=f"language of the notebooks: {', '.join(LANGUAGES)} (default: $EFFITRAIN_LANG, else en); "
+                        "a lesson not translated yet comes in English")
+
+
 def add_learner_commands(sub) -> None:
     """The learner's ``workbook`` (their own copy) and ``progress``, the instructor's ``grade``."""
     p = sub.add_parser("workbook", help="write or update your own copy of the lessons (blank exercises); "
@@ -293,6 +335,7 @@ def add_learner_commands(sub) -> None:
     p.add_argument("--fresh", metavar="LESSON", default=None,
                    help="a fresh copy of one lesson (e.g. 2.2, or start); yours is kept, renamed *_mine-<time>")
     p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")
+    _add_lang(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=_workbook)
     p = sub.add_parser("progress", help="per lesson: exercises correct, attempted, not attempted (this machine)")
@@ -322,6 +365,7 @@ def add_classroom_commands(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace student/ and instructor/ in a non-empty --out")
     p.add_argument("--no-solutions", action="store_true", help="turn q.solution() off in the student edition (graded class)")
     p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")
+    _add_lang(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=_editions)
     p = sub.add_parser("prefetch", help="download the real model, processors and GLUE MRPC into an offline kit")
@@ -371,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON record per technique, measured and expected ratios")
     p.set_defaults(func=_efficiency)
     _add_optimizers_parser(sub)
+    _add_fsdp_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)
     return parser

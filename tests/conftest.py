@@ -1,6 +1,7 @@
 """Test set-up: never touch the network, keep the workbook's cache inside the test session."""
 
 import os
+import shutil
 import tempfile
 
 import matplotlib
@@ -9,8 +10,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("EFFITRAIN_SIZE", "small")
 os.environ["MPLBACKEND"] = "Agg"
 matplotlib.use("Agg")
-# Notebook kernels started by nbval inherit this, so the whole session builds the offline model once, here.
-os.environ.setdefault("EFFITRAIN_CACHE", tempfile.mkdtemp(prefix="effitrain-test-cache-"))
+# Notebook kernels started by nbval inherit this, so the whole session builds the offline model once, here;
+# a cache folder the session made itself is removed when it ends (one given in EFFITRAIN_CACHE is kept).
+_SESSION_CACHE = None
+if not os.environ.get("EFFITRAIN_CACHE"):
+    _SESSION_CACHE = os.environ["EFFITRAIN_CACHE"] = tempfile.mkdtemp(prefix="effitrain-test-cache-")
 
 import subprocess  # noqa: E402
 
@@ -30,3 +34,9 @@ def _fast_tests_start_no_process(request, monkeypatch):
 
         monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
     yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the cache folder this session made (nothing left in the temp folder by a test run)."""
+    if _SESSION_CACHE:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)

@@ -1,7 +1,10 @@
 """Classroom editions: the marker parser and its errors, the build, what the student edition holds (no
-solution text, starters that check as 'not attempted', filled-in solutions that check as correct), the
-solutions switch, and every student notebook executed top to bottom."""
+solution text, starters that check as 'not attempted', filled-in solutions that check as correct, no name
+that only a solution defined), the solutions switch, and student notebooks executed top to bottom (a few
+in every run, all of them in ``make test-all``)."""
 
+import ast
+import builtins
 import json
 import re
 import time
@@ -260,8 +263,12 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("4_1_", "lesson_4_1", "q1", "from effitrain_helpers.teach.checks.lesson_4_1 import q1_model"),
     ("4_2_", "lesson_4_2", "q3", ""),
     ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
+    ("5_1_", "lesson_5_1", "q2", ""),
+    ("5_1_", "lesson_5_1", "q3", ""),
     ("5_2_", "lesson_5_2", "q2", _ONE_5_2),
     ("5_2_", "lesson_5_2", "q3", _ONE_5_2),
+    ("5_3_", "lesson_5_3", "q2", ""),
+    ("5_3_", "lesson_5_3", "q3", "import math"),
 ]
 
 
@@ -340,7 +347,7 @@ def test_solution_can_be_turned_off_by_the_edition_or_the_environment(tmp_path, 
 
 def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tmp_path):
     rows = lesson_table()
-    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 12
+    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 15
     lesson_files = {p.name for p in SOURCE if re.match(r"\d_\d_", p.name)}
     assert {r.notebook for r in rows if r.notebook} == lesson_files, "every N_M_ notebook is a syllabus lesson"
     readme = (ROOT / "README.md").read_text()
@@ -354,8 +361,60 @@ def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tm
 
 # ---------------------------------------------------------------- the student edition, executed
 
+IPYTHON_NAMES = {"display", "get_ipython", "In", "Out", "_", "__", "___"}
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(names a cell defines, names it reads), from its code without IPython's ``%`` and ``!`` lines."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    defined, read = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            defined.add(node.name)
+    return defined, read
+
+
+def _undefined(nb) -> set[str]:
+    """Names some code cell of ``nb`` reads that no cell defines (nor Python or IPython)."""
+    cells = [_names(c.source) for c in nb.cells if c.cell_type == "code"]
+    defined = set(dir(builtins)) | IPYTHON_NAMES
+    return set().union(*(r for _, r in cells)) - defined.union(*(d for d, _ in cells))
+
+
+def test_the_name_search_finds_a_name_only_a_solution_defined():
+    nb = _nb("import torch\nsteps = ____", "for i in range(steps):\n    print(torch.ones(i), total)",
+             "def f(x, *, y=1):\n    return [z for z in x] + y")
+    assert _undefined(nb) == {"____", "total"}
+
+
+def test_no_student_cell_reads_a_name_only_a_solution_defined(built):
+    """The student edition replaces each solution by its starter: a later cell that reads a name only the
+    solution defined would stop a learner's Run All with a NameError. Every student notebook is checked here
+    (without running it); the executed test below runs a few of them for real."""
+    out, _ = built
+    for path in SOURCE:
+        missing = _undefined(nbformat.read(out / "student" / path.name, as_version=4)) - {"____"}
+        assert not missing, f"{path.name}: the student edition reads {sorted(missing)}, defined only in a solution"
+
+
+# Executed in every run (``make test``): the start page and one inexpensive lesson per chapter, whose
+# exercises cover each kind of checker (values, a function run in this process, a function run in 2
+# processes, a TrainingArguments). ``make test-all`` executes every student notebook.
+EVERY_RUN = {"00_start_here.ipynb", "1_2_preprocess_images_and_audio.ipynb", "2_1_train_with_trainer.ipynb",
+             "3_1_gradient_accumulation.ipynb", "4_2_adafactor.ipynb"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [p.name for p in SOURCE])
+@pytest.mark.parametrize("name", [p.name if p.name in EVERY_RUN else pytest.param(p.name, marks=pytest.mark.exhaustive)
+                                  for p in SOURCE])
 def test_student_notebook_runs_to_the_end_with_every_exercise_not_attempted(built, name):
     from nbclient import NotebookClient
 

@@ -43,6 +43,7 @@ def test_the_verdict_refuses_to_conclude_on_a_busy_run():
                                                "the CPU"]), _run(2, 400))
     assert not ok and text.startswith("Unreliable measurement, so no conclusion")
     assert "1 process: only 1.0 idle core(s)" in text and "8.0x as fast as one" in text
+    assert all(len(line) <= 100 for line in text.splitlines()), "a reason per line, readable on a projector"
 
 
 def test_an_implausible_speedup_alone_is_flagged():

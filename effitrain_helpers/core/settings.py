@@ -1,4 +1,4 @@
-"""The one settings object of the workbook: lesson size and cache folder.
+"""The one settings object of the workbook: lesson size, cache folder and language.
 
 Lessons read ``SETTINGS.size`` instead of inventing their own knobs (guide: one size knob).
 Environment variables:
@@ -6,6 +6,9 @@ Environment variables:
 - ``EFFITRAIN_SIZE``: ``small`` (default; a 2-core CPU runs a lesson in about a minute)
   or ``full`` (demos on a GPU: larger benchmarks and batches).
 - ``EFFITRAIN_CACHE``: where the workbook keeps what it builds (default ``~/.cache/effitrain``).
+- ``EFFITRAIN_LANG``: the language of the workbook's messages and of the learner's copy, ``en`` (default) or
+  ``pt-BR`` (Brazilian Portuguese); :mod:`effitrain_helpers.core.language` looks messages up in it. Not
+  ``LANG``, which is the operating system's locale.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SIZES = ("small", "full")
+LANGUAGES = ("en", "pt-BR")  # English is the source; translations/<language>/ holds each translation
 
 
 def _size_from_env() -> str:
@@ -25,6 +29,22 @@ def _size_from_env() -> str:
             "Fix: export EFFITRAIN_SIZE=small (CPU, tests) or EFFITRAIN_SIZE=full (GPU demos)."
         )
     return value
+
+
+def check_lang(value: str, name: str = "EFFITRAIN_LANG") -> str:
+    """``value`` as one of :data:`LANGUAGES` (case aside: ``pt-br`` is ``pt-BR``); a ValueError naming ``name``, the
+    value, what is allowed and the fix otherwise (``name=""``: the value alone, for argparse's own prefix)."""
+    wanted = {lang.lower(): lang for lang in LANGUAGES}.get(str(value).strip().lower())
+    if wanted is None:
+        fix = "export EFFITRAIN_LANG=pt-BR (Brazilian Portuguese) or EFFITRAIN_LANG=en (English)" \
+            if name == "EFFITRAIN_LANG" else "use pt-BR (Brazilian Portuguese) or en (English)"
+        raise ValueError(f"{f'{name}=' if name else ''}{value!r} is not a language of the workbook; allowed: "
+                         f"{', '.join(LANGUAGES)}. Fix: {fix}.")
+    return wanted
+
+
+def _lang_from_env() -> str:
+    return check_lang(os.environ.get("EFFITRAIN_LANG", "").strip() or "en")
 
 
 def _cache_from_env() -> Path:
@@ -41,10 +61,11 @@ class Settings:
 
     size: str
     cache_dir: Path
+    lang: str = "en"
 
     @classmethod
     def from_env(cls) -> "Settings":
-        return cls(size=_size_from_env(), cache_dir=_cache_from_env())
+        return cls(size=_size_from_env(), cache_dir=_cache_from_env(), lang=_lang_from_env())
 
     def set_size(self, size: str) -> None:
         """Switch between ``small`` and ``full`` for the rest of this kernel, and for the processes it launches
@@ -53,6 +74,12 @@ class Settings:
             raise ValueError(f"size={size!r} is not allowed; choose one of {', '.join(SIZES)}.")
         self.size = size
         os.environ["EFFITRAIN_SIZE"] = size
+
+    def set_lang(self, lang: str) -> None:
+        """Answer in ``lang`` (``en`` or ``pt-BR``) for the rest of this kernel and the processes it launches.
+        A translated notebook's first code cell calls it (see :mod:`effitrain_helpers.teach.translations`)."""
+        self.lang = check_lang(lang, "lang")
+        os.environ["EFFITRAIN_LANG"] = self.lang
 
 
 SETTINGS = Settings.from_env()

@@ -31,6 +31,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import EDITION_FILE  # written here, read by exercises.solutions_enabled
 
 BEGIN, END, STARTER = "# BEGIN SOLUTION", "# END SOLUTION", "# STARTER:"
@@ -64,9 +65,11 @@ class Region:
         return "\n".join(self.solution)
 
 
-def default_source() -> Path:
-    """The solved notebooks of this checkout (``notebooks/`` next to the package)."""
-    return Path(__file__).resolve().parents[2] / "notebooks"
+def default_source(lang: str = "en") -> Path:
+    """The solved notebooks of this checkout: ``notebooks/`` next to the package, for a translation
+    ``notebooks/<lang>/`` (built by ``tools/translations.py build``; see :mod:`effitrain_helpers.teach.translations`)."""
+    folder = Path(__file__).resolve().parents[2] / "notebooks"
+    return folder if lang == "en" else folder / lang
 
 
 def _derive_starter(solution: list[str], indent: str, where: str) -> list[str]:
@@ -198,6 +201,19 @@ def _strip(cell) -> None:
     cell.metadata.pop("execution", None)
 
 
+_BANNERS = {  # (edition, solutions shown): the first cell of each edition, in the notebook's language
+    ("student", True): msg("*Student edition: each exercise starts with blanks `____` to fill in; `q1.check(...)` "
+                           "says Correct, Incorrect or Not attempted, `q1.hint()` gives a hint, `q1.solution()` "
+                           "shows an answer.*"),
+    ("student", False): msg("*Student edition: each exercise starts with blanks `____` to fill in; `q1.check(...)` "
+                            "says Correct, Incorrect or Not attempted, `q1.hint()` gives a hint. Solutions are "
+                            "turned off for this class.*"),
+    ("instructor", True): msg("*Instructor edition: solutions filled in, and instructor notes (timing, what to "
+                              "show, common mistakes) in the cells marked **Instructor notes**. Students get the "
+                              "student edition.*"),
+}
+
+
 def make_edition(nb, name: str, edition: str, solutions: bool = True):
     """A copy of notebook ``nb`` as the ``edition`` ('student' or 'instructor'), outputs stripped."""
     import copy
@@ -219,20 +235,15 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
     if edition == "student" and marked and not any(_IMPORTS_BLANK.search(c.source) for c in cells
                                                    if c.cell_type == "code"):
         _import_blank(cells, min(marked))
-    banner = {
-        "student": "*Student edition: each exercise starts with blanks `____` to fill in; `q1.check(...)` says "
-                   "Correct, Incorrect or Not attempted, `q1.hint()` gives a hint"
-                   + (", `q1.solution()` shows an answer.*" if solutions else
-                      ". Solutions are turned off for this class.*"),
-        "instructor": "*Instructor edition: solutions filled in, and instructor notes (timing, what to show, "
-                      "common mistakes) in the cells marked **Instructor notes**. Students get the student "
-                      "edition.*",
-    }[edition]
+    lang = nb.metadata.get("effitrain", {}).get("lang", "en")  # a translated notebook's (teach.translations)
+    banner = tr(_BANNERS[edition, solutions or edition == "instructor"], lang=lang)
     banner_cell = nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})
     banner_cell.id = f"{edition}-edition-banner"  # not random: one source, one edition, byte for byte
     out.cells = [banner_cell] + cells
     out.metadata.pop("widgets", None)  # the saved state of widgets whose outputs were just stripped
     out.metadata["effitrain"] = {"edition": edition, "source": name, "solutions": solutions or edition == "instructor"}
+    if lang != "en":
+        out.metadata["effitrain"]["lang"] = lang
     return out
 
 
@@ -245,8 +256,10 @@ def check_out_folder(out: Path, force: bool) -> None:
                          "add --force to replace its student/ and instructor/ folders (other files are kept).")
 
 
-def source_notebooks(source: str | Path | None) -> dict:
-    """``{file name: notebook}`` of the solved notebooks in ``source`` (default: :func:`default_source`)."""
+def source_notebooks(source: str | Path | None, lang: str = "en") -> dict:
+    """``{file name: notebook}`` of the solved notebooks in ``source`` (default: :func:`default_source`). In
+    another language than English (``lang``, with no ``source``), each lesson comes from ``notebooks/<lang>/``
+    when it is translated, and in English until it is."""
     import nbformat
 
     source = default_source() if source is None else Path(source).expanduser()
@@ -254,6 +267,9 @@ def source_notebooks(source: str | Path | None) -> dict:
     if not paths:
         raise ValueError(f"source folder {str(source)!r} holds no notebooks. Fix: pass --source with the solved "
                          "notebooks (the workbook's notebooks/ folder).")
+    translated = default_source(lang)
+    if lang != "en" and source == default_source():
+        paths = [translated / p.name if (translated / p.name).exists() else p for p in paths]
     return {p.name: nbformat.read(p, as_version=4) for p in paths}
 
 
@@ -277,15 +293,16 @@ def check_markers(source: str | Path | None = None) -> dict[str, int]:
 
 
 def build_editions(out: str | Path, source: str | Path | None = None, force: bool = False,
-                   solutions: bool = True) -> dict:
-    """Write ``out/student`` and ``out/instructor`` from the notebooks in ``source``; return a summary.
+                   solutions: bool = True, lang: str = "en") -> dict:
+    """Write ``out/student`` and ``out/instructor`` from the notebooks in ``source`` (or, in language ``lang``,
+    from the translated notebooks: :func:`source_notebooks`); return a summary.
 
     Every notebook is checked before anything is written, so a marker error leaves ``out`` untouched.
     """
     import nbformat
 
     out = Path(out).expanduser()
-    notebooks = source_notebooks(source)
+    notebooks = source_notebooks(source, lang)
     check_out_folder(out, force)
     exercises = check_all(notebooks)  # every notebook checked before anything is written
     for edition in EDITIONS:
@@ -297,5 +314,6 @@ def build_editions(out: str | Path, source: str | Path | None = None, force: boo
             nbformat.write(make_edition(nb, name, edition, solutions), folder / name)
         (folder / EDITION_FILE).write_text(json.dumps(
             {"edition": edition, "solutions": solutions or edition == "instructor"}, indent=2) + "\n")
-    return {"out": str(out), "notebooks": len(notebooks), "solutions_in_student_edition": solutions,
+    return {"out": str(out), "notebooks": len(notebooks), "solutions_in_student_edition": solutions, "lang": lang,
+            "translated": sorted(n for n, nb in notebooks.items() if nb.metadata.get("effitrain", {}).get("lang")),
             "exercises": {name: len(cells) for name, cells in exercises.items()}}

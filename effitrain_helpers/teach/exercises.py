@@ -9,7 +9,9 @@ A lesson's exercises live in ``effitrain_helpers.teach.checks.lesson_X_Y`` as :c
   :func:`solutions_enabled`: a graded class's student edition, or ``EFFITRAIN_SOLUTIONS=off``).
 
 ``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests); only ``check``
-records its verdict for ``effitrain progress``.
+records its verdict for ``effitrain progress``. Everything they show is in the learner's language
+(:func:`~effitrain_helpers.core.language.tr`: verdict words, the exercise's name, its hints and the checker's
+messages); the statuses and the recorded verdicts stay in English.
 ``____`` is the blank that starter code leaves for the learner to fill in: an answer that is ``____`` (or
 ``...``), holds one (``(____, ____)``), or a function whose code still uses ``____`` is *not attempted*.
 """
@@ -24,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.verdicts import record
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
-_ICONS = {CORRECT: "✅ Correct", INCORRECT: "❌ Incorrect", NOT_ATTEMPTED: "⏳ Not attempted"}
+_ICONS = {CORRECT: msg("✅ Correct"), INCORRECT: msg("❌ Incorrect"), NOT_ATTEMPTED: msg("⏳ Not attempted")}
 
 
 class Blank:
@@ -75,12 +78,12 @@ class CheckResult:
         return self.status == CORRECT
 
     def __repr__(self) -> str:
-        return f"{_ICONS[self.status]} ({self.exercise})" + (f": {self.message}" if self.message else "")
+        return f"{tr(_ICONS[self.status])} ({self.exercise})" + (f": {self.message}" if self.message else "")
 
     def _repr_markdown_(self) -> str:
         color = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#9a6700"}[self.status]
         text = f" {self.message}" if self.message else ""
-        return f'<span style="color:{color}">**{_ICONS[self.status]}** ({self.exercise}).</span>{text}'
+        return f'<span style="color:{color}">**{tr(_ICONS[self.status])}** ({self.exercise}).</span>{text}'
 
 
 def as_number(answer: Any) -> float:
@@ -90,7 +93,8 @@ def as_number(answer: Any) -> float:
             return float(answer)
         except (TypeError, ValueError, RuntimeError):
             pass
-    raise Incorrect(f"answer should be a number; you gave {type(answer).__name__} {answer!r}.")
+    raise Incorrect(tr("answer should be a number; you gave {kind} {answer!r}.", kind=type(answer).__name__,
+                       answer=answer))
 
 
 def _show(obj: Any) -> None:
@@ -118,6 +122,9 @@ def _uses_blank(code: types.CodeType) -> bool:
     return "____" in code.co_names or any(isinstance(c, types.CodeType) and _uses_blank(c) for c in code.co_consts)
 
 
+_FILL_IN = msg("replace ____ with your answer, then run the cell again.")
+
+
 def _unfinished(value: Any, depth: int = 0) -> str | None:
     """Why ``value`` is still starter code (a message), or None when the learner gave a real answer.
 
@@ -125,15 +132,16 @@ def _unfinished(value: Any, depth: int = 0) -> str | None:
     function whose body still uses ``____`` (``def f(x): return ____``).
     """
     if _is_blank(value):
-        return "replace ____ with your answer, then run the cell again."
+        return tr(_FILL_IN)
     if isinstance(value, types.MethodType):
         value = value.__func__
     if isinstance(value, types.FunctionType) and _uses_blank(value.__code__):
-        return f"your function {value.__name__}() still contains ____: write its code, then run the cell again."
+        return tr("your function {name}() still contains ____: write its code, then run the cell again.",
+                  name=value.__name__)
     if depth < 3 and isinstance(value, (tuple, list, set, frozenset, dict)):
         items = list(value.keys()) + list(value.values()) if isinstance(value, dict) else list(value)
         if any(_unfinished(v, depth + 1) for v in items):
-            return "some parts of your answer are still ____: fill them all in, then run the cell again."
+            return tr("some parts of your answer are still ____: fill them all in, then run the cell again.")
     return None
 
 
@@ -149,13 +157,13 @@ def solutions_enabled() -> tuple[bool, str]:
     into a graded class's student edition). Read at each call, so it follows the kernel's current folder.
     """
     if os.environ.get("EFFITRAIN_SOLUTIONS", "").strip().lower() in _OFF:
-        return False, "EFFITRAIN_SOLUTIONS is off on this machine"
+        return False, tr("EFFITRAIN_SOLUTIONS is off on this machine")
     try:
         edition = json.loads((Path.cwd() / EDITION_FILE).read_text())
     except (OSError, ValueError):
         return True, ""
     if isinstance(edition, dict) and edition.get("solutions") is False:
-        return False, f"this {edition.get('edition', 'student')} edition was built without solutions (graded class)"
+        return False, tr("this edition was built without solutions (graded class)")
     return True, ""
 
 
@@ -172,22 +180,24 @@ class Exercise:
 
     def evaluate(self, *answers: Any, **context: Any) -> CheckResult:
         """Judge ``answers`` without displaying anything; never raises."""
+        name = tr(self.name)
         if not answers:
-            return CheckResult(self.name, NOT_ATTEMPTED, "replace ____ with your answer, then run the cell again.")
+            return CheckResult(name, NOT_ATTEMPTED, tr(_FILL_IN))
         unfinished = next((why for why in map(_unfinished, answers) if why), None)
         if unfinished:
-            return CheckResult(self.name, NOT_ATTEMPTED, unfinished)
+            return CheckResult(name, NOT_ATTEMPTED, unfinished)
         try:
             inspect.signature(self.checker).bind(*answers, **context)
         except TypeError:
-            return CheckResult(self.name, INCORRECT, f"call it as `{self.usage}`.")
+            return CheckResult(name, INCORRECT, tr("call it as `{usage}`.", usage=self.usage))
         try:
             self.checker(*answers, **context)
         except Incorrect as err:
-            return CheckResult(self.name, INCORRECT, str(err))
+            return CheckResult(name, INCORRECT, str(err))
         except Exception as err:  # the learner's answer broke the checker: say how, don't crash the notebook
-            return CheckResult(self.name, INCORRECT, f"checking your answer raised {type(err).__name__}: {err}")
-        return CheckResult(self.name, CORRECT)
+            return CheckResult(name, INCORRECT, tr("checking your answer raised {error}: {message}",
+                                                   error=type(err).__name__, message=err))
+        return CheckResult(name, CORRECT)
 
     def check(self, *answers: Any, **context: Any) -> None:
         """Show Correct / Incorrect / Not attempted for ``answers``, and record it on this machine (see
@@ -199,21 +209,22 @@ class Exercise:
     def hint(self, n: int | None = None) -> None:
         """Show hint ``n`` (1-based), or the next one not seen yet."""
         if not self.hints:
-            _show("No hints for this one: re-read the cell above the exercise.")
+            _show(tr("No hints for this one: re-read the cell above the exercise."))
             return
         if n is None:
             self._hints_shown = min(self._hints_shown + 1, len(self.hints))
             n = self._hints_shown
         if not isinstance(n, int) or not 1 <= n <= len(self.hints):
-            _show(f"Hint number {n!r} does not exist: this exercise has hints 1 to {len(self.hints)}.")
+            _show(tr("Hint number {n!r} does not exist: this exercise has hints 1 to {total}.", n=n,
+                     total=len(self.hints)))
             return
-        _show(f"Hint {n} of {len(self.hints)}: {self.hints[n - 1]}")
+        _show(tr("Hint {n} of {total}: {hint}", n=n, total=len(self.hints), hint=tr(self.hints[n - 1])))
 
     def solution(self) -> None:
         """Show the solution code (unless solutions are turned off for this class: see solutions_enabled)."""
         enabled, why = solutions_enabled()
         if not enabled:
-            _show(f"Solutions are turned off for this class ({why}). Hints still work: {self.usage.split('.')[0]}.hint(); "
-                  "or ask your instructor.")
+            _show(tr("Solutions are turned off for this class ({why}). Hints still work: {exercise}.hint(); "
+                     "or ask your instructor.", why=why, exercise=self.usage.split(".")[0]))
             return
-        _show(f"Solution ({self.name}):\n\n{self.solution_code.strip()}")
+        _show(tr("Solution ({name}):", name=tr(self.name)) + f"\n\n{self.solution_code.strip()}")

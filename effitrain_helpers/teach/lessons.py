@@ -1,10 +1,11 @@
 """Which lessons does the course have, and which of them are in this workbook? (start page, README, tests)
 
-``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter (the one place they are
-written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
+``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter, then the three of
+chapter 5, which goes beyond the course (the one place they are written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
 when it exists (its title then comes from the notebook's own first heading), "coming" when it does not yet, and
 the notebook's wall time from the latest ``make bench`` report on this machine when there is one. Nothing here
-is a measured number written by hand.
+is a measured number written by hand. In another language (``SETTINGS.lang``) the title comes from the lesson's
+translated notebook when there is one, and the table's words are translated (``tr``).
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.settings import SETTINGS
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 BENCH_REPORT = ROOT / "benchmarks" / "results" / "report.json"
 
 CHAPTERS = {
-    1: "Data preparation with Accelerator",
-    2: "Distributed training with Accelerator and Trainer",
-    3: "Improving training efficiency",
-    4: "Training with efficient optimizers",
+    1: msg("Data preparation with Accelerator"),
+    2: msg("Distributed training with Accelerator and Trainer"),
+    3: msg("Improving training efficiency"),
+    4: msg("Training with efficient optimizers"),
+    5: msg("Beyond the course: shard the model, profile a step, survive a crash"),
 }
 SYLLABUS = (
     ("1.1", "Prepare models with AutoModel and Accelerator"),
@@ -37,6 +42,9 @@ SYLLABUS = (
     ("4.1", "Balanced training with AdamW"),
     ("4.2", "Memory-efficient training with Adafactor"),
     ("4.3", "8-bit Adam"),
+    ("5.1", "Shard the model: FSDP and ZeRO"),
+    ("5.2", "Where does a step's time go?"),
+    ("5.3", "Checkpoint, crash, resume"),
 )
 
 
@@ -56,7 +64,8 @@ class Lesson:
 
 
 def _notebook_title(path: Path) -> str | None:
-    """The title in the notebook's first heading (``# Lesson 1.1 · Title``), without the lesson number."""
+    """The title in the notebook's first heading (``# Lesson 1.1 · Title``, ``# Lição 1.1 · Título``), without
+    the lesson number."""
     try:
         cells = json.loads(path.read_text())["cells"]
     except (OSError, ValueError, KeyError):
@@ -64,7 +73,7 @@ def _notebook_title(path: Path) -> str | None:
     for cell in cells:
         if cell.get("cell_type") == "markdown":
             first = "".join(cell.get("source", "")).splitlines()[:1]
-            m = re.match(r"#\s*Lesson\s+[\d.]+\s*[·:-]?\s*(.+)", first[0]) if first else None
+            m = re.match(r"#\s*\w+\s+[\d.]+\s*[·:-]?\s*(.+)", first[0]) if first else None
             return m.group(1).strip() if m else None
     return None
 
@@ -86,18 +95,22 @@ def lesson_table(notebooks: Path = NOTEBOOKS, report: Path = BENCH_REPORT) -> li
         major, minor = number.split(".")
         found = sorted(notebooks.glob(f"{major}_{minor}_*.ipynb"))
         path = found[0] if found else None
-        rows.append(Lesson(number, int(major), (path and _notebook_title(path)) or title,
+        translated = path.parent / SETTINGS.lang / path.name if path and SETTINGS.lang != "en" else None
+        title = (translated and translated.exists() and _notebook_title(translated)) or \
+            (path and _notebook_title(path)) or title
+        rows.append(Lesson(number, int(major), title,
                            path.name if path else None, times.get(path.name) if path else None))
     return rows
 
 
 def markdown_table(lessons: list[Lesson]) -> str:
     """The lessons as a Markdown table, grouped by chapter (what the start page shows)."""
-    lines = ["| lesson | title | notebook | time on this machine (`make bench`) |", "|---|---|---|---|"]
+    lines = [tr("| lesson | title | notebook | time on this machine (`make bench`) |"), "|---|---|---|---|"]
     for chapter, name in CHAPTERS.items():
-        lines.append(f"| **{chapter}** | **{name}** | | |")
+        lines.append(f"| **{chapter}** | **{tr(name)}** | | |")
         for les in (x for x in lessons if x.chapter == chapter):
-            where = f"`{les.notebook}`" if les.notebook else "*coming*"
-            time = f"{les.seconds:.0f} s" if les.seconds is not None else ("not measured yet" if les.notebook else "")
+            where = f"`{les.notebook}`" if les.notebook else tr("*coming*")
+            time = f"{les.seconds:.0f} s" if les.seconds is not None else (tr("not measured yet") if les.notebook
+                                                                             else "")
             lines.append(f"| {les.number} | {les.title} | {where} | {time} |")
     return "\n".join(lines)

@@ -4,12 +4,18 @@
 - ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
 - ``plot_gradient_sync``: steps 3 and 4 with a parameter server and with DDP's all-reduce (lesson 1.1)
 - ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
+- ``plot_rank_bytes``: bytes each rank holds under DDP and FSDP, by kind (lesson 5.1)
 - ``plot_step_breakdown``: a training step's phases as stacked bars, one per configuration (lesson 5.2)
+
+The titles and labels of lesson 1.1's figures are in the learner's language (``tr``, see
+:mod:`effitrain_helpers.core.language`); the other figures are still in English.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import whole_number
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -41,9 +47,9 @@ def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None
         ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=3, label=f"{device} {dtype}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("matrix size n (n x n times n x n)", fontsize=FONT)
-    ax.set_ylabel("GFLOP/s (2n^3 / median time)", fontsize=FONT)
-    ax.set_title(title or f"Matrix product throughput on {results[0].device_name}", fontsize=FONT)
+    ax.set_xlabel(tr("matrix size n (n x n times n x n)"), fontsize=FONT)
+    ax.set_ylabel(tr("GFLOP/s (2n^3 / median time)"), fontsize=FONT)
+    ax.set_title(title or tr("Matrix product throughput on {device}", device=results[0].device_name), fontsize=FONT)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=FONT - 2)
     fig.tight_layout()
@@ -73,19 +79,20 @@ def plot_four_steps(num_devices: int = 2) -> "Figure":
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 6)
     ax.axis("off")
-    _box(ax, 3.5, 5.2, 3, 0.6, "global batch (all samples)", "#dddddd")
+    _box(ax, 3.5, 5.2, 3, 0.6, tr("global batch (all samples)"), "#dddddd")
     width = 8 / num_devices
     for i in range(num_devices):
         x = 1 + i * width
-        _arrow(ax, (5, 5.2), (x + width * 0.4, 4.55), "1. shard" if i == 0 else "")
-        _box(ax, x, 4.0, width * 0.8, 0.5, f"shard {i}", "#cfe8ff")
-        _box(ax, x, 2.8, width * 0.8, 0.8, f"device {i}\nmodel copy (2. replicate)", "#ffe7b3")
+        _arrow(ax, (5, 5.2), (x + width * 0.4, 4.55), tr("1. shard") if i == 0 else "")
+        _box(ax, x, 4.0, width * 0.8, 0.5, tr("shard {i}", i=i), "#cfe8ff")
+        _box(ax, x, 2.8, width * 0.8, 0.8, tr("device {i}\nmodel copy (2. replicate)", i=i), "#ffe7b3")
         _arrow(ax, (x + width * 0.4, 4.0), (x + width * 0.4, 3.6))
-        _box(ax, x, 1.8, width * 0.8, 0.5, f"gradients {i}", "#ffd0d0")
+        _box(ax, x, 1.8, width * 0.8, 0.5, tr("gradients {i}", i=i), "#ffd0d0")
         _arrow(ax, (x + width * 0.4, 2.8), (x + width * 0.4, 2.3))
-        _arrow(ax, (x + width * 0.4, 1.8), (5, 1.1), "3. aggregate" if i == 0 else "")
-    _box(ax, 3.0, 0.4, 4, 0.7, "averaged gradient -> one update\n4. synchronise: same weights everywhere", "#d5f5d5")
-    ax.set_title("One step of data-parallel training", fontsize=FONT + 1)
+        _arrow(ax, (x + width * 0.4, 1.8), (5, 1.1), tr("3. aggregate") if i == 0 else "")
+    _box(ax, 3.0, 0.4, 4, 0.7, tr("averaged gradient -> one update\n4. synchronise: same weights everywhere"),
+         "#d5f5d5")
+    ax.set_title(tr("One step of data-parallel training"), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
 
@@ -410,29 +417,31 @@ def plot_gradient_sync(num_devices: int = 2) -> "Figure":
         ax.set_ylim(0, 7)
         ax.axis("off")
     # parameter server
-    _box(left, 1.0, 5.0, 8, 1.0, "parameter server\n3. average the gradients, update the weights", "#d5f5d5")
+    _box(left, 1.0, 5.0, 8, 1.0, tr("parameter server\n3. average the gradients, update the weights"), "#d5f5d5")
     for i, x in enumerate(centers):
-        _box(left, x - width * 0.4, 1.6, width * 0.8, 1.0, f"device {i}\nforward + backward", "#ffe7b3")
+        _box(left, x - width * 0.4, 1.6, width * 0.8, 1.0, tr("device {i}\nforward + backward", i=i), "#ffe7b3")
         _arrow(left, (x - 0.4, 2.6), (x - 0.4, 5.0))
         _arrow(left, (x + 0.4, 5.0), (x + 0.4, 2.6))
-        left.text(x - 0.5, 3.8, "gradients", ha="right", va="center", fontsize=FONT - 3)
-        left.text(x + 0.5, 3.8, "4. new\nweights", ha="left", va="center", fontsize=FONT - 3)
-    left.text(5, 0.8, "one place holds the weights; the devices wait for it", ha="center", fontsize=FONT - 2)
-    left.set_title("Parameter server (the course's picture)", fontsize=FONT + 1)
+        left.text(x - 0.5, 3.8, tr("gradients"), ha="right", va="center", fontsize=FONT - 3)
+        left.text(x + 0.5, 3.8, tr("4. new\nweights"), ha="left", va="center", fontsize=FONT - 3)
+    left.text(5, 0.8, tr("one place holds the weights; the devices wait for it"), ha="center", fontsize=FONT - 2)
+    left.set_title(tr("Parameter server (the course's picture)"), fontsize=FONT + 1)
     # DDP: all-reduce, then the same update everywhere
-    _box(right, 1.0, 5.8, 8, 0.7, "at prepare: rank 0 broadcasts its weights (once)", "#e6e6e6")
+    _box(right, 1.0, 5.8, 8, 0.7, tr("at prepare: rank 0 broadcasts its weights (once)"), "#e6e6e6")
     for i, x in enumerate(centers):
         _arrow(right, (x, 5.8), (x, 5.0))
-        _box(right, x - width * 0.4, 3.9, width * 0.8, 1.1, f"rank {i}\nforward + backward", "#ffe7b3")
-        _box(right, x - width * 0.4, 1.0, width * 0.8, 1.0, f"4. optimizer step\non rank {i}'s copy", "#d5f5d5")
-    _box(right, 1.0, 2.45, 8, 0.9, "3. all-reduce: every rank receives the average gradient", "#ffd0d0")
+        _box(right, x - width * 0.4, 3.9, width * 0.8, 1.1, tr("rank {i}\nforward + backward", i=i), "#ffe7b3")
+        _box(right, x - width * 0.4, 1.0, width * 0.8, 1.0, tr("4. optimizer step\non rank {i}'s copy", i=i),
+             "#d5f5d5")
+    _box(right, 1.0, 2.45, 8, 0.9, tr("3. all-reduce: every rank receives the average gradient"), "#ffd0d0")
     for x in centers:
         _arrow(right, (x, 3.9), (x, 3.35))
         _arrow(right, (x, 2.45), (x, 2.0))
-    right.text(5, 0.4, "same weights + same average gradient = same new weights, with no second broadcast",
+    right.text(5, 0.4, tr("same weights + same average gradient = same new weights, with no second broadcast"),
                ha="center", fontsize=FONT - 2)
-    right.set_title("DDP: all-reduce, then every rank updates itself", fontsize=FONT + 1)
+    right.set_title(tr("DDP: all-reduce, then every rank updates itself"), fontsize=FONT + 1)
     fig.tight_layout()
+    return fig
 
 
 # --- chapter 4 (lessons 4.2 and 4.3): Adafactor's row and column means, block-wise 8-bit quantisation --------------
@@ -547,6 +556,90 @@ def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: in
     error.set_xlabel("|decoded - float32| / block's absmax", fontsize=FONT - 2)
     error.set_ylabel("values", fontsize=FONT - 2)
     error.set_title(f"decoding error: at most {relative.max():.3f} of the absmax", fontsize=FONT - 1)
+    return fig
+
+
+# ---- chapter 5, lesson 5.1: what each rank holds under DDP and under FSDP -----------------------------------------
+
+def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict]] | None = None,
+                    title: str = "") -> "Figure":
+    """Bytes each rank holds, by kind, under each strategy (lesson 5.1): one group of bars per strategy
+    (``measured["DDP"]``, ``measured["FSDP"]``: one ``{kind: bytes}`` per rank, in rank order), one bar per
+    rank stacked by kind (parameters, gradients, optimizer state); ``theory`` (same shape) marks each bar's
+    expected total with a black line."""
+    import matplotlib.pyplot as plt
+
+    if not measured or not all(measured.values()):
+        raise ValueError("nothing to plot: pass {strategy: [{kind: bytes} per rank]}, e.g. report['bytes'] "
+                         "of compare_ddp_fsdp().")
+    kinds = list(next(iter(measured.values()))[0])
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    ticks, labels, x = [], [], 0.0
+    for strategy, ranks in measured.items():
+        for rank, held in enumerate(ranks):
+            bottom = 0.0
+            for colour, kind in zip(colours, kinds):
+                ax.bar(x, held[kind] / 2**20, bottom=bottom, color=colour, width=0.8,
+                       label=kind if x == 0 else None)
+                bottom += held[kind] / 2**20
+            ax.text(x, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=FONT - 2)
+            if theory is not None:
+                expected = sum(theory[strategy][rank].values()) / 2**20
+                ax.hlines(expected, x - 0.45, x + 0.45, colors="black", linewidth=2,
+                          label="theory" if x == 0 else None)
+            ticks.append(x)
+            labels.append(f"{strategy}\nrank {rank}")
+            x += 1
+        x += 0.6
+    ax.set_xticks(ticks, labels, fontsize=FONT - 1)
+    ax.set_ylabel("MiB held by the rank", fontsize=FONT)
+    ax.legend(fontsize=FONT - 2, loc="upper right")
+    ax.margins(y=0.15)
+    ax.set_title(title or "What each rank holds: full copies (DDP) against 1/N shards (FSDP)", fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig
+
+
+# ---- chapter 5, lesson 5.3
+
+
+def plot_resume_timeline(launches: list[dict], crash_after: int, resumed_from: int) -> "Figure":
+    """The steps of a crashed run and of its resumed launch on one axis (lesson 5.3).
+
+    Each launch is ``{"label", "start", "end", "saves"}``: it ran the optimizer steps ``start + 1 .. end`` and
+    saved a checkpoint after each step in ``saves``. The first launch died after ``crash_after`` steps; the
+    second resumed from the checkpoint taken after ``resumed_from`` steps, so steps ``resumed_from + 1 ..
+    crash_after`` were done twice (lost, in red).
+    """
+    import matplotlib.pyplot as plt
+
+    if not launches:
+        raise ValueError("no launches to draw; pass the crashed launch and the resumed one.")
+    if not 0 <= resumed_from <= crash_after:
+        raise ValueError(f"resumed_from={resumed_from} must lie between 0 and crash_after={crash_after}.")
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.0 * len(launches)))
+    for lane, run in enumerate(reversed(launches)):
+        ax.broken_barh([(run["start"], run["end"] - run["start"])], (lane - 0.3, 0.6), color="#9ecae1")
+        for step in range(run["start"] + 1, run["end"] + 1):
+            ax.plot([step, step], [lane - 0.3, lane + 0.3], color="white", lw=1)
+        ax.plot(run["saves"], [lane] * len(run["saves"]), "D", color="#08519c", ms=9,
+                label="checkpoint saved" if lane == 0 else None)
+    top = len(launches) - 1  # the first launch is drawn on the top lane
+    ax.broken_barh([(resumed_from, crash_after - resumed_from)], (top - 0.3, 0.6), color="#fb6a4a",
+                   label=f"lost: {crash_after - resumed_from} step(s) done again")
+    ax.plot([crash_after], [top], "X", color="#a50f15", ms=16, label="rank killed (SIGKILL)")
+    ax.annotate("", xy=(resumed_from, top - 1 + 0.35), xytext=(resumed_from, top - 0.35),
+                arrowprops={"arrowstyle": "->", "color": "#08519c", "lw": 2})
+    ax.text(resumed_from - 0.15, top - 0.5, "load_state", ha="right", va="center", fontsize=FONT - 3,
+            color="#08519c")
+    ax.set_yticks(range(len(launches)), [run["label"] for run in reversed(launches)], fontsize=FONT - 1)
+    ax.set_xlabel("optimizer steps done", fontsize=FONT - 1)
+    ax.set_xlim(0, max(run["end"] for run in launches) + 0.5)
+    ax.set_ylim(-0.7, len(launches) - 0.3)
+    ax.legend(fontsize=FONT - 3, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, frameon=False)
+    ax.set_title("Checkpoint, crash, resume", fontsize=FONT)
+    fig.tight_layout()
     return fig
 
 

@@ -16,6 +16,7 @@ import pkgutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach import verdicts
 from effitrain_helpers.teach.exercises import CORRECT, INCORRECT, Exercise
 
@@ -75,6 +76,9 @@ def progress(path: str | Path | None = None) -> list[LessonProgress]:
 
 
 COLUMNS = ("lesson", "exercises", "correct", "attempted", "not attempted")
+# COLUMNS as the table shows them, in the learner's language (tr at display time)
+_HEADINGS = (msg("lesson"), msg("exercises"), msg("correct"), msg("attempted"), msg("not attempted"))
+_ALL = msg("all")  # the totals row
 
 
 class ProgressTable(list):
@@ -83,10 +87,10 @@ class ProgressTable(list):
     def _cells(self) -> list[tuple]:
         rows = [(r.lesson, r.exercises, r.correct, r.attempted, r.not_attempted) for r in self]
         total = tuple(sum(r[i] for r in rows) for i in range(1, 5))
-        return rows + [("all", *total)]
+        return rows + [(tr(_ALL), *total)]
 
     def __repr__(self) -> str:
-        cells = [COLUMNS] + [tuple(map(str, row)) for row in self._cells()]
+        cells = [tuple(map(tr, _HEADINGS))] + [tuple(map(str, row)) for row in self._cells()]
         widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
         lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
                  for row in cells]
@@ -95,7 +99,7 @@ class ProgressTable(list):
     def _repr_html_(self) -> str:
         # JupyterLab right-aligns the cells of HTML outputs; lesson names read better from the left
         left = ' style="text-align:left"'
-        head = "".join(f"<th{left}>{html.escape(c)}</th>" for c in COLUMNS)
+        head = "".join(f"<th{left}>{html.escape(tr(c))}</th>" for c in _HEADINGS)
         body = "".join("<tr>" + "".join(f"<td{left}>{html.escape(str(c))}</td>" for c in row) + "</tr>"
                        for row in self._cells())
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

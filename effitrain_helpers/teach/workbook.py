@@ -13,6 +13,10 @@ cells, no stored verdicts; ``q1.solution()`` works for a self-paced learner) int
   written, the run reports it with the one command that gives a fresh copy while keeping theirs:
   ``effitrain workbook --fresh 2.2`` renames theirs to ``<name>_mine-YYYYmmdd-HHMMSS.ipynb`` and writes a new
   copy beside it. A notebook in the folder that the workbook did not write is never touched either.
+
+``--lang pt-BR`` (or ``EFFITRAIN_LANG=pt-BR make lab``) makes the copies from the translated lessons
+(``notebooks/pt-BR/``; a lesson not translated yet comes in English). Switching language is a lesson change
+like any other: untouched copies are replaced, the learner's own work is kept.
 """
 
 from __future__ import annotations
@@ -85,12 +89,12 @@ def fresh_command(notebook: str, folder: Path) -> str:
 class Workbook:
     """The learner's folder and its manifest; :meth:`sync` and :meth:`fresh` do the work."""
 
-    def __init__(self, folder: str | Path | None = None, source: str | Path | None = None):
+    def __init__(self, folder: str | Path | None = None, source: str | Path | None = None, lang: str = "en"):
         self.folder = default_folder() if folder is None else Path(folder).expanduser()
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"workbook folder {str(self.folder)!r} is a file, not a folder. Fix: pass --dir with a "
                              f"folder path (or set {WORKBOOK_ENV}).")
-        self.notebooks = source_notebooks(source)
+        self.notebooks = source_notebooks(source, lang)  # another language: its translated lessons
         self.manifest_path = self.folder / MANIFEST
         try:
             manifest = json.loads(self.manifest_path.read_text())

@@ -66,7 +66,8 @@ def unreliable_reasons(times: dict[str, list[float]], threads_needed: int, idle:
 
 
 def scaling_verdict(one: dict, many: dict) -> tuple[bool, str]:
-    """(reliable, one sentence): how N processes compare with one, or why this run allows no conclusion.
+    """(reliable, text): how N processes compare with one, or why this run allows no conclusion (a line per
+    reason), in lines of at most 100 characters or so, for a notebook's ``print``.
 
     ``one`` and ``many`` are :func:`measure_scaling` results with 1 and N processes. Besides each run's own
     :func:`unreliable_reasons`, a speed-up above N x ``PLAUSIBLE_SPEEDUP`` is flagged: N processes sharing the
@@ -77,13 +78,14 @@ def scaling_verdict(one: dict, many: dict) -> tuple[bool, str]:
     ratio = many["workbook_samples_per_s"] / one["workbook_samples_per_s"]
     if ratio > n * PLAUSIBLE_SPEEDUP:
         reasons.append(f"{n} processes came out {ratio:.1f}x as fast as one, more than {n} processes can gain "
-                       "over one on the same cores")
+                       "on shared cores")
     if reasons:
-        return False, ("Unreliable measurement, so no conclusion about speed-up: " + "; ".join(reasons)
-                       + ". Close other programs (or wait) and run the cell again.")
+        return False, ("Unreliable measurement, so no conclusion about speed-up:\n"
+                       + "".join(f"  - {r}\n" for r in reasons)
+                       + "Close other programs (or wait) and run the cell again.")
     faster = "faster" if ratio >= 1 else "slower"
-    return True, (f"{n} processes processed {ratio:.2f}x the samples per second of one process "
-                  f"({faster}), repeats and rounds consistent, enough idle cores.")
+    return True, (f"{n} processes processed {ratio:.2f}x the samples per second of one process ({faster}).\n"
+                  "Reliable: repeats and rounds consistent, enough idle cores.")
 
 
 def _timed_steps(model, optimizer, batches, backward, sync_context, device) -> float:

@@ -1,8 +1,9 @@
 """The fine-tuning of chapter 2: a plain PyTorch loop, the same loop with Accelerate, and their evaluation.
 
-Lesson 2.2 shows ``train_plain`` and ``train_accelerate`` side by side (only a few lines differ) and runs the
-second in N real processes; lesson 2.3 looks at ``evaluate``. The module is also a script that runs unchanged
-on one machine or many::
+Lesson 2.2 writes its own two loops in notebook cells (the plain one, then the Accelerate one with the changed
+lines marked); the loops here are the same, for the script below, lesson 2.3's training and the tests
+(``train_plain`` is their one-process reference). Lesson 2.3 writes ``evaluate`` out in a cell. The module is
+also a script that runs unchanged on one machine or many::
 
     python -m effitrain_helpers.training.train --epochs 2                     # one process
     torchrun --nproc_per_node 2 -m effitrain_helpers.training.train --json    # N processes (CPU or one GPU each)

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 _ORDER = ("data sharding", "model replication", "gradient aggregation", "parameter synchronization")
 STEP_NAMES = tuple(sorted(_ORDER))  # alphabetical: the order is the exercise
 _WHY = {
-    0: "before anything else, each device must get its own slice of the batch",
-    1: "a device can only compute gradients once it holds a copy of the model",
-    2: "the gradients of all devices are combined before any weight changes",
-    3: "the last step makes every copy hold the same updated weights",
+    0: msg("before anything else, each device must get its own slice of the batch"),
+    1: msg("a device can only compute gradients once it holds a copy of the model"),
+    2: msg("the gradients of all devices are combined before any weight changes"),
+    3: msg("the last step makes every copy hold the same updated weights"),
 }
+_PASS_FUNCTION = msg("pass your function itself (no parentheses); you gave {fn!r}.")
 
 
 def _close(answer: float, want: float) -> bool:
@@ -28,36 +30,40 @@ def _check_load_and_prepare(fn, path) -> None:
     from accelerate import Accelerator
 
     if not callable(fn):
-        raise Incorrect(f"pass your function itself (no parentheses); you gave {fn!r}.")
+        raise Incorrect(tr(_PASS_FUNCTION, fn=fn))
     got = fn(path)
     if not isinstance(got, tuple) or len(got) != 3:
-        raise Incorrect(f"your function should return (accelerator, model, tokenizer); it returned {got!r:.80}.")
+        raise Incorrect(tr("your function should return (accelerator, model, tokenizer); it returned {got!r:.80}.",
+                           got=got))
     accelerator, model, tokenizer = got
     if not isinstance(accelerator, Accelerator):
-        raise Incorrect(f"the first value should be an Accelerator; it is a {type(accelerator).__name__}.")
+        raise Incorrect(tr("the first value should be an Accelerator; it is a {kind}.",
+                           kind=type(accelerator).__name__))
     if not isinstance(model, torch.nn.Module):
-        raise Incorrect(f"the second value should be the model; it is a {type(model).__name__}.")
+        raise Incorrect(tr("the second value should be the model; it is a {kind}.", kind=type(model).__name__))
     if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
-        raise Incorrect(f"the third value should be the tokenizer; it is a {type(tokenizer).__name__}.")
+        raise Incorrect(tr("the third value should be the tokenizer; it is a {kind}.", kind=type(tokenizer).__name__))
     if not any(m is model for m in accelerator._models):  # what prepare() records for every model it returns
-        raise Incorrect("this model was not returned by accelerator.prepare(model): return what prepare gives back.")
+        raise Incorrect(tr("this model was not returned by accelerator.prepare(model): return what prepare gives "
+                           "back."))
     devices = {p.device.type for p in model.parameters()}
     if devices != {accelerator.device.type}:
-        raise Incorrect(f"the parameters are on {sorted(devices)}, not on the accelerator's {accelerator.device}.")
+        raise Incorrect(tr("the parameters are on {devices}, not on the accelerator's {device}.",
+                           devices=sorted(devices), device=accelerator.device))
     embeddings = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > embeddings:
-        raise Incorrect(f"the tokenizer has {len(tokenizer):,} tokens but the model only {embeddings:,} embeddings: "
-                        "load both from the same `path`.")
+        raise Incorrect(tr("the tokenizer has {tokens:,} tokens but the model only {embeddings:,} embeddings: "
+                           "load both from the same `path`.", tokens=len(tokenizer), embeddings=embeddings))
     batch = tokenizer(["The engineer trained the model.", "A short one."], padding=True, return_tensors="pt")
     with torch.no_grad():
         out = model(**batch.to(accelerator.device))
     logits = getattr(out, "logits", None)
     if logits is None:
-        raise Incorrect("the model returns hidden states but no logits: AutoModel has no task head; use the "
-                        "AutoModelFor... class of the task (sequence classification).")
+        raise Incorrect(tr("the model returns hidden states but no logits: AutoModel has no task head; use the "
+                           "AutoModelFor... class of the task (sequence classification)."))
     if tuple(logits.shape) != (2, 2):
-        raise Incorrect(f"two sentences gave logits of shape {tuple(logits.shape)}; expected (2, 2): "
-                        "a classification head with num_labels=2.")
+        raise Incorrect(tr("two sentences gave logits of shape {shape}; expected (2, 2): a classification head "
+                           "with num_labels=2.", shape=tuple(logits.shape)))
     _check_pretrained_weights(model, path)
 
 
@@ -69,58 +75,64 @@ def _check_pretrained_weights(model, path) -> None:
     reference = AutoModel.from_pretrained(path).get_input_embeddings().weight
     mine = model.get_input_embeddings().weight.detach().to("cpu", torch.float32)
     if mine.shape != reference.shape or not torch.equal(mine, reference.detach().float()):
-        raise Incorrect("the weights are not the checkpoint's: build the model with from_pretrained(path), "
-                        "not from a config (that starts from random weights).")
+        raise Incorrect(tr("the weights are not the checkpoint's: build the model with from_pretrained(path), "
+                           "not from a config (that starts from random weights)."))
 
 
 def _check_training_mib(answer, model) -> None:
     mib = as_number(answer)
     count = sum(p.numel() for p in model.parameters())
-    per_param = {4: "only the weights", 8: "weights and gradients, but not AdamW's two moving averages",
-                 12: "three of the four float32 copies"}
+    per_param = {4: msg("that counts only the weights: training keeps weights, gradients and two AdamW states."),
+                 8: msg("that counts weights and gradients, but not AdamW's two moving averages: training keeps "
+                        "weights, gradients and two AdamW states."),
+                 12: msg("that counts three of the four float32 copies: training keeps weights, gradients and two "
+                         "AdamW states.")}
     if _close(mib, count * 16 / 2**20):
         return
     if _close(mib, count * 16 / 1e6):
-        raise Incorrect("that is megabytes (10^6 bytes); a MiB is 2^20 = 1,048,576 bytes.")
-    for size, what in per_param.items():
+        raise Incorrect(tr("that is megabytes (10^6 bytes); a MiB is 2^20 = 1,048,576 bytes."))
+    for size, why in per_param.items():
         if _close(mib, count * size / 2**20):
-            raise Incorrect(f"that counts {what}: training keeps weights, gradients and two AdamW states.")
+            raise Incorrect(tr(why))
     if _close(mib, count * 16):
-        raise Incorrect("that is bytes; divide by 2**20 for MiB.")
-    raise Incorrect(f"{mib:.3f} MiB is not what training this model's {count:,} parameters keeps in float32.")
+        raise Incorrect(tr("that is bytes; divide by 2**20 for MiB."))
+    raise Incorrect(tr("{mib:.3f} MiB is not what training this model's {count:,} parameters keeps in float32.",
+                       mib=mib, count=count))
 
 
 def _check_gflops_fn(fn) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself (no parentheses); you gave {fn!r}.")
+        raise Incorrect(tr(_PASS_FUNCTION, fn=fn))
     got = fn(1000, 1.0)
     if got is None:
-        raise Incorrect("your function returns None: add a `return`.")
+        raise Incorrect(tr("your function returns None: add a `return`."))
     if math.isclose(got, 2.0, rel_tol=1e-6):
         for n, t in ((512, 0.002), (64, 1e-5)):
             want = 2 * n**3 / t / 1e9
             if not math.isclose(fn(n, t), want, rel_tol=1e-6):
-                raise Incorrect(f"right for n=1000, but for n={n}, t={t} s it gives {fn(n, t)!r} instead of {want:.4g}.")
+                raise Incorrect(tr("right for n=1000, but for n={n}, t={t} s it gives {got!r} instead of {want:.4g}.",
+                                   n=n, t=t, got=fn(n, t), want=want))
         return
     if math.isclose(got, 1.0, rel_tol=1e-6):
-        raise Incorrect("off by a factor of 2: each of the n^3 multiply-adds counts as 2 floating-point operations.")
+        raise Incorrect(tr("off by a factor of 2: each of the n^3 multiply-adds counts as 2 floating-point "
+                           "operations."))
     if math.isclose(got, 2e9, rel_tol=1e-6):
-        raise Incorrect("that is FLOP/s; divide by 1e9 to get GFLOP/s.")
-    raise Incorrect(f"for n=1000 and 1 s your function gives {got!r}; expected 2.0 GFLOP/s.")
+        raise Incorrect(tr("that is FLOP/s; divide by 1e9 to get GFLOP/s."))
+    raise Incorrect(tr("for n=1000 and 1 s your function gives {got!r}; expected 2.0 GFLOP/s.", got=got))
 
 
 def _check_steps(steps) -> None:
     if not isinstance(steps, (list, tuple)) or len(steps) != 4:
-        raise Incorrect(f"give a list of the 4 step names; you gave {steps!r}.")
+        raise Incorrect(tr("give a list of the 4 step names; you gave {steps!r}.", steps=steps))
     norm = [str(s).strip().lower().replace("synchronisation", "synchronization") for s in steps]
     unknown = [s for s in norm if s not in _ORDER]
     if unknown:
-        raise Incorrect(f"{unknown[0]!r} is not one of the four steps; use the names in `STEP_NAMES`.")
+        raise Incorrect(tr("{name!r} is not one of the four steps; use the names in `STEP_NAMES`.", name=unknown[0]))
     if sorted(norm) != sorted(_ORDER):
-        raise Incorrect("each step should appear exactly once.")
+        raise Incorrect(tr("each step should appear exactly once."))
     wrong = next((i for i, (a, b) in enumerate(zip(norm, _ORDER)) if a != b), None)
     if wrong is not None:
-        raise Incorrect(f"position {wrong + 1} is wrong: {_WHY[wrong]}.")
+        raise Incorrect(tr("position {position} is wrong: {why}.", position=wrong + 1, why=tr(_WHY[wrong])))
 
 
 q1 = Exercise(

@@ -173,9 +173,9 @@ q4 = Exercise(
            "weight decay are arguments too.",
            "The names are listed in transformers.training_args.OptimizerNames; the bitsandbytes 8-bit AdamW is "
            "one of them. Also set output_dir, use_cpu=True and report_to='none'.",
-           "TrainingArguments(output_dir=tempfile.mkdtemp(), optim=____, learning_rate=____, "
+           "TrainingArguments(output_dir=out.name, optim=____, learning_rate=____, "
            "weight_decay=____, use_cpu=True, report_to='none')"],
-    solution_code=("my_args = TrainingArguments(output_dir=tempfile.mkdtemp(), optim=\"adamw_bnb_8bit\",\n"
+    solution_code=("my_args = TrainingArguments(output_dir=out.name, optim=\"adamw_bnb_8bit\",\n"
                    "                            learning_rate=1e-3, weight_decay=0.01, use_cpu=True,\n"
                    "                            report_to=\"none\")\n"
                    "q4.check(my_args)"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 
@@ -12,12 +13,13 @@ def _check_matrix_bytes(answer) -> None:
     if math.isclose(n, 4_000_000):
         return
     if math.isclose(n, 1_000_000):
-        raise Incorrect("that is how many numbers the matrix holds; each float32 number takes 4 bytes.")
+        raise Incorrect(tr("that is how many numbers the matrix holds; each float32 number takes 4 bytes."))
     if math.isclose(n, 4_000_000 / 2**20, rel_tol=1e-3) or math.isclose(n, 4.0):
-        raise Incorrect("give the answer in bytes, not MiB or MB.")
+        raise Incorrect(tr("give the answer in bytes, not MiB or MB."))
     if math.isclose(n, 8_000_000):
-        raise Incorrect("8 bytes is a float64 number; float32 takes 4.")
-    raise Incorrect(f"{answer!r} bytes is not it: count the numbers, then multiply by the bytes of one float32.")
+        raise Incorrect(tr("8 bytes is a float64 number; float32 takes 4."))
+    raise Incorrect(tr("{answer!r} bytes is not it: count the numbers, then multiply by the bytes of one float32.",
+                       answer=answer))
 
 
 q1 = Exercise(
