@@ -23,6 +23,9 @@ Targets (checked here, never in timed tests):
    agree), and lesson 2.3's speed-up verdict (N processes vs one) either says unreliable or agrees with the
    same measurement taken just before on the quiet machine (same side of 1, within 30%).
    ``--busy-only`` runs this one alone.
+9. lesson 5.1 (``effitrain fsdp``: 2 CPU processes, ``lesson_size("5.1")``): the bytes the largest FSDP rank
+   holds over the bytes a DDP rank holds is within 5% of 1/N for parameters and for optimizer state (AdamW),
+   and FSDP trains DDP's weights (largest difference <= 1e-6).
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -51,6 +54,8 @@ STATE_VS_THEORY_TOL = 0.05
 EIGHT_BIT_OVER_ADAMW_MAX = 0.3
 FINAL_LOSS_SPREAD_MAX = 0.10
 EDITIONS_MAX_S = 20.0
+SHARDED_VS_ONE_OVER_N_TOL = 0.05
+SHARDED_WEIGHTS_MAX_DIFF = 1e-6
 
 
 def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 7) -> list[dict]:
@@ -262,6 +267,37 @@ def optimizer_targets(steps: int | None = None, seed: int = 0) -> dict:
             "checks": checks}
 
 
+def fsdp_bytes_per_rank(processes: int = 2) -> dict:
+    """Lesson 5.1: FSDP's bytes per rank over DDP's, for parameters and optimizer state, against 1/N."""
+    from effitrain_helpers.training.model_sharding import compare_ddp_fsdp
+
+    report = compare_ddp_fsdp(processes)
+    rows = [{"kind": kind, "ratio": report["ratio"][kind], "one_over_n": 1 / processes,
+             "ok": abs(report["ratio"][kind] * processes - 1) <= SHARDED_VS_ONE_OVER_N_TOL}
+            for kind in ("parameters", "gradients", "optimizer state")]
+    same = report["max_weight_difference"] <= SHARDED_WEIGHTS_MAX_DIFF
+    checks = [r for r in rows if r["kind"] != "gradients"] + [
+        {"target": "FSDP trains DDP's weights", "difference": report["max_weight_difference"], "ok": same}]
+    return {"processes": processes, "parameters": report["parameters"], "rows": rows,
+            "communication": report["ring_bytes_sent"], "max_weight_difference": report["max_weight_difference"],
+            "checks": checks}
+
+
+def _fsdp_lines(f: dict) -> list[str]:
+    lines = ["", f"## Lesson 5.1: bytes per rank, FSDP / DDP ({f['parameters']:,} parameters, {f['processes']} "
+             "CPU processes)", "", "| kind | largest FSDP rank / DDP rank | 1/N | target within 5% of 1/N |",
+             "|---|---|---|---|"]
+    for r in f["rows"]:
+        target = "(no target)" if r["kind"] == "gradients" else ("ok" if r["ok"] else "MISSED")
+        lines.append(f"| {r['kind']} | {r['ratio']:.4f} | {r['one_over_n']:.4f} | {target} |")
+    sent = f["communication"]
+    lines += ["", f"bytes each rank sends per step (ring collectives): DDP {sent['DDP']:,.0f}, FSDP "
+              f"{sent['FSDP']:,.0f} (ratio {sent['FSDP'] / sent['DDP']:.2f}); largest weight difference "
+              f"{f['max_weight_difference']:.1e} (target <= {SHARDED_WEIGHTS_MAX_DIFF:g}: "
+              f"{'ok' if f['checks'][-1]['ok'] else 'MISSED'})"]
+    return lines
+
+
 def _optimizer_lines(o: dict) -> list[str]:
     lines = ["", f"## Chapter 4 optimizers ({o['steps']} steps, seed {o['seed']}, {o['device']})", "",
              "| optimizer | state bytes | theory bytes | measured / theory (target within 5%) | ms per step | "
@@ -319,6 +355,8 @@ def write_report(report: dict, out: Path) -> None:
               f"{', '.join(imp['heavy_imported']) or 'none'} ({'ok' if imp['ok'] else 'MISSED'})"]
     if "optimizers" in report:
         lines += _optimizer_lines(report["optimizers"])
+    if "fsdp" in report:
+        lines += _fsdp_lines(report["fsdp"])
     if "busy" in report:
         lines += ["", "## Verdicts with a second process burning one core (lessons 1.1 and 2.3)", "",
                   "| verdict line | reliable | true (target) |", "|---|---|---|"]
@@ -358,13 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         "checkpointing": checkpointing_tradeoff(),
         "optimizers": optimizer_targets(),
         "editions": editions_build(),
+        "fsdp": fsdp_bytes_per_rank(),
         "busy": verdicts_under_load(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
     checks = (report["harness"] + report["notebooks"] + [report["ddp"], report["import"], report["editions"]]
               + [report["busy"]]
-              + report["checkpointing"] + report["optimizers"]["checks"])
+              + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 

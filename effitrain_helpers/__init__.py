@@ -10,7 +10,8 @@ Sub-packages, lowest layer first (a module imports only from its own layer or lo
                  ``optimizer_memory``
 - ``training``   the lessons' runs: ``train`` (chapter 2's loop), ``ddp_checks``, ``scaling``; chapter 3's
                  ``workload``, ``accumulation``, ``checkpointing``, ``local_sgd``, ``precision``, ``techniques``
-                 and ``efficiency`` (the chapter's table); ``optimizer_compare`` (chapter 4)
+                 and ``efficiency`` (the chapter's table); ``optimizer_compare`` (chapter 4);
+                 ``model_sharding`` (lesson 5.1: DDP against FSDP)
 - ``teach``      ``exercises`` and ``checks`` (one module per lesson), ``editions``, ``lessons`` (the course map),
                  ``plots``, ``widgets``
 - ``cli``        the ``effitrain`` command line

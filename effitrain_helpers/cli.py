@@ -10,6 +10,7 @@
     effitrain efficiency [--processes N] [--accumulation-steps K] [--local-sgd-steps K] [--steps S] [--json]
     effitrain optimizers [--optimizers adamw,adafactor,adamw8bit] [--steps N] [--learning-rate LR] [--seed S]
                          [--plot FILE.png] [--json]
+    effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
@@ -178,6 +179,27 @@ def _optimizers(args) -> int:
         plot_optimizer_comparison(result).savefig(args.plot, dpi=120)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def _fsdp(args) -> int:
+    """Chapter 5, lesson 5.1: bytes per rank and communication per step, DDP against FSDP, and equivalence."""
+    from effitrain_helpers.training.model_sharding import compare_ddp_fsdp, report_table, sharding_arguments
+
+    sharding_arguments(args.processes, args.steps, args.batch_size)  # bad input: one line, before any work
+    if not args.json:
+        print("training the same model with DDP and with fully_shard (FSDP2) in real CPU processes ...")
+    report = compare_ddp_fsdp(args.processes, steps=args.steps, batch_size=args.batch_size)
+    print(json.dumps(report) if args.json else report_table(report))
+    return 0
+
+
+def _add_fsdp_parser(sub) -> None:
+    p = sub.add_parser("fsdp", help="chapter 5: bytes per rank and communication per step, DDP against FSDP")
+    p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 3 small, 20 full)")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per process and step (default: 8 small)")
+    p.add_argument("--json", action="store_true", help="one JSON record: bytes, theory, communication, differences")
+    p.set_defaults(func=_fsdp)
 
 
 def _add_optimizers_parser(sub) -> None:
@@ -393,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON record per technique, measured and expected ratios")
     p.set_defaults(func=_efficiency)
     _add_optimizers_parser(sub)
+    _add_fsdp_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)
     return parser

@@ -162,3 +162,26 @@ def test_optimizers_text_table(tmp_path):
 ])
 def test_optimizers_bad_input_is_one_line_and_exit_code_2(args, words, capsys):
     test_bad_input_is_one_line_and_exit_code_2(args, words, capsys)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["fsdp", "--processes", "1"], "--processes=1 must be a whole number from 2 to 64"),
+    (["fsdp", "--processes", "0"], "sharding across 1 process keeps everything whole"),
+    (["fsdp", "--steps", "0"], "--steps=0 must be a whole number >= 1"),
+    (["fsdp", "--batch-size", "-2"], "--batch-size=-2 must be a whole number >= 1"),
+])
+def test_fsdp_bad_input_is_one_line_and_exit_code_2(args, words, capsys):
+    test_bad_input_is_one_line_and_exit_code_2(args, words, capsys)
+
+
+@pytest.mark.slow
+def test_fsdp_json_reports_bytes_per_rank_communication_and_equivalence():
+    out = run("fsdp", "--processes", "2", "--steps", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["processes"] == 2
+    for strategy in ("DDP", "FSDP"):
+        assert report["bytes"][strategy] == report["theory_bytes"][strategy]
+        assert report["communication"][strategy] == report["theory_communication"][strategy]
+    assert all(abs(r - 0.5) <= 0.025 for r in report["ratio"].values())
+    assert report["max_weight_difference"] <= 1e-6 and report["max_loss_difference"] <= 1e-6

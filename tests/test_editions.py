@@ -239,6 +239,8 @@ class _Recorder:
         self.results.append(self.exercise.evaluate(*args, **kwargs))
 
 
+_ONE_5_2 = ("from effitrain_helpers.measure.step_profile import StepProfile\n"
+            "one = StepProfile({'data loading': 1.0, 'forward': 2.0, 'backward': 3.0}, 7.0, 0.0, [7.0], 1)")
 CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell needs)
     ("00_", "start_here", "q1", ""),
     ("1_1_", "lesson_1_1", "q1", "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
@@ -261,6 +263,12 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("4_1_", "lesson_4_1", "q1", "from effitrain_helpers.teach.checks.lesson_4_1 import q1_model"),
     ("4_2_", "lesson_4_2", "q3", ""),
     ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
+    ("5_1_", "lesson_5_1", "q2", ""),
+    ("5_1_", "lesson_5_1", "q3", ""),
+    ("5_2_", "lesson_5_2", "q2", _ONE_5_2),
+    ("5_2_", "lesson_5_2", "q3", _ONE_5_2),
+    ("5_3_", "lesson_5_3", "q2", ""),
+    ("5_3_", "lesson_5_3", "q3", "import math"),
 ]
 
 

@@ -133,3 +133,17 @@ def test_blockwise_quantisation_figure_decodes_with_the_block_scales():
     assert np.abs(decoded - values).max() <= 2.0 / 255 + 1e-9
     with pytest.raises(ValueError, match="one absmax per block"):
         plots.plot_blockwise_quantisation(values, codes, absmax[:1], qmap)
+
+
+def test_plot_rank_bytes_draws_one_bar_per_rank_and_refuses_nothing():
+    import pytest
+
+    from effitrain_helpers.teach.plots import plot_rank_bytes
+
+    ddp = [{"parameters": 4, "gradients": 4, "optimizer state": 8}] * 2
+    fsdp = [{"parameters": 2, "gradients": 2, "optimizer state": 4}] * 2
+    fig = plot_rank_bytes({"DDP": ddp, "FSDP": fsdp}, theory={"DDP": ddp, "FSDP": fsdp})
+    ax = fig.axes[0]
+    assert len(ax.patches) == 4 * 3 and [t.get_text() for t in ax.get_xticklabels()][2] == "FSDP\nrank 0"
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_rank_bytes({})

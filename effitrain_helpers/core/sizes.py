@@ -27,6 +27,17 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     "3.2": {"small": {"seq_lens": (32, 64, 128)}, "full": {"seq_lens": (128, 256, 512)}},
     "3.3": {"small": {"steps": 6}, "full": {"steps": 30}},
     "4": {"small": {"steps": 150}, "full": {"steps": 400}},  # lessons 4.1-4.3 and `effitrain optimizers`
+    "5.1": {"small": {"steps": 3, "batch_size": 8}, "full": {"steps": 20, "batch_size": 32}},  # per process
+    "5.2": {  # batch size, unrecorded reference steps (profiler waiting), recorded steps (profiler active)
+        "small": {"batch_size": 8, "reference_steps": 2, "active_steps": 3},
+        "full": {"batch_size": 32, "reference_steps": 5, "active_steps": 10},
+    },
+    "5.3": {  # rows of seq_len tokens, batch per process, optimizer steps; checkpoints every save_every steps
+        "small": {"n_rows": 80, "seq_len": 32, "batch_size": 4, "steps": 16, "save_every": 3, "stop_at": 6,
+                  "crash_at": 14},
+        "full": {"n_rows": 400, "seq_len": 64, "batch_size": 8, "steps": 60, "save_every": 10, "stop_at": 30,
+                 "crash_at": 47},
+    },
 }
 
 

@@ -1,4 +1,4 @@
-"""How often, and how much, do the processes of a training run talk to each other? (lesson 3.2)
+"""How often, and how much, do the processes of a training run talk to each other? (lessons 3.2 and 5.1)
 
 :class:`CommunicationCounter` runs inside each process of a group and records every collective a training
 loop triggers:
@@ -7,7 +7,14 @@ loop triggers:
   averages the parameters;
 - the gradient all-reduces of ``DistributedDataParallel``, which normally happen in C++: a communication hook
   (the standard averaging all-reduce) routes them through ``torch.distributed.all_reduce``, where they are
-  counted.
+  counted;
+- the ``torch.distributed.all_gather_single`` and ``reduce_scatter_single`` calls that ``fully_shard``
+  (FSDP2) makes from Python (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): parameters
+  gathered before forward and backward, gradients reduce-scattered after backward (lesson 5.1).
+
+The bytes of a collective are its *payload*, the size of the whole tensor it works on: the tensor of an
+all-reduce, the gathered output of an all-gather, the input of a reduce-scatter (padding included).
+``bytes_by_collective`` splits them by collective.
 
 The loop calls ``counter.step()`` after each optimizer step; a step *synchronised* if any bytes were
 exchanged during it. Plain data parallelism synchronises at every step; local SGD with ``k`` steps at every
@@ -16,8 +23,12 @@ k-th step only.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
+
+# collective -> the argument whose tensor is its payload (the whole tensor it works on)
+COUNTED = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input"}
 
 
 @dataclass
@@ -30,6 +41,7 @@ class CommunicationSummary:
     calls: int
     bytes: int
     blocked_seconds: float
+    bytes_by_collective: dict[str, int] = field(default_factory=dict)
 
     @property
     def synchronisations(self) -> int:
@@ -39,48 +51,57 @@ class CommunicationSummary:
 
 @dataclass
 class CommunicationCounter:
-    """Counts collectives (calls, bytes, seconds spent blocked in Python-level all-reduces) per step."""
+    """Counts collectives (calls, bytes, seconds spent blocked in Python-level collectives) per step."""
 
     calls: int = 0
     bytes: int = 0
     blocked_seconds: float = 0.0
     steps: int = 0
     synchronised_steps: list[int] = field(default_factory=list)
+    bytes_by_collective: dict[str, int] = field(default_factory=dict)
     _bytes_at_last_step: int = 0
-    _original_all_reduce: object = None
+    _originals: dict = field(default_factory=dict)
 
     def watch(self, model=None) -> "CommunicationCounter":
-        """Start counting: patch ``torch.distributed.all_reduce`` and, if ``model`` is a DDP model, register
-        a counting communication hook on it (before its first backward). Returns ``self``."""
+        """Start counting: patch the collectives in :data:`COUNTED` on ``torch.distributed`` and, if ``model``
+        is a DDP model, register a counting communication hook on it (before its first backward).
+        Returns ``self``."""
         import torch.distributed as dist
 
-        if self._original_all_reduce is None:
-            self._original_all_reduce = dist.all_reduce
-            original = self._original_all_reduce
-
-            def counted_all_reduce(tensor, *args, **kwargs):
-                start = time.perf_counter()
-                result = original(tensor, *args, **kwargs)
-                self.blocked_seconds += time.perf_counter() - start
-                self._record(tensor.numel() * tensor.element_size())
-                return result
-
-            dist.all_reduce = counted_all_reduce
+        for name, payload in COUNTED.items():
+            if name not in self._originals:
+                self._originals[name] = getattr(dist, name)
+                setattr(dist, name, self._counted(name, payload, self._originals[name]))
         if model is not None and hasattr(model, "register_comm_hook"):
             model.register_comm_hook(None, self._ddp_hook)
         return self
 
+    def _counted(self, name: str, payload: str, original):
+        """``original`` wrapped: the call runs as before, its payload's bytes and blocked time recorded."""
+        signature = inspect.signature(original)
+
+        def counted(*args, **kwargs):
+            tensor = signature.bind(*args, **kwargs).arguments[payload]
+            start = time.perf_counter()
+            result = original(*args, **kwargs)
+            self.blocked_seconds += time.perf_counter() - start
+            self._record(name, tensor.numel() * tensor.element_size())
+            return result
+
+        return counted
+
     def stop(self) -> None:
-        """Stop counting Python-level all-reduces (restore ``torch.distributed.all_reduce``)."""
+        """Stop counting Python-level collectives (restore the originals on ``torch.distributed``)."""
         import torch.distributed as dist
 
-        if self._original_all_reduce is not None:
-            dist.all_reduce = self._original_all_reduce
-            self._original_all_reduce = None
+        for name, original in self._originals.items():
+            setattr(dist, name, original)
+        self._originals.clear()
 
-    def _record(self, nbytes: int) -> None:
+    def _record(self, name: str, nbytes: int) -> None:
         self.calls += 1
         self.bytes += nbytes
+        self.bytes_by_collective[name] = self.bytes_by_collective.get(name, 0) + nbytes
 
     def _ddp_hook(self, state, bucket):
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -95,6 +116,6 @@ class CommunicationCounter:
         self._bytes_at_last_step = self.bytes
 
     def summary(self) -> CommunicationSummary:
-        """Steps, synchronised steps, collective calls, bytes and blocked seconds so far."""
+        """Steps, synchronised steps, collective calls, bytes (also by collective) and blocked seconds so far."""
         return CommunicationSummary(self.steps, list(self.synchronised_steps), self.calls, self.bytes,
-                                    self.blocked_seconds)
+                                    self.blocked_seconds, dict(self.bytes_by_collective))

@@ -4,6 +4,8 @@
 - ``plot_four_steps``: the four steps of data-parallel training on two devices (lesson 1.1)
 - ``plot_gradient_sync``: steps 3 and 4 with a parameter server and with DDP's all-reduce (lesson 1.1)
 - ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
+- ``plot_rank_bytes``: bytes each rank holds under DDP and FSDP, by kind (lesson 5.1)
+- ``plot_step_breakdown``: a training step's phases as stacked bars, one per configuration (lesson 5.2)
 
 The titles and labels of lesson 1.1's and chapter 3's figures are in the learner's language (``tr``, see
 :mod:`effitrain_helpers.core.language`); the other figures are still in English.
@@ -555,4 +557,124 @@ def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: in
     error.set_xlabel("|decoded - float32| / block's absmax", fontsize=FONT - 2)
     error.set_ylabel("values", fontsize=FONT - 2)
     error.set_title(f"decoding error: at most {relative.max():.3f} of the absmax", fontsize=FONT - 1)
+    return fig
+
+
+# ---- chapter 5, lesson 5.1: what each rank holds under DDP and under FSDP -----------------------------------------
+
+def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict]] | None = None,
+                    title: str = "") -> "Figure":
+    """Bytes each rank holds, by kind, under each strategy (lesson 5.1): one group of bars per strategy
+    (``measured["DDP"]``, ``measured["FSDP"]``: one ``{kind: bytes}`` per rank, in rank order), one bar per
+    rank stacked by kind (parameters, gradients, optimizer state); ``theory`` (same shape) marks each bar's
+    expected total with a black line."""
+    import matplotlib.pyplot as plt
+
+    if not measured or not all(measured.values()):
+        raise ValueError("nothing to plot: pass {strategy: [{kind: bytes} per rank]}, e.g. report['bytes'] "
+                         "of compare_ddp_fsdp().")
+    kinds = list(next(iter(measured.values()))[0])
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    ticks, labels, x = [], [], 0.0
+    for strategy, ranks in measured.items():
+        for rank, held in enumerate(ranks):
+            bottom = 0.0
+            for colour, kind in zip(colours, kinds):
+                ax.bar(x, held[kind] / 2**20, bottom=bottom, color=colour, width=0.8,
+                       label=kind if x == 0 else None)
+                bottom += held[kind] / 2**20
+            ax.text(x, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=FONT - 2)
+            if theory is not None:
+                expected = sum(theory[strategy][rank].values()) / 2**20
+                ax.hlines(expected, x - 0.45, x + 0.45, colors="black", linewidth=2,
+                          label="theory" if x == 0 else None)
+            ticks.append(x)
+            labels.append(f"{strategy}\nrank {rank}")
+            x += 1
+        x += 0.6
+    ax.set_xticks(ticks, labels, fontsize=FONT - 1)
+    ax.set_ylabel("MiB held by the rank", fontsize=FONT)
+    ax.legend(fontsize=FONT - 2, loc="upper right")
+    ax.margins(y=0.15)
+    ax.set_title(title or "What each rank holds: full copies (DDP) against 1/N shards (FSDP)", fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig
+
+
+# ---- chapter 5, lesson 5.3
+
+
+def plot_resume_timeline(launches: list[dict], crash_after: int, resumed_from: int) -> "Figure":
+    """The steps of a crashed run and of its resumed launch on one axis (lesson 5.3).
+
+    Each launch is ``{"label", "start", "end", "saves"}``: it ran the optimizer steps ``start + 1 .. end`` and
+    saved a checkpoint after each step in ``saves``. The first launch died after ``crash_after`` steps; the
+    second resumed from the checkpoint taken after ``resumed_from`` steps, so steps ``resumed_from + 1 ..
+    crash_after`` were done twice (lost, in red).
+    """
+    import matplotlib.pyplot as plt
+
+    if not launches:
+        raise ValueError("no launches to draw; pass the crashed launch and the resumed one.")
+    if not 0 <= resumed_from <= crash_after:
+        raise ValueError(f"resumed_from={resumed_from} must lie between 0 and crash_after={crash_after}.")
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.0 * len(launches)))
+    for lane, run in enumerate(reversed(launches)):
+        ax.broken_barh([(run["start"], run["end"] - run["start"])], (lane - 0.3, 0.6), color="#9ecae1")
+        for step in range(run["start"] + 1, run["end"] + 1):
+            ax.plot([step, step], [lane - 0.3, lane + 0.3], color="white", lw=1)
+        ax.plot(run["saves"], [lane] * len(run["saves"]), "D", color="#08519c", ms=9,
+                label="checkpoint saved" if lane == 0 else None)
+    top = len(launches) - 1  # the first launch is drawn on the top lane
+    ax.broken_barh([(resumed_from, crash_after - resumed_from)], (top - 0.3, 0.6), color="#fb6a4a",
+                   label=f"lost: {crash_after - resumed_from} step(s) done again")
+    ax.plot([crash_after], [top], "X", color="#a50f15", ms=16, label="rank killed (SIGKILL)")
+    ax.annotate("", xy=(resumed_from, top - 1 + 0.35), xytext=(resumed_from, top - 0.35),
+                arrowprops={"arrowstyle": "->", "color": "#08519c", "lw": 2})
+    ax.text(resumed_from - 0.15, top - 0.5, "load_state", ha="right", va="center", fontsize=FONT - 3,
+            color="#08519c")
+    ax.set_yticks(range(len(launches)), [run["label"] for run in reversed(launches)], fontsize=FONT - 1)
+    ax.set_xlabel("optimizer steps done", fontsize=FONT - 1)
+    ax.set_xlim(0, max(run["end"] for run in launches) + 0.5)
+    ax.set_ylim(-0.7, len(launches) - 0.3)
+    ax.legend(fontsize=FONT - 3, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, frameon=False)
+    ax.set_title("Checkpoint, crash, resume", fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+# ---- chapter 5, lesson 5.2
+def plot_step_breakdown(profiles: dict, title: str = "Where a training step's time goes") -> "Figure":
+    """One stacked bar per configuration (``{label: StepProfile}``): the labelled phases and the unlabelled
+    rest, in ms per step, adding up to the profiler's step; under it, a hatched bar for the time collectives
+    ran on the process group's threads (overlapping backward, so not stacked). Lesson 5.2."""
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.measure.step_profile import OTHER
+
+    if not profiles:
+        raise ValueError("profiles is empty: pass {label: StepProfile} for at least one configuration.")
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.1 * len(profiles)))
+    labels, hatched = list(profiles), False
+    for y, label in enumerate(labels):
+        profile = profiles[label]
+        parts = list(profile.phases_ms.items()) + [(OTHER, profile.other_ms)]
+        left = 0.0
+        for (phase, ms), color in zip(parts, colors[:len(parts) - 1] + ["#cccccc"]):
+            ax.barh(y, ms, left=left, height=0.5, color=color, label=phase if y == 0 else None)
+            if ms >= 0.07 * profile.step_ms:
+                ax.text(left + ms / 2, y, f"{ms:.0f}", ha="center", va="center", fontsize=FONT - 3)
+            left += ms
+        if profile.communication_ms:
+            ax.barh(y + 0.38, profile.communication_ms, height=0.2, color="white", edgecolor="black",
+                    hatch="//", label=None if hatched else "collectives (gloo threads, overlapping)")
+            hatched = True
+    ax.set_yticks(range(len(labels)), labels, fontsize=FONT - 2)
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds per step (profiler)", fontsize=FONT - 1)
+    ax.set_title(title, fontsize=FONT)
+    ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     return fig

@@ -1,0 +1,144 @@
+"""Exercises of lesson 5.1 (shard the model: FSDP against DDP)."""
+
+from __future__ import annotations
+
+from effitrain_helpers.teach.exercises import Incorrect, Exercise, as_number
+
+PROCESSES, STEPS, BATCH = 2, 2, 8  # q1's run: 2 processes, 2 AdamW steps on batches of 8 (4 per process)
+TOLERANCE = 1e-6  # largest weight difference allowed against DDP on the same batches
+
+
+def _run_learner(shard_fn) -> dict:
+    """In each rank: the lesson model sharded by the learner's ``shard_fn(model)`` and trained, then the same
+    model replicated with DDP and trained on the same batches. Returns the local shard of every parameter
+    before training, the FSDP groups, and both runs' final weights (gathered whole)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from effitrain_helpers.training.model_sharding import (fsdp_groups, full_state, local_part, sharding_batches,
+                                                           sharding_model, train_steps)
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = sharding_model()
+    returned = shard_fn(model)
+    model = model if returned is None else returned
+    shards = {name.removeprefix("module."): local_part(p).detach().clone() for name, p in model.named_parameters()}
+    mine = [(t.chunk(world)[rank], y.chunk(world)[rank]) for t, y in sharding_batches(STEPS, BATCH)]
+    train_steps(model, mine)
+    ddp = DistributedDataParallel(sharding_model())
+    train_steps(ddp, mine)
+    return {"shards": shards, "groups": fsdp_groups(model), "weights": full_state(model),
+            "ddp_weights": full_state(ddp)}
+
+
+def _check_sharding(shard_fn) -> None:
+    import torch
+
+    from effitrain_helpers.processes.launch import RankFailed, launch
+    from effitrain_helpers.training.model_sharding import sharding_model
+
+    if not callable(shard_fn):
+        raise Incorrect(f"pass your function itself; you gave {shard_fn!r}.")
+    try:
+        ranks = launch(_run_learner, shard_fn, num_processes=PROCESSES, cpu=True, quiet=True)
+    except RankFailed as err:
+        raise Incorrect(f"in {PROCESSES} processes your function raised {err.exc_type}: "
+                        f"{str(err).splitlines()[0]}") from None
+    whole = dict(sharding_model().named_parameters())
+    names = list(ranks[0]["shards"])
+    unsharded = [n for n in names if ranks[0]["shards"][n].shape == whole[n].shape and whole[n].shape[0] > 1]
+    if len(unsharded) == len(names):
+        raise Incorrect("every rank still holds every parameter whole: call fully_shard on the model.")
+    if unsharded:
+        raise Incorrect(f"{len(unsharded)} of {len(names)} parameters are still whole on every rank (e.g. "
+                        f"{unsharded[0]}): fully_shard(model) on the root takes the ones no block took.")
+    groups = ranks[0]["groups"]
+    blocks = len(sharding_model().blocks)
+    if len(groups) < blocks + 1:
+        raise Incorrect(f"the model has {len(groups)} FSDP group(s), so all its parameters are gathered at once: "
+                        f"call fully_shard on each of the {blocks} blocks first, then on the model.")
+    for name in names:
+        joined = torch.cat([r["shards"][name] for r in ranks], dim=0)
+        if not torch.equal(joined, whole[name].detach()):
+            raise Incorrect(f"the ranks' shards of {name} do not put the parameter back together: each rank "
+                            f"must hold its own part (fully_shard shards dimension 0).")
+    gap = max(float((r["weights"][k] - r["ddp_weights"][k]).abs().max()) for r in ranks for k in r["weights"])
+    if gap > TOLERANCE:
+        raise Incorrect(f"after {STEPS} steps the weights differ from DDP's on the same batches by {gap:.1e} "
+                        f"(allowed {TOLERANCE:g}).")
+
+
+GB = 1e9
+
+
+def _check_bytes_per_gpu(answer) -> None:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
+        raise Incorrect("answer with a pair: (ddp_gb, fsdp_gb).")
+    ddp, fsdp = (as_number(a) for a in answer)
+    params, gpus = 1.5e9, 8
+    full = params * (4 + 4 + 8) / GB  # float32 parameters, gradients, AdamW's two moments
+    if abs(ddp - full) > 0.02 * full:
+        for bytes_per, missing in ((4 + 8, "the gradients"), (4 + 4, "AdamW's two states"), (4, "gradients and "
+                                                                                               "AdamW's states")):
+            if abs(ddp - params * bytes_per / GB) <= 0.02 * full:
+                raise Incorrect(f"{ddp:g} GB leaves out {missing}: count 4 bytes of parameter, 4 of gradient and "
+                                "8 of AdamW state per parameter.")
+        if abs(ddp - full / gpus) <= 0.02 * full:
+            raise Incorrect("DDP does not divide anything: every GPU keeps full copies.")
+        raise Incorrect(f"DDP: {ddp:g} GB per GPU is not what 1.5e9 parameters x bytes per parameter gives.")
+    if abs(fsdp - full) <= 0.02 * full:
+        raise Incorrect("FSDP holds 1/N of each: divide by the number of GPUs.")
+    if abs(fsdp - full / gpus) > 0.02 * full / gpus:
+        raise Incorrect(f"FSDP: {fsdp:g} GB is not DDP's bytes divided among {gpus} GPUs.")
+
+
+def _check_communication_ratio(answer) -> None:
+    got = as_number(answer)
+    if abs(got - 1.0) < 0.01:
+        raise Incorrect("that is the ratio when the parameters stay gathered until backward "
+                        "(reshard_after_forward=False): here they are gathered a second time in backward.")
+    if abs(got - 2 / 3) < 0.01:
+        raise Incorrect("upside down: FSDP sends more than DDP, not less.")
+    if abs(got - 1.5) > 0.01:
+        raise Incorrect(f"{got:g}: count all-gathers and reduce-scatters in units of the model's bytes: an "
+                        "all-reduce costs two of them.")
+
+
+q1 = Exercise(
+    "5.1 q1: shard the model with fully_shard, in 2 processes",
+    _check_sharding,
+    usage="q1.check(shard)",
+    hints=["FSDP2 shards a module's parameters when you call fully_shard on it. Call it bottom-up: each "
+           "transformer block gets its own group (gathered only while that block runs), then the root takes "
+           "what is left (the embedding and the head).",
+           "torch.distributed.fsdp.fully_shard(module) works in place and returns the module; the blocks are in "
+           "model.blocks (a ModuleList). The fully_shard docstring says to call it on sub-modules first.",
+           "def shard(model):\n    for ____ in model.blocks:\n        fully_shard(____)\n    ____\n"
+           "    return model"],
+    solution_code=(
+        "def shard(model):\n    for block in model.blocks:\n        fully_shard(block)\n"
+        "    fully_shard(model)\n    return model\n\nq1.check(shard)"
+    ),
+)
+q2 = Exercise(
+    "5.1 q2: bytes per GPU for a 1.5B-parameter model",
+    _check_bytes_per_gpu,
+    usage="q2.check((ddp_gb, fsdp_gb))",
+    hints=["Per parameter, float32 training with AdamW keeps the parameter, its gradient and two moments.",
+           "That is 4 + 4 + 2 x 4 = 16 bytes per parameter; 1 GB = 1e9 bytes. FSDP divides all three among "
+           "the GPUs, DDP divides none.",
+           "ddp_gb = 1.5e9 * ____ / 1e9\nfsdp_gb = ddp_gb / ____"],
+    solution_code=("ddp_gb = 1.5e9 * (4 + 4 + 8) / 1e9\nfsdp_gb = ddp_gb / 8\n"
+                   "q2.check((ddp_gb, fsdp_gb))"),
+)
+q3 = Exercise(
+    "5.1 q3: how much more does FSDP send?",
+    _check_communication_ratio,
+    usage="q3.check(ratio)",
+    hints=["With ring algorithms, an all-gather and a reduce-scatter each make a rank send (N-1)/N of the "
+           "tensor; an all-reduce is a reduce-scatter followed by an all-gather.",
+           "DDP: one all-reduce of the gradients per step. FSDP with every group resharded after forward: "
+           "an all-gather in forward, another in backward, and a reduce-scatter of the gradients.",
+           "ratio = (____ + ____ + ____) / (2 * ____)   # in units of (N-1)/N x the model's bytes"],
+    solution_code="ratio = (1 + 1 + 1) / 2\nq3.check(ratio)",
+)

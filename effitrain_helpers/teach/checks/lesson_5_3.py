@@ -1,0 +1,242 @@
+"""Exercises of lesson 5.3 (checkpoint, crash, resume)."""
+
+from __future__ import annotations
+
+import math
+
+from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+
+# q1's run: 2 processes, batches of 2, 8 steps (one epoch per rank); saves after steps 2 and 4; stops after 5
+PROCESSES, BATCH, STEPS, SAVES, STOP = 2, 2, 8, (2, 4), 5
+TIMEOUT = 150  # seconds; a save or barrier on one rank only can make the other wait for ever
+# q2: a checkpoint every 50 steps, a rank dies after 1,336 steps; q3: Young's interval for a 512-GPU job
+Q2_EVERY, Q2_DONE = 50, 1336
+Q3_SAVE_SECONDS, Q3_GPUS, Q3_GPU_MTBF_YEARS = 30.0, 512, 5.0
+YEAR_SECONDS = 365 * 24 * 3600
+
+
+def _build():
+    """A seeded run on the tiny model: Accelerator, prepared model, AdamW, shuffled loader, linear schedule."""
+    import torch
+    from accelerate import Accelerator, DataLoaderConfiguration
+    from accelerate.utils import set_seed
+    from torch.utils.data import DataLoader
+
+    set_seed(0)
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    loader = DataLoader(tiny_rows(PROCESSES * BATCH * STEPS), batch_size=BATCH, shuffle=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / (PROCESSES * STEPS + 1))
+    return accelerator, *accelerator.prepare(model, optimizer, loader, scheduler)
+
+
+def _step(accelerator, model, optimizer, scheduler, batch) -> None:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+
+
+def _weights(accelerator, model):
+    return accelerator.unwrap_model(model).linear.weight.detach().clone()
+
+
+def _run_learner(save, resume, root: str) -> dict:
+    """In each process: an uninterrupted run; a run that saves with ``save`` and stops; a run restarted
+    with ``resume``. Returns what the checker compares."""
+    accelerator, model, optimizer, loader, scheduler = _build()
+    batches = []
+    for batch in loader:
+        batches.append(batch["labels"].clone())
+        _step(accelerator, model, optimizer, scheduler, batch)
+    reference = _weights(accelerator, model)
+
+    accelerator, model, optimizer, loader, scheduler = _build()
+    saved = {}
+    for done, batch in enumerate(loader, start=1):
+        _step(accelerator, model, optimizer, scheduler, batch)
+        if done in SAVES:
+            save(accelerator, root, done)
+            saved[done] = _weights(accelerator, model)
+        if done == STOP:
+            break
+    accelerator.wait_for_everyone()
+
+    accelerator, model, optimizer, loader, scheduler = _build()
+    answer = resume(accelerator, loader, root)
+    if not (isinstance(answer, tuple) and len(answer) == 2):
+        return {"answer": repr(answer)[:80]}
+    done, rest = answer
+    restored = {"weights": _weights(accelerator, model), "adam": len(optimizer.state_dict()["state"]),
+                "scheduler": scheduler.scheduler.last_epoch}
+    first, steps = None, 0
+    for batch in rest:
+        first = batch["labels"].clone() if first is None else first
+        _step(accelerator, model, optimizer, scheduler, batch)
+        steps += 1
+    return {"answer": None, "done": done, "restored": restored, "first": first, "steps": steps,
+            "saved": saved, "batches": batches, "reference": reference, "final": _weights(accelerator, model)}
+
+
+def _saved_files(root) -> dict[str, set[str]]:
+    """Each folder under ``root`` that holds a file, with the names of its files."""
+    from pathlib import Path
+
+    out: dict[str, set[str]] = {}
+    for path in Path(root).rglob("*"):
+        if path.is_file():
+            out.setdefault(str(path.parent.relative_to(root)), set()).add(path.name)
+    return out
+
+
+def _judge_files(files: dict[str, set[str]]) -> None:
+    """Incorrect when what ``save`` wrote cannot be a checkpoint of every rank at each step."""
+    if not files:
+        raise Incorrect("nothing was written under root: save should call accelerator.save_state(folder) "
+                        "with a folder inside root.")
+    if len(files) < len(SAVES):
+        raise Incorrect(f"save was called {len(SAVES)} times but wrote {len(files)} folder(s): give each step "
+                        "its own folder (put the step in its name), or the newest overwrites the others.")
+    lonely = [f for f, names in files.items() if "random_states_0.pkl" in names and "random_states_1.pkl" not in names]
+    if lonely:
+        raise Incorrect("rank 1's random state is missing from the checkpoint: call save_state in EVERY process "
+                        "(it writes the shared files on the main process only, and each rank's own state).")
+
+
+def _judge(rank: dict) -> None:
+    """Incorrect with the first thing that went wrong in one rank's report."""
+    import torch
+
+    if rank["answer"] is not None:
+        raise Incorrect(f"resume should return a pair (steps_done, loader); yours returned {rank['answer']}.")
+    done = rank["done"]
+    if done != SAVES[-1]:
+        raise Incorrect(f"your resume said {done!r} steps were done; the newest checkpoint was saved after "
+                        f"{SAVES[-1]} (the run stopped after {STOP}, so step {STOP} is lost).")
+    restored = rank["restored"]
+    if not torch.equal(restored["weights"], rank["saved"][done]) or not restored["adam"]:
+        raise Incorrect("after resume the model (or AdamW's state) is not the saved one: call "
+                        "accelerator.load_state(folder) after prepare, on every process.")
+    if restored["scheduler"] != PROCESSES * done:
+        raise Incorrect(f"the scheduler starts at step {restored['scheduler']}, not {PROCESSES * done}: "
+                        "load_state restores it when it was prepared; load the folder you resume from.")
+    expected_first = rank["batches"][done] if done < len(rank["batches"]) else None
+    if rank["first"] is None or not torch.equal(rank["first"], expected_first):
+        seen_again = rank["first"] is not None and torch.equal(rank["first"], rank["batches"][0])
+        raise Incorrect("the loader you returned starts again from the first batch: skip the batches already "
+                        "seen with accelerator.skip_first_batches(loader, steps_done)." if seen_again else
+                        f"the loader you returned does not start at batch {done + 1} of the epoch.")
+    gap = float((rank["final"] - rank["reference"]).abs().max())
+    if gap != 0.0 or rank["steps"] != STEPS - done:
+        raise Incorrect(f"after {rank['steps']} more steps the weights differ from the uninterrupted run by "
+                        f"{gap:.1e} (they should be identical).")
+
+
+def _check_resume(save, resume) -> None:
+    import tempfile
+
+    from effitrain_helpers.processes.launch import RankFailed, launch
+
+    for fn, name in ((save, "save"), (resume, "resume")):
+        if not callable(fn):
+            raise Incorrect(f"pass your {name} function itself; you gave {fn!r}.")
+    ranks, failed = None, None
+    with tempfile.TemporaryDirectory(prefix="effitrain-5-3-check-") as root:
+        try:
+            ranks = launch(_run_learner, save, resume, root, num_processes=PROCESSES, cpu=True, quiet=True,
+                           timeout=TIMEOUT)
+        except RankFailed as err:
+            failed = f"in {PROCESSES} processes, {str(err).splitlines()[0]}"
+        except TimeoutError:
+            failed = (f"the run did not finish within {TIMEOUT} s: did one process wait for the other (a "
+                      "wait_for_everyone or save_state called on one rank only)?")
+        _judge_files(_saved_files(root))  # first: a bad save is often why resume failed
+    if failed:
+        raise Incorrect(failed)
+    for rank in ranks:
+        _judge(rank)
+
+
+def _check_lost_steps(answer) -> None:
+    from effitrain_helpers.training.resume import lost_steps
+
+    got, want = as_number(answer), lost_steps(Q2_DONE, Q2_EVERY)
+    if got == want + 1:
+        raise Incorrect(f"step {Q2_DONE + 1} was running, never finished: it is not among the steps done.")
+    if got == Q2_EVERY - want:
+        raise Incorrect(f"{got:g} steps were still to go to the next checkpoint; count those since the last one.")
+    if got != want:
+        raise Incorrect(f"{got:g} is not the number of steps done after the newest checkpoint (taken after the "
+                        f"largest multiple of {Q2_EVERY} up to {Q2_DONE:,}).")
+
+
+def young_interval(save_seconds: float, mtbf_seconds: float) -> float:
+    """Young's (1974) first-order best time between checkpoints: sqrt(2 x save time x mean time between
+    failures), for a save much shorter than the time between failures."""
+    return math.sqrt(2 * save_seconds * mtbf_seconds)
+
+
+def _check_young(answer) -> None:
+    got = as_number(answer)
+    job_mtbf = Q3_GPU_MTBF_YEARS * YEAR_SECONDS / Q3_GPUS
+    want = young_interval(Q3_SAVE_SECONDS, job_mtbf)
+    if math.isclose(got, young_interval(Q3_SAVE_SECONDS, Q3_GPU_MTBF_YEARS * YEAR_SECONDS), rel_tol=0.02):
+        raise Incorrect(f"that is the interval for one GPU; the job stops when ANY of its {Q3_GPUS} GPUs fails, "
+                        f"so it fails {Q3_GPUS} times as often.")
+    if math.isclose(got, want / math.sqrt(2), rel_tol=0.02):
+        raise Incorrect("close: Young's formula has a factor 2 under the square root.")
+    if math.isclose(got, want / 60, rel_tol=0.02):
+        raise Incorrect("answer in seconds, not minutes.")
+    if not math.isclose(got, want, rel_tol=0.02):
+        raise Incorrect(f"{got:g} s is not sqrt(2 x save time x the job's mean time between failures).")
+
+
+q1 = Exercise(
+    "5.3 q1: save and resume, in 2 processes",
+    _check_resume,
+    usage="q1.check(save, resume)",
+    hints=["save writes everything a run needs into a folder of its own under root, named after the step; every "
+           "process must call it. resume finds the newest checkpoint, loads it into the prepared objects, and "
+           "returns the steps done with a loader that starts where the run stopped.",
+           "Accelerator.save_state(folder) and Accelerator.load_state(folder) (Accelerate docs: 'Checkpointing'); "
+           "the workbook's checkpoint_folder, latest_checkpoint and steps_done name and find the folders; "
+           "Accelerator.skip_first_batches(loader, n) moves the data position.",
+           "save: accelerator.____(checkpoint_folder(root, step)), then a barrier for every process\n"
+           "resume: folder = latest_checkpoint(root, ____); accelerator.____(folder); "
+           "return steps_done(folder), accelerator.skip_first_batches(____, ____)"],
+    solution_code=(
+        "def save(accelerator, root, step):\n"
+        "    accelerator.save_state(checkpoint_folder(root, step))\n"
+        "    accelerator.wait_for_everyone()\n\n\n"
+        "def resume(accelerator, loader, root):\n"
+        "    folder = latest_checkpoint(root, accelerator.num_processes)\n"
+        "    accelerator.load_state(folder)\n"
+        "    done = steps_done(folder)\n"
+        "    return done, accelerator.skip_first_batches(loader, done)\n\n\n"
+        "q1.check(save, resume)"
+    ),
+)
+q2 = Exercise(
+    "5.3 q2: steps lost in a crash",
+    _check_lost_steps,
+    usage="q2.check(lost)",
+    hints=["Only what is on disk survives: the newest checkpoint. Every step done after it is lost.",
+           "The newest checkpoint was taken after the largest multiple of 50 that is at most 1,336 "
+           "(Python's // rounds down).",
+           "lost = 1336 - (1336 // ____) * ____"],
+    solution_code="lost = 1336 - 1336 // 50 * 50\nq2.check(lost)",
+)
+q3 = Exercise(
+    "5.3 q3: how often to save",
+    _check_young,
+    usage="q3.check(interval_seconds)",
+    hints=["Saving often costs save time; saving rarely loses more steps per failure. Young's formula balances "
+           "the two: interval = sqrt(2 x save seconds x mean seconds between failures of the JOB.",
+           "The job stops when any of its 512 GPUs fails: its mean time between failures is one GPU's divided "
+           "by 512. A year has 365 x 24 x 3600 seconds.",
+           "job_mtbf = 5 * 365 * 24 * 3600 / ____\ninterval_seconds = math.sqrt(2 * ____ * job_mtbf)"],
+    solution_code=("job_mtbf = 5 * 365 * 24 * 3600 / 512\n"
+                   "interval_seconds = math.sqrt(2 * 30 * job_mtbf)\nq3.check(interval_seconds)"),
+)
