@@ -223,6 +223,24 @@ def test_tr_needs_a_literal_template():
 
 # ---------------------------------------------------------------- check() in the learner's language
 
+def test_lesson_3_3_answers_and_draws_in_portuguese(portuguese):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from effitrain_helpers.teach import plots
+    from effitrain_helpers.teach.checks.lesson_3_3 import q1, q2
+
+    assert q1.evaluate(torch.finfo(torch.float16).eps).message.startswith("esse é o intervalo do float16")
+    assert q2.evaluate(3).message == "3.0 não é uma potência de dois; o GradScaler usa potências de dois (desfazer a " \
+                                     "escala fica exato)."
+    figure = plots.plot_float_formats()
+    assert figure.axes[0].get_title() == "Os bits de cada formato de número (uma caixa por bit)"
+    plt.close(figure)
+
+
 def test_check_hint_and_solution_answer_in_portuguese(portuguese, monkeypatch, tmp_path):
     from effitrain_helpers.teach.checks.lesson_1_1 import STEP_NAMES, q3, q4
     from effitrain_helpers.teach.checks.start_here import q1
@@ -270,6 +288,8 @@ class _Recorder:
     ("00_start_here.ipynb", "start_here", "q1"),
     ("1_1_prepare_models.ipynb", "lesson_1_1", "q3"),
     ("1_1_prepare_models.ipynb", "lesson_1_1", "q4"),
+    ("3_3_mixed_precision.ipynb", "lesson_3_3", "q1"),
+    ("3_3_mixed_precision.ipynb", "lesson_3_3", "q2"),
 ])
 def test_a_portuguese_student_exercise_answers_not_attempted_then_correct_in_portuguese(portuguese, name, module,
                                                                                       exercise):
@@ -286,7 +306,7 @@ def test_a_portuguese_student_exercise_answers_not_attempted_then_correct_in_por
 
     def run(code):
         recorder = _Recorder(q)
-        exec("STEP_NAMES = ()\n" + code, {exercise: recorder, "____": ____})  # noqa: S102 - the workbook's cell
+        exec("import torch\nSTEP_NAMES = ()\n" + code, {exercise: recorder, "____": ____})  # noqa: S102 - the cell
         (result,) = recorder.results
         return result
 
