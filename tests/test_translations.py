@@ -392,7 +392,8 @@ def test_terms_kept_in_english_stay_in_english_where_they_are_used():
 # ---------------------------------------------------------------- the student editions, executed
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", TRANSLATED)
+@pytest.mark.parametrize("name", [n if n in PILOT else pytest.param(n, marks=pytest.mark.exhaustive)
+                                  for n in TRANSLATED])  # every run: the pilot; make test-all: every lesson
 def test_portuguese_student_notebook_runs_to_the_end_with_every_exercise_not_attempted(tmp_path, name):
     from nbclient import NotebookClient
 
