@@ -104,6 +104,7 @@ def test_shards_json_has_one_record_per_rank():
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # every run: tests/test_train.py proves the same four checks, lesson 2.2 runs them
 def test_ddp_check_json_reports_the_four_checks_and_throughput():
     out = run("ddp-check", "--processes", "2", "--json")
     assert out.returncode == 0, out.stderr
@@ -115,6 +116,7 @@ def test_ddp_check_json_reports_the_four_checks_and_throughput():
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # every run: tests/test_efficiency.py measures each technique, lesson 3.3 the table
 def test_efficiency_json_has_one_record_per_technique_with_measured_and_expected_figures():
     out = run("efficiency", "--json", "--steps", "4", "--local-sgd-steps", "2", "--accumulation-steps", "2")
     assert out.returncode == 0, out.stderr

@@ -7,7 +7,7 @@
 - ``plot_rank_bytes``: bytes each rank holds under DDP and FSDP, by kind (lesson 5.1)
 - ``plot_step_breakdown``: a training step's phases as stacked bars, one per configuration (lesson 5.2)
 
-The titles and labels of lesson 1.1's figures are in the learner's language (``tr``, see
+The titles and labels of lesson 1.1's and chapter 3's figures are in the learner's language (``tr``, see
 :mod:`effitrain_helpers.core.language`); the other figures are still in English.
 """
 
@@ -194,7 +194,7 @@ def plot_saved_bytes(labels: list[str], values: list[float], title: str) -> "Fig
     mib = [v / 2**20 for v in values]
     bars = ax.bar(labels, mib, color=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"][:len(labels)])
     ax.bar_label(bars, [f"{m:.1f} MiB" for m in mib], fontsize=FONT - 2)
-    ax.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
+    ax.set_ylabel(tr("activations saved for backward (MiB)"), fontsize=FONT - 1)
     ax.set_title(title, fontsize=FONT)
     fig.tight_layout()
     return fig
@@ -207,22 +207,21 @@ def plot_checkpointing(rows: list) -> "Figure":
 
     lengths = [r.seq_len for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, color in (("off", "#1f77b4"), ("on", "#ff7f0e")):
-        name = f"checkpointing {label}"
+    for label, color, name in (("off", "#1f77b4", tr("checkpointing off")), ("on", "#ff7f0e", tr("checkpointing on"))):
         left.plot(lengths, [getattr(r, f"activation_bytes_{label}") / 2**20 for r in rows], "o-", color=color,
                   label=name)
         right.plot(lengths, [getattr(r, f"step_seconds_{label}") * 1e3 for r in rows], "o-", color=color,
                    label=name)
     left.plot(lengths, [r.activation_bytes_on_expected / 2**20 for r in rows], "x:", color="#ff7f0e",
-              label="theory, with")
+              label=tr("theory, with"))
     right.plot(lengths, [r.step_seconds_off * 4e3 / 3 for r in rows], "x:", color="#ff7f0e",
-               label="theory, with (4/3 x without)")
-    left.set_ylabel("activations saved for backward (MiB)", fontsize=FONT - 1)
-    right.set_ylabel("forward + backward (ms)", fontsize=FONT - 1)
-    left.set_title("Memory", fontsize=FONT)
-    right.set_title("Time", fontsize=FONT)
+               label=tr("theory, with (4/3 x without)"))
+    left.set_ylabel(tr("activations saved for backward (MiB)"), fontsize=FONT - 1)
+    right.set_ylabel(tr("forward + backward (ms)"), fontsize=FONT - 1)
+    left.set_title(tr("Memory"), fontsize=FONT)
+    right.set_title(tr("Time"), fontsize=FONT)
     for ax in (left, right):
-        ax.set_xlabel(f"sequence length (batch {rows[0].batch_size})", fontsize=FONT - 1)
+        ax.set_xlabel(tr("sequence length (batch {batch})", batch=rows[0].batch_size), fontsize=FONT - 1)
         ax.set_xticks(lengths)
         ax.legend(fontsize=FONT - 3)
     fig.tight_layout()
@@ -239,15 +238,15 @@ def plot_local_sgd(summary: dict) -> "Figure":
     for name in names:
         losses = summary[name].mean_losses
         left.plot(range(1, len(losses) + 1), losses, label=name.replace("_", " "))
-    left.set_xlabel("optimizer step", fontsize=FONT - 1)
-    left.set_ylabel("training loss (mean over processes)", fontsize=FONT - 1)
-    left.set_title("Loss curves", fontsize=FONT)
+    left.set_xlabel(tr("optimizer step"), fontsize=FONT - 1)
+    left.set_ylabel(tr("training loss (mean over processes)"), fontsize=FONT - 1)
+    left.set_title(tr("Loss curves"), fontsize=FONT)
     left.legend(fontsize=FONT - 3)
     bars = right.bar([n.replace("_", "\n") for n in names], [summary[n].synchronisations for n in names],
                      color="#9467bd")
     right.bar_label(bars, [f"{summary[n].bytes_per_rank / 2**20:.0f} MiB" for n in names], fontsize=FONT - 3)
-    right.set_ylabel("synchronisations (label: MiB sent per process)", fontsize=FONT - 2)
-    right.set_title("Communication", fontsize=FONT)
+    right.set_ylabel(tr("synchronisations (label: MiB sent per process)"), fontsize=FONT - 2)
+    right.set_title(tr("Communication"), fontsize=FONT)
     fig.tight_layout()
     return fig
 
@@ -259,18 +258,19 @@ def plot_precision(runs: dict) -> "Figure":
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = ["-", "--", ":"]
-    labels = [name if run.precision_effective == name else f"{name}\n(ran as {run.precision_effective})"
+    labels = [name if run.precision_effective == name
+              else tr("{name}\n(ran as {effective})", name=name, effective=run.precision_effective)
               for name, run in runs.items()]
     for (name, run), style, label in zip(runs.items(), styles, labels):
         left.plot(range(1, len(run.losses) + 1), run.losses, style, lw=2, label=label.replace("\n", " "))
-    left.set_xlabel("optimizer step", fontsize=FONT - 1)
-    left.set_ylabel("training loss", fontsize=FONT - 1)
-    left.set_title("Loss curves", fontsize=FONT)
+    left.set_xlabel(tr("optimizer step"), fontsize=FONT - 1)
+    left.set_ylabel(tr("training loss"), fontsize=FONT - 1)
+    left.set_title(tr("Loss curves"), fontsize=FONT)
     left.legend(fontsize=FONT - 3)
     bars = right.bar(labels, [r.seconds_per_step * 1e3 for r in runs.values()], color="#8c564b")
     right.bar_label(bars, [f"{r.seconds_per_step * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
-    right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
-    right.set_title("Speed", fontsize=FONT)
+    right.set_ylabel(tr("milliseconds per step"), fontsize=FONT - 1)
+    right.set_title(tr("Speed"), fontsize=FONT)
     fig.tight_layout()
     return fig
 
@@ -370,7 +370,7 @@ def plot_float_formats(dtypes: tuple = ("float32", "bfloat16", "float16")) -> "F
     import matplotlib.pyplot as plt
     import torch
 
-    parts = (("sign", "#d62728"), ("exponent", "#1f77b4"), ("mantissa", "#2ca02c"))
+    parts = ((tr("sign"), "#d62728"), (tr("exponent"), "#1f77b4"), (tr("mantissa"), "#2ca02c"))
     fig, ax = plt.subplots(figsize=(13, 0.9 + 0.9 * len(dtypes)))
     for row, name in enumerate(dtypes):
         dtype = getattr(torch, name, None)
@@ -385,15 +385,16 @@ def plot_float_formats(dtypes: tuple = ("float32", "bfloat16", "float16")) -> "F
             x += bits
         info = torch.finfo(dtype)
         ax.text(-1, y + 0.5, name, ha="right", va="center", fontsize=FONT)
-        ax.text(33, y + 0.5, f"largest {info.max:.1e}\ngap after 1.0: {info.eps:.1e}", ha="left", va="center",
-                fontsize=FONT - 3)
+        ax.text(33, y + 0.5, tr("largest {largest:.1e}\ngap after 1.0: {gap:.1e}", largest=info.max, gap=info.eps),
+                ha="left", va="center", fontsize=FONT - 3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=color) for _, color in parts]
-    ax.legend(handles, ["sign", "exponent (range)", "mantissa (precision)"], loc="upper center",
+    ax.legend(handles, [tr("sign"), tr("exponent (range)"), tr("mantissa (precision)")], loc="upper center",
               bbox_to_anchor=(0.45, 0), ncol=3, fontsize=FONT - 3, frameon=False)
     ax.set_xlim(-8, 42)
     ax.set_ylim(0, len(dtypes))
     ax.axis("off")
-    ax.set_title("Bits of each number format (one box per bit)", fontsize=FONT)
+    ax.set_title(tr("Bits of each number format (one box per bit)"), fontsize=FONT)
+    return fig
 
 
 # --- chapter 1: data preparation -------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Interactive controls for demos: re-run the matrix benchmark (lesson 1.1), switch chapter 3's techniques (3.3).
+"""Interactive controls for demos: re-run the matrix benchmark (lesson 1.1), switch chapter 3's techniques (3.3;
+its labels and lines in the learner's language, ``tr``).
 
 ``benchmark_widget()`` returns an ipywidgets box: choose sizes, dtypes and device, press *Run*,
 and the table and plot below it are redrawn from a fresh measurement.
@@ -6,6 +7,7 @@ and the table and plot below it are redrawn from a fresh measurement.
 
 from __future__ import annotations
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.measure.bench import DTYPES, results_table, run_benchmark
 from effitrain_helpers.core.devices import available_devices
 
@@ -65,11 +67,11 @@ def efficiency_widget(num_processes: int = 2, steps: int = 8):
     from effitrain_helpers.training.techniques import PRECISIONS, Techniques, measure_techniques
     from effitrain_helpers.processes.launch import RankFailed
 
-    accumulation = w.Dropdown(options=[1, 2, 4], value=1, description="accumulation")
+    accumulation = w.Dropdown(options=[1, 2, 4], value=1, description=tr("accumulation"))
     checkpointing = w.Checkbox(value=False, description="gradient checkpointing")
-    precision = w.Dropdown(options=list(PRECISIONS), value="fp32", description="precision")
-    local_sgd = w.Dropdown(options=[("off", None), ("every 2 steps", 2), ("every 4 steps", 4)], value=None,
-                           description="local SGD")
+    precision = w.Dropdown(options=list(PRECISIONS), value="fp32", description=tr("precision"))
+    local_sgd = w.Dropdown(options=[(tr("off"), None)] + [(tr("every {k} steps", k=k), k) for k in (2, 4)],
+                           value=None, description="local SGD")
     button = w.Button(description="Run", button_style="primary", icon="play")
     out = w.Output()
     cache: dict = {}
@@ -80,29 +82,29 @@ def efficiency_widget(num_processes: int = 2, steps: int = 8):
         with out:
             chosen = Techniques(accumulation_steps=accumulation.value, checkpointing=checkpointing.value,
                                 precision=precision.value, local_sgd_steps=local_sgd.value, steps=steps)
-            print(f"training {steps} steps in {num_processes} processes ...")
+            print(tr("training {steps} steps in {n} processes ...", steps=steps, n=num_processes))
             try:
                 if "baseline" not in cache:
                     cache["baseline"] = measure_techniques(Techniques(steps=steps), num_processes)
                 result = measure_techniques(chosen, num_processes)
             except (ValueError, RankFailed) as err:  # e.g. bf16 on a GPU without it
                 out.clear_output()
-                print(f"Cannot run that: {err}")
+                print(tr("Cannot run that: {err}", err=err))
                 return None
             out.clear_output()
             base = cache["baseline"]
             for note in {result.note} - {""}:
                 print(note)
-            rows = [("activations saved for backward (MiB, per micro-batch)", "activation_bytes", 2**-20),
-                    ("time per optimizer step (ms)", "seconds_per_step", 1e3)]
-            print(f"{'':<55}{'all off':>10}{'chosen':>10}")
+            rows = [(tr("activations saved for backward (MiB, per micro-batch)"), "activation_bytes", 2**-20),
+                    (tr("time per optimizer step (ms)"), "seconds_per_step", 1e3)]
+            print(f"{'':<55}{tr('all off'):>10}{tr('chosen'):>10}")
             for label, key, scale in rows:
                 print(f"{label:<55}{getattr(base, key) * scale:>10.1f}{getattr(result, key) * scale:>10.1f}")
-            print(f"{'synchronisations':<55}{base.communication.synchronisations:>10}"
+            print(f"{tr('synchronisations'):<55}{base.communication.synchronisations:>10}"
                   f"{result.communication.synchronisations:>10}")
-            print(f"{'final training loss':<55}{base.losses[-1]:>10.4f}{result.losses[-1]:>10.4f}")
-            print(f"matrix products ran in {', '.join(result.compute_dtype)}; replicas identical at the end: "
-                  f"{result.replicas_agree}")
+            print(f"{tr('final training loss'):<55}{base.losses[-1]:>10.4f}{result.losses[-1]:>10.4f}")
+            print(tr("matrix products ran in {dtypes}; replicas identical at the end: {agree}",
+                     dtypes=", ".join(result.compute_dtype), agree=result.replicas_agree))
         return cache["baseline"], result
 
     button.on_click(run)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.training.accumulation import measure_accumulation
 from effitrain_helpers.training.checkpointing import measure_checkpointing
 from effitrain_helpers.training.local_sgd import LOCAL_SGD_NEEDS, measure_local_sgd
@@ -47,7 +48,8 @@ class ChapterRow:
 
 
 def _verdict(ok: bool, yes: str, no: str) -> str:
-    return ("as expected: " + yes) if ok else ("differs from theory: " + no)
+    """The verdict line in the learner's language (``yes`` and ``no`` already translated)."""
+    return tr("as expected: {why}", why=yes) if ok else tr("differs from theory: {why}", why=no)
 
 
 def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, TechniquesRun] | None = None,
@@ -83,30 +85,34 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
         ChapterRow(f"gradient accumulation (k={k})", 1 / acc.activation_ratio, 1 / k,
                    acc.seconds_accumulated / acc.seconds_full_batch, 1.0,
                    ga.synchronisations / dp.synchronisations, 1.0,
-                   f"{ga.synchronisations} synchronisations in {ga.steps} optimizer steps of {k} micro-batches"),
+                   tr("{syncs} synchronisations in {steps} optimizer steps of {k} micro-batches",
+                      syncs=ga.synchronisations, steps=ga.steps, k=k)),
         ChapterRow("gradient checkpointing", 1 - ckpt.memory_saved,
                    ckpt.activation_bytes_on_expected / ckpt.activation_bytes_off, 1 + ckpt.time_added, 4 / 3,
-                   1.0, 1.0, f"sequence length {ckpt.seq_len}, batch {ckpt.batch_size}"),
+                   1.0, 1.0, tr("sequence length {length}, batch {batch}", length=ckpt.seq_len, batch=ckpt.batch_size)),
         ChapterRow(f"local SGD (k={kl}, {n} processes)", 1.0, 1.0, ls.seconds_per_step / dp.seconds_per_step,
                    (quiet.seconds_per_step + comm / kl) / dp.seconds_per_step if dp.seconds_per_step else 1.0,
                    ls.synchronisations / dp.synchronisations, (dp.steps // kl) / dp.steps,
-                   f"{dp.synchronisations} vs {ls.synchronisations} synchronisations in {dp.steps} steps"),
+                   tr("{every} vs {local} synchronisations in {steps} steps", every=dp.synchronisations,
+                      local=ls.synchronisations, steps=dp.steps)),
         ChapterRow(f"mixed precision ({low})", half.activation_bytes / fp32.activation_bytes,
                    low_precision_memory_ratio(fp32), half.seconds_per_step / fp32.seconds_per_step,
                    matmul["float32"] / matmul[TORCH_NAME[low]], 1.0, 1.0,
-                   f"matmul {matmul['float32']:.3g} GFLOP/s fp32, {matmul[TORCH_NAME[low]]:.3g} GFLOP/s {low} here"),
+                   tr("matmul {fp32:.3g} GFLOP/s fp32, {half:.3g} GFLOP/s {low} here", fp32=matmul["float32"],
+                      half=matmul[TORCH_NAME[low]], low=low)),
     ]
     verdicts = [
         _verdict(abs(rows[0].memory_ratio - 1 / k) < 0.05 / k and rows[0].sync_ratio == 1,
-                 "1/k of the activation memory, one synchronisation per optimizer step",
-                 "memory or synchronisations off"),
+                 tr("1/k of the activation memory, one synchronisation per optimizer step"),
+                 tr("memory or synchronisations off")),
         _verdict(abs(rows[1].memory_ratio - rows[1].memory_expected) < 0.1 and rows[1].time_ratio > 1,
-                 "only the layer inputs kept, paid in recomputation", "memory or time off"),
-        _verdict(rows[2].sync_ratio == rows[2].sync_expected, f"{kl}x fewer synchronisations",
-                 "synchronisation count off"),
+                 tr("only the layer inputs kept, paid in recomputation"), tr("memory or time off")),
+        _verdict(rows[2].sync_ratio == rows[2].sync_expected, tr("{k}x fewer synchronisations", k=kl),
+                 tr("synchronisation count off")),
         _verdict((rows[3].time_ratio < 1) == (rows[3].time_expected < 1),
-                 "faster" if rows[3].time_expected < 1 else f"slower, as this hardware's {low} matmuls are",
-                 "speed goes the other way than the matmul benchmark"),
+                 tr("faster") if rows[3].time_expected < 1 else tr("slower, as this hardware's {low} matmuls are",
+                                                                   low=low),
+                 tr("speed goes the other way than the matmul benchmark")),
     ]
     for row, verdict in zip(rows, verdicts):
         row.verdict = verdict
@@ -114,9 +120,10 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
 
 
 def chapter_table(rows: list[ChapterRow]) -> str:
-    """The rows as a Markdown table (ratios are technique on / off; lower is better)."""
-    lines = ["| technique | memory (measured / theory) | time per step (measured / theory) | "
-             "synchronisations (measured / theory) | verdict |", "|---|---|---|---|---|"]
+    """The rows as a Markdown table (ratios are technique on / off; lower is better), headings in the learner's
+    language (the verdicts and details are translated when measured; the technique names are the English keys)."""
+    lines = [tr("| technique | memory (measured / theory) | time per step (measured / theory) | "
+                "synchronisations (measured / theory) | verdict |"), "|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.technique} | {r.memory_ratio:.2f}x / {r.memory_expected:.2f}x | "
                      f"{r.time_ratio:.2f}x / {r.time_expected:.2f}x | {r.sync_ratio:.2f}x / "

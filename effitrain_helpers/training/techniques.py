@@ -13,6 +13,7 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.measure.communication import CommunicationSummary
 from effitrain_helpers.training.checkpointing import set_checkpointing
 from effitrain_helpers.training.workload import check_steps, lesson_model, lesson_rows
@@ -40,8 +41,8 @@ def resolve_precision(precision: str, device: str = "cpu") -> tuple[str, str]:
         raise ValueError(f"{torch.cuda.get_device_name()} cannot run bf16 (it needs compute capability 8.0+). "
                          "Fix: use precision='fp16' with a GradScaler, or 'fp32'.")
     if precision == "fp16" and device == "cpu":
-        return "fp32", ("fp16 on a CPU: Accelerate does not autocast to fp16 there, so this runs in fp32 "
-                        "(same numbers as fp32). Use bf16 on a CPU, fp16 on a GPU.")
+        return "fp32", tr("fp16 on a CPU: Accelerate does not autocast to fp16 there, so this runs in fp32 "
+                          "(same numbers as fp32). Use bf16 on a CPU, fp16 on a GPU.")
     return precision, ""
 
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 from effitrain_helpers.sources.media import resample
 
@@ -16,79 +17,86 @@ def _check_clip_inputs(inputs, clip, extractor) -> None:
     import torch
 
     if not hasattr(inputs, "keys") or "input_values" not in inputs:
-        raise Incorrect(f"give the feature extractor's output (it has 'input_values'); you gave {type(inputs).__name__}.")
+        raise Incorrect(tr("give the feature extractor's output (it has 'input_values'); you gave {kind}.",
+                           kind=type(inputs).__name__))
     values = inputs["input_values"]
     if not isinstance(values, torch.Tensor):
-        raise Incorrect(f"input_values is a {type(values).__name__}, not a PyTorch tensor: ask the extractor for "
-                        "tensors with return_tensors=\"pt\".")
+        raise Incorrect(tr("input_values is a {kind}, not a PyTorch tensor: ask the extractor for tensors with "
+                           "return_tensors=\"pt\".", kind=type(values).__name__))
     rate = extractor.sampling_rate
     wave = resample(clip["array"], clip["sampling_rate"], rate)
     if values.ndim != 2 or values.shape[0] != 1:
-        raise Incorrect(f"input_values has shape {tuple(values.shape)}; one clip gives a batch of one: (1, samples).")
+        raise Incorrect(tr("input_values has shape {shape}; one clip gives a batch of one: (1, samples).",
+                           shape=tuple(values.shape)))
     if values.shape[1] == len(clip["array"]) != len(wave):
-        raise Incorrect(f"{values.shape[1]} samples is the clip at {clip['sampling_rate']} Hz: resample it to the "
-                        f"model's {rate} Hz first.")
+        raise Incorrect(tr("{samples} samples is the clip at {sampling_rate} Hz: resample it to the model's {rate} "
+                           "Hz first.", samples=values.shape[1], sampling_rate=clip['sampling_rate'], rate=rate))
     if values.shape[1] != len(wave):
-        raise Incorrect(f"{values.shape[1]} samples; the clip resampled to {rate} Hz has {len(wave)}: do not pad "
-                        "or cut it here.")
+        raise Incorrect(tr("{samples} samples; the clip resampled to {rate} Hz has {wave_count}: do not pad or cut "
+                           "it here.", samples=values.shape[1], rate=rate, wave_count=len(wave)))
     if values.dtype != torch.float32:
-        raise Incorrect(f"input_values are {values.dtype}; the model takes float32.")
+        raise Incorrect(tr("input_values are {dtype}; the model takes float32.", dtype=values.dtype))
     want = extractor(wave, sampling_rate=rate, return_tensors="pt")["input_values"]
     if not torch.allclose(values, want, atol=1e-4):
-        raise Incorrect("the shape is right but the values are not the extractor's (normalised to zero mean and "
-                        "unit variance): call feature_extractor on the resampled wave.")
+        raise Incorrect(tr("the shape is right but the values are not the extractor's (normalised to zero mean "
+                           "and unit variance): call feature_extractor on the resampled wave."))
 
 
 def _check_pixel_range(answer, processor) -> None:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Incorrect(f"answer should be a pair (white, black); you gave {answer!r}.")
+        raise Incorrect(tr("answer should be a pair (white, black); you gave {answer!r}.", answer=answer))
     white, black = (as_number(a) for a in answer)
     mean, std, scale = processor.image_mean[0], processor.image_std[0], processor.rescale_factor
     want = ((255 * scale - mean) / std, (0 - mean) / std)
     if math.isclose(white, want[0], abs_tol=1e-3) and math.isclose(black, want[1], abs_tol=1e-3):
         return
     if (white, black) == (255, 0):
-        raise Incorrect("those are the stored values; the processor rescales and normalises them.")
+        raise Incorrect(tr("those are the stored values; the processor rescales and normalises them."))
     if math.isclose(white, 255 * scale, abs_tol=1e-3) and math.isclose(black, 0, abs_tol=1e-3):
-        raise Incorrect("you rescaled to [0, 1] but did not normalise: subtract the mean, divide by the std.")
-    raise Incorrect(f"{(white, black)} is not what this processor makes of white (255) and black (0) pixels.")
+        raise Incorrect(tr("you rescaled to [0, 1] but did not normalise: subtract the mean, divide by the std."))
+    raise Incorrect(tr("{pair} is not what this processor makes of white (255) and black (0) pixels.",
+                       pair=(white, black)))
 
 
 def _check_image_map(fn, dataset) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     out = dataset.select(range(min(4, len(dataset)))).map(fn, batched=True, remove_columns=dataset.column_names)
     if "pixel_values" not in out.column_names:
-        raise Incorrect(f"your function should return a dict with 'pixel_values'; the result has {out.column_names}.")
+        raise Incorrect(tr("your function should return a dict with 'pixel_values'; the result has "
+                           "{column_names}.", column_names=out.column_names))
     shape = np.asarray(out[0]["pixel_values"]).shape
     if shape != (3, 64, 64):
-        raise Incorrect(f"one image became shape {shape}; expected (3, 64, 64): pass size={{'height': 64, 'width': 64}}.")
+        raise Incorrect(tr("one image became shape {shape}; expected (3, 64, 64): pass size={{'height': 64, "
+                           "'width': 64}}.", shape=shape))
     from transformers import ViTImageProcessorPil
 
     reference = ViTImageProcessorPil(size={"height": 64, "width": 64}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     for row, got in zip(dataset.select(range(len(out))), out["pixel_values"]):
         if not np.allclose(np.asarray(got), reference(row["image"])["pixel_values"][0], atol=1e-4):
-            raise Incorrect("the shape is right but the values are not what the image processor makes: "
-                            "call image_processor on each image (resize, rescale and normalise).")
+            raise Incorrect(tr("the shape is right but the values are not what the image processor makes: call "
+                               "image_processor on each image (resize, rescale and normalise)."))
 
 
 def _check_audio_map(fn, dataset, extractor) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     sample = dataset.select(range(min(6, len(dataset))))
     out = sample.map(fn, batched=True, remove_columns=dataset.column_names)
     if "input_values" not in out.column_names:
-        raise Incorrect(f"your function should return 'input_values'; the result has {out.column_names}.")
+        raise Incorrect(tr("your function should return 'input_values'; the result has {column_names}.",
+                           column_names=out.column_names))
     for row, got in zip(sample, out["input_values"]):
         audio = row["audio"]
         wave = resample(audio["array"], audio["sampling_rate"], 16_000)
         want = extractor([wave], sampling_rate=16_000, max_length=8_000, truncation=True, padding="max_length")
         got = np.asarray(got)
         if got.shape != (8_000,):
-            raise Incorrect(f"a clip became {got.shape[0]} values; 0.5 s at 16 kHz is 8,000 (truncate and pad).")
+            raise Incorrect(tr("a clip became {count} values; 0.5 s at 16 kHz is 8,000 (truncate and pad).",
+                               count=got.shape[0]))
         if not np.allclose(got, want["input_values"][0], atol=1e-4):
-            raise Incorrect(f"a clip recorded at {audio['sampling_rate']} Hz came out different: resample it to 16 kHz "
-                            "before the feature extractor.")
+            raise Incorrect(tr("a clip recorded at {sampling_rate} Hz came out different: resample it to 16 kHz "
+                               "before the feature extractor.", sampling_rate=audio['sampling_rate']))
 
 
 q1 = Exercise(

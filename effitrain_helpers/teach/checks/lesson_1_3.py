@@ -6,52 +6,61 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect
 
 
 def _check_tokenize_fn(fn, split, tokenizer) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     rows = split.select(range(min(8, len(split))))
     out = rows.map(fn, batched=True, remove_columns=rows.column_names)
     if "input_ids" not in out.column_names:
-        raise Incorrect(f"your function should return the tokenizer's output; the result has {out.column_names}.")
+        raise Incorrect(tr("your function should return the tokenizer's output; the result has {column_names}.",
+                           column_names=out.column_names))
     for row, ids in zip(rows, out["input_ids"]):
         ids = list(ids)
         if len(ids) > 16:
-            raise Incorrect(f"a pair became {len(ids)} tokens; pass truncation=True and max_length=16.")
+            raise Incorrect(tr("a pair became {count} tokens; pass truncation=True and max_length=16.",
+                               count=len(ids)))
         if ids.count(tokenizer.sep_token_id) != 2:
-            raise Incorrect("each row should hold both sentences (two [SEP] tokens): pass sentence1 AND sentence2.")
+            raise Incorrect(tr("each row should hold both sentences (two [SEP] tokens): pass sentence1 AND "
+                               "sentence2."))
         if ids != tokenizer(row["sentence1"], row["sentence2"], truncation=True, max_length=16)["input_ids"]:
-            raise Incorrect("the tokens differ from tokenizer(sentence1, sentence2, truncation=True, max_length=16).")
+            raise Incorrect(tr("the tokens differ from tokenizer(sentence1, sentence2, truncation=True, "
+                               "max_length=16)."))
 
 
 def _check_prediction(answer) -> None:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Incorrect(f"answer should be a pair (samples per rank, samples repeated); you gave {answer!r}.")
+        raise Incorrect(tr("answer should be a pair (samples per rank, samples repeated); you gave {answer!r}.",
+                           answer=answer))
     per_rank, repeated = answer
     batches = math.ceil(10 / 2)  # 5 batches of 2
     want_per_rank = math.ceil(batches / 3) * 2  # every rank gets as many full batches as the busiest one
     if per_rank != want_per_rank:
-        raise Incorrect(f"{per_rank!r} samples per rank is not it: 10 samples make 5 batches of 2; with even_batches "
-                        "every one of the 3 ranks gets as many batches as the busiest one.")
+        raise Incorrect(tr("{per_rank!r} samples per rank is not it: 10 samples make 5 batches of 2; with "
+                           "even_batches every one of the 3 ranks gets as many batches as the busiest one.",
+                           per_rank=per_rank))
     if repeated != want_per_rank * 3 - 10:
-        raise Incorrect(f"{per_rank} per rank is right; how many samples do the 3 ranks receive in all, and how many "
-                        "more than the 10 that exist?")
+        raise Incorrect(tr("{per_rank} per rank is right; how many samples do the 3 ranks receive in all, and "
+                           "how many more than the 10 that exist?", per_rank=per_rank))
 
 
 def _check_collator(collator, split) -> None:
     if not callable(collator):
-        raise Incorrect(f"pass the collator itself; you gave {collator!r}.")
+        raise Incorrect(tr("pass the collator itself; you gave {collator!r}.", collator=collator))
     for start in range(0, min(len(split), 40), 5):  # several batches, with different longest rows
         rows = [split[i] for i in range(start, min(start + 5, len(split)))]
         batch = collator(rows)
         length, longest = batch["input_ids"].shape[1], max(len(r["input_ids"]) for r in rows)
         if length != math.ceil(longest / 8) * 8:
-            raise Incorrect(f"a batch whose longest row has {longest} tokens came out {length} long; expected "
-                            f"{math.ceil(longest / 8) * 8}: pad dynamically (no max_length) with pad_to_multiple_of=8.")
+            raise Incorrect(tr("a batch whose longest row has {longest} tokens came out {length} long; expected "
+                               "{expected}: pad dynamically (no max_length) with pad_to_multiple_of=8.",
+                               longest=longest, length=length, expected=math.ceil(longest / 8) * 8))
         if "labels" not in batch:
-            raise Incorrect("the batch has no 'labels': collate the tokenized split whose 'label' column was renamed.")
+            raise Incorrect(tr("the batch has no 'labels': collate the tokenized split whose 'label' column was "
+                               "renamed."))
 
 
 def _check_sharded_loader(fn, dataset, collate_fn) -> None:
@@ -62,30 +71,31 @@ def _check_sharded_loader(fn, dataset, collate_fn) -> None:
     from effitrain_helpers.processes.launch import launch
 
     if not callable(fn):
-        raise Incorrect(f"pass your function itself (no parentheses); you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself (no parentheses); you gave {fn!r}.", fn=fn))
     ids = [int(i) for i in dataset.with_format(None)["idx"]]
     if len(ids) % 4:
-        raise Incorrect(f"check it on a dataset of a multiple of 4 samples (2 processes x batches of 2); "
-                        f"this one has {len(ids)}.")
+        raise Incorrect(tr("check it on a dataset of a multiple of 4 samples (2 processes x batches of 2); this "
+                           "one has {count}.", count=len(ids)))
     shards = launch(fn, dataset, collate_fn, num_processes=2, quiet=True)
     for rank, shard in enumerate(shards):
         if not isinstance(shard, (list, tuple)) or not all(isinstance(i, int) for i in shard):
-            raise Incorrect(f"rank {rank} returned {shard!r:.60}; return the list of `idx` values it read "
-                            "(ints: batch['idx'].tolist()).")
+            raise Incorrect(tr("rank {rank} returned {shard!r:.60}; return the list of `idx` values it read "
+                               "(ints: batch['idx'].tolist()).", rank=rank, shard=shard))
     first, second = (set(s) for s in shards)
     if sorted(shards[0]) == sorted(shards[1]) == sorted(ids):
-        raise Incorrect(f"both processes read all {len(ids)} samples: a plain DataLoader is not sharded; "
-                        "hand it to accelerator.prepare.")
+        raise Incorrect(tr("both processes read all {count} samples: a plain DataLoader is not sharded; hand "
+                           "it to accelerator.prepare.", count=len(ids)))
     if first & second:
-        raise Incorrect(f"samples {sorted(first & second)[:6]} were read by both processes: the shards overlap.")
+        raise Incorrect(tr("samples {overlap} were read by both processes: the shards overlap.",
+                           overlap=sorted(first & second)[:6]))
     if first | second != set(ids):
-        raise Incorrect(f"samples {sorted(set(ids) - first - second)[:6]} were read by no process: "
-                        "together the shards must cover the dataset.")
+        raise Incorrect(tr("samples {missing} were read by no process: together the shards must cover the dataset.",
+                           missing=sorted(set(ids) - first - second)[:6]))
     batches = [ids[k:k + 2] for k in range(0, len(ids), 2)]
     want = [[i for b in batches[rank::2] for i in b] for rank in (0, 1)]
     if [list(s) for s in shards] != want:
-        raise Incorrect("disjoint and complete, but not the split accelerator.prepare makes (rank k reads "
-                        "batches k, k + 2, ... of size 2): use DataLoader(..., batch_size=2) and prepare it.")
+        raise Incorrect(tr("disjoint and complete, but not the split accelerator.prepare makes (rank k reads "
+                           "batches k, k + 2, ... of size 2): use DataLoader(..., batch_size=2) and prepare it."))
 
 
 q1 = Exercise(

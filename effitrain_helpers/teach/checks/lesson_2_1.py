@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 
@@ -25,7 +26,7 @@ def _check_make_trainer(fn) -> None:
     from effitrain_helpers.training.train import TrainConfig, build_data
 
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     model, tokenizer = load_classifier(verbose=False)
     datasets.disable_progress_bars()  # the check shows its verdict only
     try:
@@ -39,79 +40,89 @@ def _check_make_trainer(fn) -> None:
     with tempfile.TemporaryDirectory() as out:
         trainer = fn(model, tokenizer, data["train"], data["validation"], out)
         if not isinstance(trainer, Trainer):
-            raise Incorrect(f"return the Trainer you built; your function returned {type(trainer).__name__}.")
+            raise Incorrect(tr("return the Trainer you built; your function returned {kind}.",
+                               kind=type(trainer).__name__))
         try:
             padded = trainer.data_collator(features)["input_ids"]
         except (ValueError, TypeError, RuntimeError) as err:
-            raise Incorrect(f"the Trainer's data collator cannot batch pairs of {min(lengths)} and {max(lengths)} "
-                            f"tokens ({type(err).__name__}): pass a collator that pads them to one length.") from None
+            raise Incorrect(tr("the Trainer's data collator cannot batch pairs of {shortest} and {longest} "
+                               "tokens ({kind}): pass a collator that pads them to one length.",
+                               shortest=min(lengths), longest=max(lengths), kind=type(err).__name__)) from None
         if tuple(padded.shape) != (2, max(lengths)):
-            raise Incorrect(f"the data collator returned input_ids of shape {tuple(padded.shape)} for pairs of "
-                            f"{min(lengths)} and {max(lengths)} tokens; it should pad to (2, {max(lengths)}).")
+            raise Incorrect(tr("the data collator returned input_ids of shape {shape} for pairs of {shortest} and "
+                               "{longest} tokens; it should pad to (2, {longest}).", shape=tuple(padded.shape),
+                               shortest=min(lengths), longest=max(lengths)))
         for quiet in (PrinterCallback, ProgressCallback):  # the check shows its verdict only
             trainer.remove_callback(quiet)
         trainer.train()
     evals = [h for h in trainer.state.log_history if "eval_loss" in h]
     if trainer.state.global_step != EPOCHS * PAIRS // BATCH:
-        raise Incorrect(f"{PAIRS} pairs took {trainer.state.global_step} optimizer steps; {EPOCHS} epochs in batches "
-                        f"of {BATCH} per device take {EPOCHS * PAIRS // BATCH}.")
+        raise Incorrect(tr("{pairs} pairs took {steps} optimizer steps; {epochs} epochs in batches of "
+                           "{batch} per device take {expected}.", pairs=PAIRS, steps=trainer.state.global_step,
+                           epochs=EPOCHS, batch=BATCH, expected=EPOCHS * PAIRS // BATCH))
     if len(evals) != EPOCHS:
-        raise Incorrect(f"the Trainer evaluated {len(evals)} time(s) in {EPOCHS} epochs: evaluate at every epoch.")
+        raise Incorrect(tr("the Trainer evaluated {count} time(s) in {epochs} epochs: evaluate at every "
+                           "epoch.", count=len(evals), epochs=EPOCHS))
     if "eval_accuracy" not in evals[-1]:
-        raise Incorrect(f"the evaluation computed only {sorted(evals[-1])}: give the Trainer a compute_metrics "
-                        "function (the workbook's trainer_metrics) for accuracy and F1.")
+        raise Incorrect(tr("the evaluation computed only {metrics}: give the Trainer a compute_metrics function "
+                           "(the workbook's trainer_metrics) for accuracy and F1.", metrics=sorted(evals[-1])))
     if all(torch.equal(a, b) for a, b in zip(start, model.parameters())):
-        raise Incorrect("the weights did not change: was the learning rate 0, or the model not the one passed in?")
+        raise Incorrect(tr("the weights did not change: was the learning rate 0, or the model not the one passed "
+                           "in?"))
 
 
 def _check_global_batch(answer) -> None:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Incorrect(f"answer should be a pair (total_batch, steps_per_epoch); you gave {answer!r}.")
+        raise Incorrect(tr("answer should be a pair (total_batch, steps_per_epoch); you gave {answer!r}.",
+                           answer=answer))
     total, steps = (as_number(a) for a in answer)
     if total == 16:
-        raise Incorrect("16 is the batch of one device; one optimizer step sees a batch on every process.")
+        raise Incorrect(tr("16 is the batch of one device; one optimizer step sees a batch on every process."))
     if total != 32:
-        raise Incorrect(f"total batch {total:g} is not right: per-device batch x number of processes.")
+        raise Incorrect(tr("total batch {total:g} is not right: per-device batch x number of processes.",
+                           total=total))
     if steps == math.ceil(3000 / 16):
-        raise Incorrect("that many steps would each see 16 pairs; with 2 processes a step sees 32.")
+        raise Incorrect(tr("that many steps would each see 16 pairs; with 2 processes a step sees 32."))
     if steps == 3000 // 32:
-        raise Incorrect("rounded down: the last, partial batch is still a step.")
+        raise Incorrect(tr("rounded down: the last, partial batch is still a step."))
     if steps != math.ceil(3000 / 32):
-        raise Incorrect(f"{steps:g} steps is not it: 3,000 pairs in global batches of 32.")
+        raise Incorrect(tr("{steps:g} steps is not it: 3,000 pairs in global batches of 32.", steps=steps))
 
 
 def _check_metrics_fn(fn) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     logits = np.array([[2.0, 1.0], [0.1, 0.3], [5.0, -1.0], [0.0, 1.0]])
     labels = np.array([0, 1, 1, 1])
     out = fn((logits, labels))
     if not isinstance(out, dict) or "accuracy" not in out:
-        raise Incorrect(f"return a dict with an 'accuracy' key; your function returned {out!r}.")
+        raise Incorrect(tr("return a dict with an 'accuracy' key; your function returned {out!r}.", out=out))
     got = as_number(out["accuracy"])
     other = fn((np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1, 1])))  # a second case: 1 of 2 right
     if math.isclose(got, 0.75) and not math.isclose(as_number(other.get("accuracy", -1)), 0.5):
-        raise Incorrect("right for the first test case only: compute the accuracy from the logits and labels given.")
+        raise Incorrect(tr("right for the first test case only: compute the accuracy from the logits and labels "
+                           "given."))
     if math.isclose(got, 3.0):
-        raise Incorrect("that is the number of correct rows; divide by the number of rows.")
+        raise Incorrect(tr("that is the number of correct rows; divide by the number of rows."))
     if math.isclose(got, 0.25):
-        raise Incorrect("that compares the logits' smallest entry: take argmax(-1), the highest.")
+        raise Incorrect(tr("that compares the logits' smallest entry: take argmax(-1), the highest."))
     if not math.isclose(got, 0.75):
-        raise Incorrect(f"for 4 rows with 3 right your function gives {got!r}; expected 0.75.")
+        raise Incorrect(tr("for 4 rows with 3 right your function gives {got!r}; expected 0.75.", got=got))
 
 
 def _check_always_yes(answer, labels) -> None:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Incorrect(f"answer should be a pair (accuracy, f1); you gave {answer!r}.")
+        raise Incorrect(tr("answer should be a pair (accuracy, f1); you gave {answer!r}.", answer=answer))
     accuracy, f1 = (as_number(a) for a in answer)
     labels = [int(x) for x in labels]
     p = sum(labels) / len(labels)
     if not math.isclose(accuracy, p, abs_tol=1e-6):
-        raise Incorrect(f"accuracy {accuracy:.4f} is not right: always saying 1 is right exactly on the rows labelled 1.")
+        raise Incorrect(tr("accuracy {accuracy:.4f} is not right: always saying 1 is right exactly on the rows "
+                           "labelled 1.", accuracy=accuracy))
     if math.isclose(f1, p, abs_tol=1e-6):
-        raise Incorrect("that is the precision; recall is 1 (every paraphrase found): combine them into F1.")
+        raise Incorrect(tr("that is the precision; recall is 1 (every paraphrase found): combine them into F1."))
     if not math.isclose(f1, 2 * p / (p + 1), abs_tol=1e-6):
-        raise Incorrect(f"F1 {f1:.4f} is not right: precision is the share of 1s, recall is 1.")
+        raise Incorrect(tr("F1 {f1:.4f} is not right: precision is the share of 1s, recall is 1.", f1=f1))
 
 
 q1 = Exercise(

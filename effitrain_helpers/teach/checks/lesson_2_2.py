@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 CHECKS = ("data_sharding", "model_replication", "gradient_aggregation", "parameter_synchronization")
@@ -96,34 +97,37 @@ def _check_training_fn(fn) -> None:
     from effitrain_helpers.processes.launch import RankFailed, launch
 
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     try:
         runs = launch(_run_learner_training, fn, num_processes=PROCESSES, timeout=120, quiet=True, cpu=True)
     except RankFailed as err:
-        raise Incorrect(f"in the 2 processes, rank {err.rank} raised {err.exc_type}: "
-                        f"{str(err).splitlines()[0].split(': ', 1)[-1]}") from None
+        raise Incorrect(tr("in the 2 processes, rank {rank} raised {exc_type}: {message}", rank=err.rank,
+                           exc_type=err.exc_type, message=str(err).splitlines()[0].split(': ', 1)[-1])) from None
     first = runs[0]
     if first["world"] is None:
-        raise Incorrect("your function never created an Accelerator: start with accelerator = Accelerator().")
+        raise Incorrect(tr("your function never created an Accelerator: start with accelerator = Accelerator()."))
     if not first["wrapped"]:
-        raise Incorrect(f"your function returned a {first['returned']}, not the model wrapped for DDP: pass the model "
-                        "to accelerator.prepare and return what prepare gave back.")
+        raise Incorrect(tr("your function returned a {returned}, not the model wrapped for DDP: pass the model "
+                           "to accelerator.prepare and return what prepare gave back.", returned=first['returned']))
     per_rank = [len(r["seen"]) for r in runs]
     if sorted(runs[0]["seen"] + runs[1]["seen"]) != sorted(list(range(SAMPLES)) * EPOCHS):
-        raise Incorrect(f"the ranks trained on {per_rank} samples for {SAMPLES} samples x {EPOCHS} epochs: each rank "
-                        "should train on its own half; pass the data loader to accelerator.prepare.")
+        raise Incorrect(tr("the ranks trained on {per_rank} samples for {samples} samples x {epochs} epochs: "
+                           "each rank should train on its own half; pass the data loader to accelerator.prepare.",
+                           per_rank=per_rank, samples=SAMPLES, epochs=EPOCHS))
     if first["backward_calls"] == 0:
-        raise Incorrect("the loss never went through accelerator.backward(loss); loss.backward() skips what "
-                        "Accelerate adds (loss scaling in mixed precision, gradient accumulation).")
+        raise Incorrect(tr("the loss never went through accelerator.backward(loss); loss.backward() skips what "
+                           "Accelerate adds (loss scaling in mixed precision, gradient accumulation)."))
     if not all(torch.equal(a, b) for a, b in zip(runs[0]["weights"], runs[1]["weights"])):
-        raise Incorrect("the two ranks ended with different weights: the gradients were not averaged across them.")
+        raise Incorrect(tr("the two ranks ended with different weights: the gradients were not averaged across "
+                           "them."))
     if first["lr"] != 0:
-        raise Incorrect(f"the learning rate ended at {first['lr']:.3g} instead of 0: the schedule counts the batches "
-                        "of both processes, so prepare the scheduler (it then steps once per process per call) "
-                        "and call scheduler.step() after each optimizer step.")
+        raise Incorrect(tr("the learning rate ended at {lr:.3g} instead of 0: the schedule counts the batches of "
+                           "both processes, so prepare the scheduler (it then steps once per process per call) "
+                           "and call scheduler.step() after each optimizer step.", lr=first['lr']))
     if not all(torch.allclose(a, b, atol=1e-5) for a, b in zip(_reference_weights(), first["weights"])):
-        raise Incorrect("the weights differ from one process training on the global batches: one optimizer.step() "
-                        "per batch, and optimizer.zero_grad() each step so gradients do not pile up.")
+        raise Incorrect(tr("the weights differ from one process training on the global batches: one "
+                           "optimizer.step() per batch, and optimizer.zero_grad() each step so gradients do not "
+                           "pile up."))
 
 
 def _check_schedule_length(answer) -> None:
@@ -132,26 +136,27 @@ def _check_schedule_length(answer) -> None:
     if got == 3 * batches:
         return
     if got in (3 * math.ceil(batches / 2), 3 * math.ceil(3000 / 32)):
-        raise Incorrect("that is the scheduler.step() calls of one process; a prepared scheduler steps once per "
-                        "process at each call, so this schedule would end halfway through training.")
+        raise Incorrect(tr("that is the scheduler.step() calls of one process; a prepared scheduler steps once "
+                           "per process at each call, so this schedule would end halfway through training."))
     if got in (batches, math.ceil(batches / 2)):
-        raise Incorrect("that covers one epoch; the rate must reach zero after all 3.")
-    raise Incorrect(f"{answer!r} is not it: count the batches of 16 in 3,000 pairs, as one loader before prepare "
-                    "would, over 3 epochs.")
+        raise Incorrect(tr("that covers one epoch; the rate must reach zero after all 3."))
+    raise Incorrect(tr("{answer!r} is not it: count the batches of 16 in 3,000 pairs, as one loader before "
+                       "prepare would, over 3 epochs.", answer=answer))
 
 
 def _check_failing(answer) -> None:
     if not isinstance(answer, (set, list, tuple)):
-        raise Incorrect(f"give a set of check names from CHECKS; you gave {answer!r}.")
+        raise Incorrect(tr("give a set of check names from CHECKS; you gave {answer!r}.", answer=answer))
     names = {str(a) for a in answer}
     unknown = names - set(CHECKS)
     if unknown:
-        raise Incorrect(f"{sorted(unknown)} are not check names; use the names in CHECKS.")
+        raise Incorrect(tr("{unknown} are not check names; use the names in CHECKS.", unknown=sorted(unknown)))
     want = {"gradient_aggregation", "parameter_synchronization"}
     if "data_sharding" in names or "model_replication" in names:
-        raise Incorrect("sharding and replication happen before any gradient exists: they still pass.")
+        raise Incorrect(tr("sharding and replication happen before any gradient exists: they still pass."))
     if names != want:
-        raise Incorrect("one more: if each process steps with its own gradient, what happens to the weights after the step?")
+        raise Incorrect(tr("one more: if each process steps with its own gradient, what happens to the weights "
+                           "after the step?"))
 
 
 q1 = Exercise(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 
@@ -65,40 +66,45 @@ def _check_eval_fn(fn) -> None:
     from effitrain_helpers.processes.launch import RankFailed, launch
 
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     try:
         runs = launch(_run_learner_eval, fn, num_processes=PROCESSES, timeout=120, quiet=True, cpu=True)
     except RankFailed as err:
-        raise Incorrect(f"in the 2 processes, rank {err.rank} raised {err.exc_type}: "
-                        f"{str(err).splitlines()[0].split(': ', 1)[-1]}") from None
+        raise Incorrect(tr("in the 2 processes, rank {rank} raised {exc_type}: {message}", rank=err.rank,
+                           exc_type=err.exc_type, message=str(err).splitlines()[0].split(': ', 1)[-1])) from None
     for run in runs:
         if not isinstance(run["returned"], list):
-            raise Incorrect(f"return the gathered predictions as one tensor (torch.cat); rank {run['rank']} "
-                            f"returned a {type(run['returned']).__name__}.")
+            raise Incorrect(tr("return the gathered predictions as one tensor (torch.cat); rank {rank} returned "
+                               "a {kind}.", rank=run['rank'], kind=type(run['returned']).__name__))
         count = len(run["returned"])
         if count > SAMPLES:
-            raise Incorrect(f"rank {run['rank']} got {count} predictions for {SAMPLES} samples: the processes' "
-                            "last batches were evened out with repeated samples, and a plain gather keeps them. "
-                            "Use the gather that drops them for metrics.")
+            raise Incorrect(tr("rank {rank} got {count} predictions for {samples} samples: the processes' last "
+                               "batches were evened out with repeated samples, and a plain gather keeps them. "
+                               "Use the gather that drops them for metrics.", rank=run['rank'], count=count,
+                               samples=SAMPLES))
         if count < SAMPLES:
-            raise Incorrect(f"rank {run['rank']} got {count} predictions for {SAMPLES} samples: only its own share "
-                            f"({run['batches_here']} batches). Gather the predictions of every process.")
+            raise Incorrect(tr("rank {rank} got {count} predictions for {samples} samples: only its own share "
+                               "({batches_here} batches). Gather the predictions of every process.",
+                               rank=run['rank'], count=count, samples=SAMPLES, batches_here=run['batches_here']))
     if any(run["returned"] != _true_predictions() for run in runs):
-        raise Incorrect(f"{SAMPLES} predictions, but not the model's: it has dropout, so switch it to evaluation "
-                        "mode with model.eval() before predicting.")
+        raise Incorrect(tr("{samples} predictions, but not the model's: it has dropout, so switch it to "
+                           "evaluation mode with model.eval() before predicting.", samples=SAMPLES))
 
 
 def _check_ideal_speedups(answer) -> None:
     n = 4
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Incorrect(f"answer should be a pair (one shared CPU, N GPUs); you gave {answer!r}.")
+        raise Incorrect(tr("answer should be a pair (one shared CPU, N GPUs); you gave {answer!r}.", answer=answer))
     cpu, gpu = (as_number(a) for a in answer)
     if math.isclose(cpu, n):
-        raise Incorrect(f"on one CPU the {n} processes share the same cores: each has 1/{n} of the compute.")
+        raise Incorrect(tr("on one CPU the {n} processes share the same cores: each has 1/{n} of the compute.",
+                           n=n))
     if not math.isclose(cpu, 1.0):
-        raise Incorrect(f"{cpu} is not it: the total compute of one CPU does not grow with the number of processes.")
+        raise Incorrect(tr("{cpu} is not it: the total compute of one CPU does not grow with the number of "
+                           "processes.", cpu=cpu))
     if not math.isclose(gpu, n):
-        raise Incorrect(f"{gpu} is not it: with one GPU per process, each process brings its own compute.")
+        raise Incorrect(tr("{gpu} is not it: with one GPU per process, each process brings its own compute.",
+                           gpu=gpu))
 
 
 def _check_ring_bytes(answer, gradient_mib) -> None:
@@ -109,11 +115,14 @@ def _check_ring_bytes(answer, gradient_mib) -> None:
     if math.isclose(got, want, rel_tol=1e-3):
         return
     if math.isclose(got, gradient_mib * (n - 1), rel_tol=1e-3):
-        raise Incorrect("that is sending the whole gradient to every other process; a ring splits it into N chunks.")
+        raise Incorrect(tr("that is sending the whole gradient to every other process; a ring splits it into N "
+                           "chunks."))
     if math.isclose(got, (n - 1) / n * gradient_mib, rel_tol=1e-3):
-        raise Incorrect("that is one of the two phases (reduce-scatter); the all-gather phase sends as much again.")
+        raise Incorrect(tr("that is one of the two phases (reduce-scatter); the all-gather phase sends as much "
+                           "again."))
     if not math.isclose(got, want, rel_tol=1e-3):
-        raise Incorrect(f"{got:.3f} MiB is not it: ring all-reduce sends 2 (N-1)/N of the gradient per process.")
+        raise Incorrect(tr("{got:.3f} MiB is not it: ring all-reduce sends 2 (N-1)/N of the gradient per process.",
+                           got=got))
 
 
 q1 = Exercise(

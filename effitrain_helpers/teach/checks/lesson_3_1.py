@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 MICRO_BATCH, STEPS, PROCESSES = 4, 2, 2  # q2's workload: micro-batches of 4, 2 optimizer steps, 2 processes
@@ -12,11 +13,13 @@ def _check_steps_for_batch(answer) -> None:
     micro, processes, target = 8, 2, 64
     got = as_number(answer)
     if got == target // micro:
-        raise Incorrect(f"{got:g} micro-batches of {micro} make {target} in ONE process; here {processes} processes "
-                        f"each contribute a micro-batch at every micro-step.")
+        raise Incorrect(tr("{got:g} micro-batches of {micro} make {target} in ONE process; here {processes} "
+                           "processes each contribute a micro-batch at every micro-step.", got=got, micro=micro,
+                           target=target, processes=processes))
     if got != target // (micro * processes):
-        raise Incorrect(f"with {got:g}, one optimizer step sees {got:g} x {micro} x {processes} = "
-                        f"{got * micro * processes:g} samples, not {target}.")
+        raise Incorrect(tr("with {got:g}, one optimizer step sees {got:g} x {micro} x {processes} = {value:g} "
+                           "samples, not {target}.", got=got, micro=micro, processes=processes,
+                           value=got * micro * processes, target=target))
 
 
 def _run_learner(train_fn, k: int) -> dict:
@@ -56,60 +59,68 @@ def _check_accumulated_training(train_fn) -> None:
     from effitrain_helpers.processes.launch import RankFailed, launch
 
     if not callable(train_fn):
-        raise Incorrect(f"pass your function itself; you gave {train_fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {train_fn!r}.", train_fn=train_fn))
     k = 4
     try:
         ranks = launch(_run_learner, train_fn, k, num_processes=PROCESSES, cpu=True, quiet=True)
     except RankFailed as err:
-        raise Incorrect(f"in {PROCESSES} processes your function raised {err.exc_type}: "
-                        f"{str(err).splitlines()[0]}") from None
+        raise Incorrect(tr("in {processes} processes your function raised {exc_type}: {message}",
+                           processes=PROCESSES, exc_type=err.exc_type, message=str(err).splitlines()[0])) from None
     first = ranks[0]
     micro = STEPS * k
     if len(first["flags"]) == PROCESSES * micro:
-        raise Incorrect("each process ran every micro-batch: pass the DataLoader to accelerator.prepare, so that "
-                        "each process gets its own share of the data.")
+        raise Incorrect(tr("each process ran every micro-batch: pass the DataLoader to accelerator.prepare, so "
+                           "that each process gets its own share of the data."))
     if len(first["flags"]) != micro:
-        raise Incorrect(f"each process should run {micro} micro-batches (its half of the data, in batches of "
-                        f"{MICRO_BATCH}); yours ran {len(first['flags'])}: use DataLoader(dataset, "
-                        f"batch_size={MICRO_BATCH}).")
+        raise Incorrect(tr("each process should run {micro} micro-batches (its half of the data, in batches of "
+                           "{micro_batch}); yours ran {count}: use DataLoader(dataset, "
+                           "batch_size={micro_batch}).", micro=micro, micro_batch=MICRO_BATCH,
+                           count=len(first['flags'])))
     if all(first["flags"]):
-        raise Incorrect("Accelerate synchronised at every micro-batch: create the Accelerator with "
-                        "gradient_accumulation_steps=k and run each micro-batch inside accelerator.accumulate(model).")
+        raise Incorrect(tr("Accelerate synchronised at every micro-batch: create the Accelerator with "
+                           "gradient_accumulation_steps=k and run each micro-batch inside "
+                           "accelerator.accumulate(model)."))
     if first["flags"] != ([False] * (k - 1) + [True]) * STEPS:
-        raise Incorrect(f"the synchronisations came at micro-batches {[i + 1 for i, f in enumerate(first['flags']) if f]}"
-                        f", not at every {k}-th: gradient_accumulation_steps must be k.")
+        raise Incorrect(tr("the synchronisations came at micro-batches {synced}, not at every {k}-th: "
+                           "gradient_accumulation_steps must be k.",
+                           synced=[i + 1 for i, f in enumerate(first['flags']) if f], k=k))
     if not first["steps"]:
-        raise Incorrect("the weights never changed: call optimizer.step() inside the accumulate block (Accelerate "
-                        "skips it until the k-th micro-batch).")
+        raise Incorrect(tr("the weights never changed: call optimizer.step() inside the accumulate block "
+                           "(Accelerate skips it until the k-th micro-batch)."))
     if first["steps"] != [k * (i + 1) for i in range(STEPS)]:
-        raise Incorrect(f"the optimizer stepped after micro-batches {first['steps']}, not once every {k}.")
+        raise Incorrect(tr("the optimizer stepped after micro-batches {steps}, not once every {k}.",
+                           steps=first['steps'], k=k))
     want = _big_batch_weight(k)
     gap = max(float((r["weight"] - want).abs().max()) for r in ranks)
     if gap > 1e-5:
-        hint = (" The loss of each micro-batch must be divided by k: accelerator.backward(loss) does it."
+        hint = (tr(" The loss of each micro-batch must be divided by k: accelerator.backward(loss) does it.")
                 if all(torch.allclose(r["weight"], ranks[0]["weight"]) for r in ranks) else "")
-        raise Incorrect(f"the weights differ from {STEPS} steps on batches of {PROCESSES * k * MICRO_BATCH} by "
-                        f"{gap:.1e}.{hint}")
+        raise Incorrect(tr("the weights differ from {steps} steps on batches of {batch} by {gap:.1e}.{hint}",
+                           steps=STEPS, batch=PROCESSES * k * MICRO_BATCH, gap=gap, hint=hint))
 
 
 def _check_fitting_micro_batch(answer, bytes_per_sample, budget) -> None:
     per, limit = as_number(bytes_per_sample), as_number(budget)
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Incorrect("answer with a pair: (micro_batch, accumulation_steps).")
+        raise Incorrect(tr("answer with a pair: (micro_batch, accumulation_steps)."))
     micro, k = (as_number(a) for a in answer)
     fitting = [b for b in range(1, 65) if 64 % b == 0 and b * per <= limit]
     if not fitting:
-        raise Incorrect(f"not even one sample fits in {limit:.3g} bytes: pass the budget the exercise gives.")
+        raise Incorrect(tr("not even one sample fits in {limit:.3g} bytes: pass the budget the exercise gives.",
+                           limit=limit))
     if micro * per > limit:
-        raise Incorrect(f"a micro-batch of {micro:g} keeps about {micro * per / 2**20:.1f} MiB of activations, more "
-                        f"than the {limit / 2**20:.1f} MiB budget.")
+        raise Incorrect(tr("a micro-batch of {micro:g} keeps about {mib:.1f} MiB of activations, more than the "
+                           "{budget:.1f} MiB budget.", micro=micro, mib=micro * per / 2**20,
+                           budget=limit / 2**20))
     if 64 % micro:
-        raise Incorrect(f"{micro:g} does not divide 64: k micro-batches must add up to the batch of 64 exactly.")
+        raise Incorrect(tr("{micro:g} does not divide 64: k micro-batches must add up to the batch of 64 exactly.",
+                           micro=micro))
     if micro != max(fitting):
-        raise Incorrect(f"{micro:g} fits, but a larger micro-batch that divides 64 fits too (bigger matrix "
-                        "products are faster, and fewer accumulation steps).")
+        raise Incorrect(tr("{micro:g} fits, but a larger micro-batch that divides 64 fits too (bigger matrix "
+                           "products are faster, and fewer accumulation steps).", micro=micro))
     if micro * k != 64:
-        raise Incorrect(f"{k:g} micro-batches of {micro:g} make {micro * k:g} samples, not 64.")
+        raise Incorrect(tr("{k:g} micro-batches of {micro:g} make {total:g} samples, not 64.", k=k, micro=micro,
+                           total=micro * k))
 
 
 q1 = Exercise(

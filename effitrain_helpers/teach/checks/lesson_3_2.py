@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 LOCAL_STEPS, STEPS, PROCESSES, BATCH = 2, 4, 2, 4  # q4's run: average every 2 steps, 4 steps, 2 processes
@@ -34,17 +35,18 @@ def _check_model_checkpointing(turn_on) -> None:
     from effitrain_helpers.training.workload import lesson_batches, lesson_model
 
     if not callable(turn_on):
-        raise Incorrect(f"pass your function itself; you gave {turn_on!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=turn_on))
     model, batch = lesson_model(), lesson_batches(1, 4, 32)[0]
     plain, plain_grads = saved_bytes(model, batch).activation_bytes, _gradients_of(model, batch)
     turn_on(model)
     if not model.training:
-        raise Incorrect("your function switched the model to eval mode; checkpointing only matters in training.")
+        raise Incorrect(tr("your function switched the model to eval mode; checkpointing only matters in "
+                           "training."))
     if saved_bytes(model, batch).activation_bytes >= plain:
-        raise Incorrect("the model still keeps every activation for backward: switch checkpointing on in the "
-                        "model itself (its method, not a TrainingArguments flag).")
+        raise Incorrect(tr("the model still keeps every activation for backward: switch checkpointing on in the "
+                           "model itself (its method, not a TrainingArguments flag)."))
     if not _same_gradients(plain_grads, _gradients_of(model, batch)):
-        raise Incorrect("the gradients changed: checkpointing must only recompute, never change the result.")
+        raise Incorrect(tr("the gradients changed: checkpointing must only recompute, never change the result."))
 
 
 def _blocks(seed: int = 0, n: int = 4, width: int = 64):
@@ -61,7 +63,8 @@ def _check_module_checkpointing(checkpointed_forward) -> None:
     from effitrain_helpers.measure.saved_memory import SavedTensors
 
     if not callable(checkpointed_forward):
-        raise Incorrect(f"pass your function itself; you gave {checkpointed_forward!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.",
+                           fn=checkpointed_forward))
     blocks = _blocks()
     parameters = [p for b in blocks for p in b.parameters()]
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(2))
@@ -72,10 +75,11 @@ def _check_module_checkpointing(checkpointed_forward) -> None:
         with SavedTensors(parameters) as saved:
             out = forward(blocks, x)
         if not isinstance(out, torch.Tensor):
-            raise Incorrect(f"return the output tensor of the last block; you returned {type(out).__name__}.")
+            raise Incorrect(tr("return the output tensor of the last block; you returned {kind}.",
+                               kind=type(out).__name__))
         if not out.requires_grad:
-            raise Incorrect("the output has no gradient: do not run the blocks under torch.no_grad(); "
-                            "checkpointing keeps the graph and recomputes inside it.")
+            raise Incorrect(tr("the output has no gradient: do not run the blocks under torch.no_grad(); "
+                               "checkpointing keeps the graph and recomputes inside it."))
         out.pow(2).mean().backward()
         return saved.activation_bytes, out.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone()
                                                       for p in parameters]
@@ -88,32 +92,35 @@ def _check_module_checkpointing(checkpointed_forward) -> None:
     plain_bytes, plain_out, plain_grads = run(plain)
     mine_bytes, mine_out, mine_grads = run(checkpointed_forward)
     if not torch.allclose(mine_out, plain_out, atol=1e-5):
-        raise Incorrect("the output differs from running the blocks one after the other: pass each block's "
-                        "output on to the next block.")
+        raise Incorrect(tr("the output differs from running the blocks one after the other: pass each block's "
+                           "output on to the next block."))
     if not all(torch.allclose(a, b, atol=1e-5) for a, b in zip(mine_grads, plain_grads)):
-        raise Incorrect("the gradients differ from the plain forward pass.")
+        raise Incorrect(tr("the gradients differ from the plain forward pass."))
     inputs_only = len(blocks) * x.numel() * x.element_size()
     if mine_bytes >= plain_bytes:
-        raise Incorrect(f"backward still keeps {mine_bytes} bytes, as without checkpointing: call "
-                        "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) for each block.")
+        raise Incorrect(tr("backward still keeps {mine_bytes} bytes, as without checkpointing: call "
+                           "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) for each block.",
+                           mine_bytes=mine_bytes))
     if mine_bytes > inputs_only:
-        raise Incorrect(f"{mine_bytes} bytes kept for backward, more than the {inputs_only} bytes of the blocks' "
-                        "inputs: checkpoint every block.")
+        raise Incorrect(tr("{mine_bytes} bytes kept for backward, more than the {inputs_only} bytes of the "
+                           "blocks' inputs: checkpoint every block.", mine_bytes=mine_bytes,
+                           inputs_only=inputs_only))
 
 
 def _check_layer_inputs(answer, config) -> None:
     for name in ("n_layers", "dim"):
         if not hasattr(config, name):
-            raise Incorrect(f"pass the model's config as the second argument (it needs .{name}).")
+            raise Incorrect(tr("pass the model's config as the second argument (it needs .{name}).", name=name))
     got = as_number(answer)
     want = config.n_layers * 8 * 64 * config.dim * 4
     if math.isclose(got, want, rel_tol=1e-9):
         return
     if math.isclose(got, want / 4, rel_tol=1e-9):
-        raise Incorrect("that counts numbers, not bytes: a float32 takes 4 bytes.")
+        raise Incorrect(tr("that counts numbers, not bytes: a float32 takes 4 bytes."))
     if math.isclose(got, want / config.n_layers, rel_tol=1e-9):
-        raise Incorrect(f"that is one layer's input; the model has {config.n_layers} layers.")
-    raise Incorrect(f"{got:g} is not it: each layer keeps one tensor of batch x length x dim float32 numbers.")
+        raise Incorrect(tr("that is one layer's input; the model has {n_layers} layers.", n_layers=config.n_layers))
+    raise Incorrect(tr("{got:g} is not it: each layer keeps one tensor of batch x length x dim float32 numbers.",
+                       got=got))
 
 
 def _run_local_sgd(train_fn) -> dict:
@@ -148,37 +155,40 @@ def _check_local_sgd_loop(train_fn) -> None:
     from effitrain_helpers.processes.launch import RankFailed, launch
 
     if not callable(train_fn):
-        raise Incorrect(f"pass your function itself; you gave {train_fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {train_fn!r}.", train_fn=train_fn))
     try:
         ranks = launch(_run_local_sgd, train_fn, num_processes=PROCESSES, cpu=True, quiet=True)
     except RankFailed as err:
-        raise Incorrect(f"in {PROCESSES} processes your function raised {err.exc_type}: "
-                        f"{str(err).splitlines()[0]}") from None
+        raise Incorrect(tr("in {processes} processes your function raised {exc_type}: {message}",
+                           processes=PROCESSES, exc_type=err.exc_type, message=str(err).splitlines()[0])) from None
     first = ranks[0]
     if first["forwards"] == PROCESSES * STEPS:
-        raise Incorrect("each process trained on every batch: pass the DataLoader to accelerator.prepare, so that "
-                        "each process gets its own share.")
+        raise Incorrect(tr("each process trained on every batch: pass the DataLoader to accelerator.prepare, so "
+                           "that each process gets its own share."))
     if first["forwards"] != STEPS:
-        raise Incorrect(f"each process should take {STEPS} steps (its half of the data, batches of {BATCH}); "
-                        f"yours took {first['forwards']}.")
+        raise Incorrect(tr("each process should take {steps} steps (its half of the data, batches of {batch}); "
+                           "yours took {forwards}.", steps=STEPS, batch=BATCH, forwards=first['forwards']))
     agree = [all(torch.equal(r["weights"][s], first["weights"][s]) for r in ranks) for s in range(STEPS)]
     averages = [round(a) for a in first["averages"]]
     want = [1 if (s + 1) % LOCAL_STEPS == 0 else 0 for s in range(STEPS)]
     want[-1] += 1  # the closing average when the `with LocalSGD(...)` block ends
     if averages == [0] * STEPS and all(agree):
-        raise Incorrect("the replicas agreed after every step without any parameter average: that is plain data "
-                        "parallelism (gradients all-reduced each step). Run the loop inside `with LocalSGD(...)`.")
+        raise Incorrect(tr("the replicas agreed after every step without any parameter average: that is plain "
+                           "data parallelism (gradients all-reduced each step). Run the loop inside `with "
+                           "LocalSGD(...)`."))
     if averages == [0] * (STEPS - 1) + [1]:
-        raise Incorrect("only the closing average happened: call local_sgd.step() after each optimizer step.")
+        raise Incorrect(tr("only the closing average happened: call local_sgd.step() after each optimizer step."))
     if sum(averages) == 0:
-        raise Incorrect("no parameter was ever averaged: use LocalSGD(accelerator=..., model=..., "
-                        "local_sgd_steps=k) as a `with` block around the loop.")
+        raise Incorrect(tr("no parameter was ever averaged: use LocalSGD(accelerator=..., model=..., "
+                           "local_sgd_steps=k) as a `with` block around the loop."))
     if averages != want:
-        raise Incorrect(f"parameter averages after each step: {averages}; with k={LOCAL_STEPS} expected {want} "
-                        "(every k-th step, plus the closing one): pass local_sgd_steps=k.")
+        raise Incorrect(tr("parameter averages after each step: {averages}; with k={k} expected {want} "
+                           "(every k-th step, plus the closing one): pass local_sgd_steps=k.", averages=averages,
+                           k=LOCAL_STEPS, want=want))
     if agree != [a > 0 for a in want]:
-        raise Incorrect(f"the replicas agreed after steps {[s + 1 for s, a in enumerate(agree) if a]}: between "
-                        "averages each process must train on its own, with the gradients not all-reduced.")
+        raise Incorrect(tr("the replicas agreed after steps {agreed}: between averages each process must train on "
+                           "its own, with the gradients not all-reduced.",
+                           agreed=[s + 1 for s, a in enumerate(agree) if a]))
 
 
 q1 = Exercise(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 
@@ -15,10 +16,10 @@ def _check_bf16_gap(answer) -> None:
     if math.isclose(got, want, rel_tol=1e-6):
         return
     if math.isclose(got, torch.finfo(torch.float16).eps, rel_tol=1e-6):
-        raise Incorrect("that is float16's gap: float16 has 10 mantissa bits, bfloat16 only 7.")
+        raise Incorrect(tr("that is float16's gap: float16 has 10 mantissa bits, bfloat16 only 7."))
     if math.isclose(got, torch.finfo(torch.float32).eps, rel_tol=1e-6):
-        raise Incorrect("that is float32's gap; bfloat16 keeps only 7 of float32's 23 mantissa bits.")
-    raise Incorrect(f"{got:g} is not it: with m mantissa bits, the next number after 1 is 1 + 2**-m.")
+        raise Incorrect(tr("that is float32's gap; bfloat16 keeps only 7 of float32's 23 mantissa bits."))
+    raise Incorrect(tr("{got:g} is not it: with m mantissa bits, the next number after 1 is 1 + 2**-m.", got=got))
 
 
 def smallest_surviving_scale(gradient: float = 1e-8) -> int:
@@ -37,10 +38,11 @@ def _check_scale(answer) -> None:
     if got == want:
         return
     if got > want and math.log2(got).is_integer():
-        raise Incorrect(f"{got:g} works, but a smaller power of two already keeps 1e-8 from becoming 0.")
+        raise Incorrect(tr("{got:g} works, but a smaller power of two already keeps 1e-8 from becoming 0.", got=got))
     if not (got > 0 and math.log2(got).is_integer()):
-        raise Incorrect(f"{got!r} is not a power of two; GradScaler uses powers of two (exact to undo).")
-    raise Incorrect(f"with S = {got:g}, 1e-8 x S still rounds to 0 in float16: try a larger power of two.")
+        raise Incorrect(tr("{got!r} is not a power of two; GradScaler uses powers of two (exact to undo).", got=got))
+    raise Incorrect(tr("with S = {got:g}, 1e-8 x S still rounds to 0 in float16: try a larger power of two.",
+                           got=got))
 
 
 def _check_low_precision_forward(fn) -> None:
@@ -49,7 +51,7 @@ def _check_low_precision_forward(fn) -> None:
     from effitrain_helpers.training.precision import TORCH_NAME, low_precision
 
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     want = getattr(torch, TORCH_NAME[low_precision(device)])
     class Classifier(torch.nn.Module):  # answers model(**batch).logits like a Hugging Face model
@@ -69,17 +71,19 @@ def _check_low_precision_forward(fn) -> None:
         reference = torch.nn.functional.linear(batch["inputs"], layer.weight, layer.bias)
     logits = fn(model, batch)
     if layer.weight.dtype != torch.float32:
-        raise Incorrect(f"the weights became {layer.weight.dtype}: mixed precision keeps float32 weights; let "
-                        "autocast make 16-bit copies for the matrix products instead of converting the model.")
+        raise Incorrect(tr("the weights became {dtype}: mixed precision keeps float32 weights; let autocast make "
+                           "16-bit copies for the matrix products instead of converting the model.",
+                           dtype=layer.weight.dtype))
     if not isinstance(logits, torch.Tensor):
-        raise Incorrect(f"return the logits tensor; you returned {type(logits).__name__}.")
+        raise Incorrect(tr("return the logits tensor; you returned {kind}.", kind=type(logits).__name__))
     if seen and seen[-1] == torch.float32:
-        raise Incorrect("the matrix product ran in float32: run the forward pass inside torch.autocast(...).")
+        raise Incorrect(tr("the matrix product ran in float32: run the forward pass inside torch.autocast(...)."))
     if seen and seen[-1] != want:
-        raise Incorrect(f"the matrix product ran in {seen[-1]}, but the type this hardware ({device}) runs is "
-                        f"{want}: pass dtype={want}.")
+        raise Incorrect(tr("the matrix product ran in {got}, but the type this hardware ({device}) runs is {want}: "
+                           "pass dtype={want}.", got=seen[-1], device=device, want=want))
     if not torch.allclose(logits.float(), reference, atol=0.05):
-        raise Incorrect(f"the logits are {logits.dtype} but far from the float32 ones: return model(**batch).logits.")
+        raise Incorrect(tr("the logits are {dtype} but far from the float32 ones: return model(**batch).logits.",
+                           dtype=logits.dtype))
 
 
 q1 = Exercise(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
 MODEL_SHAPES = {"embedding": (1000, 64), "linear.weight": (32, 64), "linear.bias": (32,)}  # q1's model
@@ -24,14 +25,14 @@ def _check_state_bytes(answer) -> None:
     if math.isclose(got, 8 * n):
         return
     if math.isclose(got, 8 * n + 4 * len(MODEL_SHAPES)):
-        raise Incorrect("close: that includes the 4-byte `step` counters; the question asks for the two moving "
-                        "averages only.")
+        raise Incorrect(tr("close: that includes the 4-byte `step` counters; the question asks for the two "
+                           "moving averages only."))
     if math.isclose(got, 4 * n):
-        raise Incorrect("that is one float32 copy of the parameters; AdamW keeps two (exp_avg and exp_avg_sq).")
+        raise Incorrect(tr("that is one float32 copy of the parameters; AdamW keeps two (exp_avg and exp_avg_sq)."))
     if math.isclose(got, 2 * n) or math.isclose(got, n):
-        raise Incorrect("count bytes, not values: each float32 value takes 4 bytes.")
-    raise Incorrect(f"{got:.0f} bytes is not it: count the model's parameters (sum of numel over "
-                    "model.parameters()), then 2 states x 4 bytes each.")
+        raise Incorrect(tr("count bytes, not values: each float32 value takes 4 bytes."))
+    raise Incorrect(tr("{got:.0f} bytes is not it: count the model's parameters (sum of numel over "
+                       "model.parameters()), then 2 states x 4 bytes each.", got=got))
 
 
 def _adamw_reference(p0, grads):
@@ -75,29 +76,31 @@ def _variants(p0, grads):
 
 def _check_adamw_by_hand(fn) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself (adamw_by_hand, without calling it); you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself (adamw_by_hand, without calling it); you gave {fn!r}.",
+                           fn=fn))
     cases = [(1.0, [0.5, -0.2, 0.3, 0.1]), (-2.0, [3.0, 3.0, -1.0]), (0.5, [0.0, 1e-3, -2.0, 0.7, 0.7])]
     for p0, grads in cases:
         got = fn(p0, list(grads))
         if not isinstance(got, (list, tuple)) or len(got) != len(grads):
-            raise Incorrect(f"return one parameter value per step: {len(grads)} values for {len(grads)} gradients; "
-                            f"you returned {got!r}.")
+            raise Incorrect(tr("return one parameter value per step: {count} values for {count} "
+                               "gradients; you returned {got!r}.", count=len(grads), got=got))
         got = [as_number(x) for x in got]
         want = _adamw_reference(p0, grads)
         if all(math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6) for a, b in zip(got, want)):
             continue
         for variant, values in _variants(p0, grads).items():
             if all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-7) for a, b in zip(got, values)):
-                raise Incorrect({
-                    "no_bias_correction": "you skipped the bias correction: divide m by (1 - beta1**t) and v by "
-                                          "(1 - beta2**t), t counting from 1.",
-                    "coupled": "that is Adam with L2 regularisation (weight decay added to the gradient); AdamW "
-                               "decays the parameter directly: p = p - lr * weight_decay * p.",
-                    "decay_after": "decay the parameter before the Adam update (torch multiplies p by "
-                                   "1 - lr * weight_decay first, then subtracts the update).",
-                }[variant])
-        raise Incorrect(f"starting at p={p0} with gradients {grads}, torch.optim.AdamW gives "
-                        f"{[round(x, 6) for x in want]}; yours gave {[round(x, 6) for x in got]}.")
+                raise Incorrect(tr({
+                    "no_bias_correction": msg("you skipped the bias correction: divide m by (1 - beta1**t) and v "
+                                              "by (1 - beta2**t), t counting from 1."),
+                    "coupled": msg("that is Adam with L2 regularisation (weight decay added to the gradient); "
+                                   "AdamW decays the parameter directly: p = p - lr * weight_decay * p."),
+                    "decay_after": msg("decay the parameter before the Adam update (torch multiplies p by "
+                                       "1 - lr * weight_decay first, then subtracts the update)."),
+                }[variant]))
+        raise Incorrect(tr("starting at p={p0} with gradients {grads}, torch.optim.AdamW gives {want}; yours "
+                           "gave {got}.", p0=p0, grads=grads, want=[round(x, 6) for x in want],
+                           got=[round(x, 6) for x in got]))
 
 
 def q3_model():
@@ -121,8 +124,8 @@ def _one_step_moves(make_adamw) -> tuple[dict, dict, dict, object]:
     model = q3_model()
     optimizer = make_adamw(model)
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise Incorrect(f"make_adamw(model) should return a torch optimizer; it returned "
-                        f"{type(optimizer).__name__}.")
+        raise Incorrect(tr("make_adamw(model) should return a torch optimizer; it returned {kind}.",
+                           kind=type(optimizer).__name__))
     generator = torch.Generator().manual_seed(1)
     start = {n: p.detach().double() for n, p in model.named_parameters()}
     for p in model.parameters():
@@ -139,34 +142,38 @@ def _check_param_groups(make_adamw) -> None:
     import torch
 
     if not callable(make_adamw):
-        raise Incorrect(f"pass your function itself (make_adamw, without calling it); you gave {make_adamw!r}.")
+        raise Incorrect(tr("pass your function itself (make_adamw, without calling it); you gave {fn!r}.",
+                           fn=make_adamw))
     start, after, grads, optimizer = _one_step_moves(make_adamw)
     still = sorted(n for n in start if torch.equal(start[n], after[n]))
     if still:
-        raise Incorrect(f"{still} did not move at all: every parameter must be in one of the groups.")
+        raise Incorrect(tr("{still} did not move at all: every parameter must be in one of the groups.",
+                           still=still))
     for name in start:
         moved = start[name] - after[name]
         if torch.allclose(moved, Q3_LR * grads[name], rtol=1e-3):
-            raise Incorrect(f"{name} moved in proportion to its gradient: that is SGD; AdamW moves each value by "
-                            "about lr whatever the gradient's size.")
+            raise Incorrect(tr("{name} moved in proportion to its gradient: that is SGD; AdamW moves each value "
+                               "by about lr whatever the gradient's size.", name=name))
         residual = moved - Q3_LR * torch.sign(grads[name])  # what is left after the Adam part: the decay
         weight = float((start[name] ** 2).sum())
         decay_seen = float((residual * start[name]).sum()) / weight / Q3_LR if weight else 0.0
         if not torch.allclose(residual, Q3_LR * decay_seen * start[name], atol=1e-6):
             lr_seen = float(moved.abs().mean())
-            raise Incorrect(f"{name} moved by about {lr_seen:.2g} per value in the first step; AdamW moves each "
-                            f"value by its learning rate there: use lr={Q3_LR}.")
+            raise Incorrect(tr("{name} moved by about {lr_seen:.2g} per value in the first step; AdamW moves "
+                               "each value by its learning rate there: use lr={lr}.", name=name,
+                               lr_seen=lr_seen, lr=Q3_LR))
         if name in Q3_NO_DECAY and abs(decay_seen) > 1e-3:
-            raise Incorrect(f"{name} was decayed (weight_decay {decay_seen:.2g}): biases and LayerNorm weights "
-                            "go in a group with weight_decay=0.0.")
+            raise Incorrect(tr("{name} was decayed (weight_decay {decay_seen:.2g}): biases and LayerNorm weights "
+                               "go in a group with weight_decay=0.0.", name=name, decay_seen=decay_seen))
         if name not in Q3_NO_DECAY and not math.isclose(decay_seen, Q3_WEIGHT_DECAY, rel_tol=0.05):
             if abs(decay_seen) < 1e-3 and not isinstance(optimizer, torch.optim.AdamW):
-                raise Incorrect(f"{name} was not decayed in the first step: that is Adam's L2 term (added to the "
-                                "gradient, then rescaled with it); use torch.optim.AdamW, whose decay is "
-                                "decoupled.")
-            seen = "was not decayed" if abs(decay_seen) < 1e-3 else f"decayed with weight_decay {decay_seen:.2g}"
-            raise Incorrect(f"{name} {seen}; the exercise asks for weight_decay={Q3_WEIGHT_DECAY} on the weights "
-                            "and embeddings.")
+                raise Incorrect(tr("{name} was not decayed in the first step: that is Adam's L2 term (added to "
+                                   "the gradient, then rescaled with it); use torch.optim.AdamW, whose decay is "
+                                   "decoupled.", name=name))
+            seen = (tr("was not decayed") if abs(decay_seen) < 1e-3
+                    else tr("decayed with weight_decay {decay:.2g}", decay=decay_seen))
+            raise Incorrect(tr("{name} {seen}; the exercise asks for weight_decay={weight_decay} on the "
+                               "weights and embeddings.", name=name, seen=seen, weight_decay=Q3_WEIGHT_DECAY))
 
 
 q1 = Exercise(

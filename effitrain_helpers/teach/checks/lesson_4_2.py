@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 from effitrain_helpers.measure.optimizer_memory import adafactor_second_moment_numel
 
@@ -12,7 +13,7 @@ SHAPES = [(768, 3072), (30522, 768), (128,), (4, 8, 16), (1, 5)]
 
 def _check_numel_fn(fn) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     for shape in SHAPES:
         got = fn(shape)
         want = adafactor_second_moment_numel(shape)
@@ -20,16 +21,20 @@ def _check_numel_fn(fn) -> None:
         if got == want:
             continue
         if got == math.prod(shape):
-            raise Incorrect(f"for shape {shape} you gave the full size {got}: that is what Adam keeps. Adafactor "
-                            "keeps one value per row plus one per column for tensors with 2 or more dimensions."
-                            if len(shape) >= 2 else f"for shape {shape}: got {got}, want {want}.")
+            if len(shape) >= 2:
+                raise Incorrect(tr("for shape {shape} you gave the full size {got}: that is what Adam keeps. "
+                                   "Adafactor keeps one value per row plus one per column for tensors with 2 or "
+                                   "more dimensions.", shape=shape, got=got))
+            raise Incorrect(tr("for shape {shape}: got {got}, want {want}.", shape=shape, got=got, want=want))
         if len(shape) == 1:
-            raise Incorrect(f"a vector of shape {shape} cannot be factored: Adafactor keeps all {want} values.")
+            raise Incorrect(tr("a vector of shape {shape} cannot be factored: Adafactor keeps all {want} values.",
+                               shape=shape, want=want))
         if len(shape) > 2:
-            raise Incorrect(f"for shape {shape} you gave {got:.0f}, Adafactor keeps {want}: the leading dimensions "
-                            "are kept (rows: shape[:-1], columns: shape[:-2] + shape[-1:]).")
-        raise Incorrect(f"for shape {shape} you gave {got:.0f}; a ({shape[0]}, {shape[1]}) matrix has "
-                        f"{shape[0]} rows and {shape[1]} columns.")
+            raise Incorrect(tr("for shape {shape} you gave {got:.0f}, Adafactor keeps {want}: the leading "
+                               "dimensions are kept (rows: shape[:-1], columns: shape[:-2] + shape[-1:]).",
+                               shape=shape, got=got, want=want))
+        raise Incorrect(tr("for shape {shape} you gave {got:.0f}; a ({rows}, {columns}) matrix has {rows} "
+                           "rows and {columns} columns.", shape=shape, got=got, rows=shape[0], columns=shape[1]))
 
 
 Q2_LR = 1e-3  # q2's learning rate
@@ -58,29 +63,31 @@ def _check_make_adafactor(make_adafactor) -> None:
     try:
         from transformers import Adafactor
     except ImportError as err:  # pragma: no cover - transformers is a dependency
-        raise Incorrect(f"transformers is needed here ({err}).")
+        raise Incorrect(tr("transformers is needed here ({err}).", err=err))
     if not callable(make_adafactor):
-        raise Incorrect(f"pass your function itself (make_adafactor, without calling it); you gave "
-                        f"{make_adafactor!r}.")
+        raise Incorrect(tr("pass your function itself (make_adafactor, without calling it); you gave "
+                           "{fn!r}.", fn=make_adafactor))
     optimizer, layer = _adafactor_steps(make_adafactor)
     if not isinstance(optimizer, Adafactor):
-        raise Incorrect(f"build a transformers.Adafactor; make_adafactor returned {type(optimizer).__name__}.")
+        raise Incorrect(tr("build a transformers.Adafactor; make_adafactor returned {kind}.",
+                           kind=type(optimizer).__name__))
     _, reference = _adafactor_steps(lambda ps: Adafactor(ps, lr=Q2_LR, scale_parameter=False,
                                                          relative_step=False, warmup_init=False))
     if all(torch.allclose(a, b, rtol=1e-5, atol=1e-8) for a, b in zip(layer.parameters(), reference.parameters())):
         return
     group = optimizer.param_groups[0]
     if group["relative_step"] or group["scale_parameter"]:
-        raise Incorrect("the weights moved by a step size Adafactor chose itself: with relative_step=True or "
-                        "scale_parameter=True it ignores (or rescales) your lr; Trainer sets both to False.")
+        raise Incorrect(tr("the weights moved by a step size Adafactor chose itself: with relative_step=True or "
+                           "scale_parameter=True it ignores (or rescales) your lr; Trainer sets both to False."))
     if "exp_avg" in optimizer.state[layer.weight]:
-        raise Incorrect("your optimizer keeps exp_avg, a full first moment (4 bytes per parameter): leave beta1 "
-                        "at None, as Trainer does.")
+        raise Incorrect(tr("your optimizer keeps exp_avg, a full first moment (4 bytes per parameter): leave "
+                           "beta1 at None, as Trainer does."))
     if group["lr"] != Q2_LR:
-        raise Incorrect(f"the weights moved by a step of lr={group['lr']!r}; the exercise asks for lr={Q2_LR}.")
-    raise Incorrect("after three steps your weights differ from those of Trainer's Adafactor (lr=1e-3, "
-                    "scale_parameter=False, relative_step=False, warmup_init=False, other settings at their "
-                    "defaults).")
+        raise Incorrect(tr("the weights moved by a step of lr={lr!r}; the exercise asks for lr={want}.",
+                           lr=group['lr'], want=Q2_LR))
+    raise Incorrect(tr("after three steps your weights differ from those of Trainer's Adafactor (lr=1e-3, "
+                       "scale_parameter=False, relative_step=False, warmup_init=False, other settings at their "
+                       "defaults)."))
 
 
 def _check_beta1_bytes(answer) -> None:
@@ -91,13 +98,13 @@ def _check_beta1_bytes(answer) -> None:
     if math.isclose(got, want):
         return
     if math.isclose(got, want - 8):
-        raise Incorrect("almost: each tensor also keeps `RMS`, a float32 0-d tensor (4 bytes).")
+        raise Incorrect(tr("almost: each tensor also keeps `RMS`, a float32 0-d tensor (4 bytes)."))
     if math.isclose(got, want - 4 * (64 * 256 + 64)):
-        raise Incorrect("with beta1 set, Adafactor also keeps exp_avg, a full float32 copy of each parameter.")
+        raise Incorrect(tr("with beta1 set, Adafactor also keeps exp_avg, a full float32 copy of each parameter."))
     if math.isclose(got, 4 * 2 * (64 * 256 + 64) + 8):
-        raise Incorrect("that is AdamW's count: the weight's second moment is still factored (rows + columns).")
-    raise Incorrect(f"{got:.0f} bytes is not it. nn.Linear(256, 64) has weight (64, 256) and bias (64,); add "
-                    "their second-moment statistics, exp_avg, and one RMS each, 4 bytes per value.")
+        raise Incorrect(tr("that is AdamW's count: the weight's second moment is still factored (rows + columns)."))
+    raise Incorrect(tr("{got:.0f} bytes is not it. nn.Linear(256, 64) has weight (64, 256) and bias (64,); add "
+                       "their second-moment statistics, exp_avg, and one RMS each, 4 bytes per value.", got=got))
 
 
 q1 = Exercise(

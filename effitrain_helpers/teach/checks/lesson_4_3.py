@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from effitrain_helpers.measure.optimizer_memory import adamw8bit_state_bytes, adamw8bit_tensor_bytes, state_bytes
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import NOT_ATTEMPTED, CheckResult, Exercise, Incorrect, as_number
 from effitrain_helpers.training.optimizer_compare import bitsandbytes_status
 
@@ -14,37 +15,41 @@ Q2_SHAPES = {"0.weight": (64, 64), "0.bias": (64,), "1.weight": (4095, 1), "1.bi
 
 def _check_tensor_bytes(fn) -> None:
     if not callable(fn):
-        raise Incorrect(f"pass your function itself; you gave {fn!r}.")
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     for n in NUMELS:
         got, want = as_number(fn(n)), adamw8bit_tensor_bytes(n)
         if got == want:
             continue
         if n < 4096:
-            raise Incorrect(f"a tensor of {n} values is under min_8bit_size=4096: its two states stay float32 "
-                            f"({want} bytes); you gave {got:.0f}.")
+            raise Incorrect(tr("a tensor of {n} values is under min_8bit_size=4096: its two states stay float32 "
+                               "({want} bytes); you gave {got:.0f}.", n=n, want=want, got=got))
         if got == 2 * n:
-            raise Incorrect(f"for {n} values you counted the uint8 states only; add the float32 absmax of each block "
-                            "of 256 values, for each of the two states.")
+            raise Incorrect(tr("for {n} values you counted the uint8 states only; add the float32 absmax of each "
+                               "block of 256 values, for each of the two states.", n=n))
         if got == 2 * n + 8 * (n // 256):
-            raise Incorrect(f"for {n} values: a last, partial block needs its absmax too (round the number of "
-                            "blocks up: math.ceil(n / 256)).")
-        raise Incorrect(f"for {n} values bitsandbytes keeps {want} bytes; you gave {got:.0f}.")
+            raise Incorrect(tr("for {n} values: a last, partial block needs its absmax too (round the number of "
+                               "blocks up: math.ceil(n / 256)).", n=n))
+        raise Incorrect(tr("for {n} values bitsandbytes keeps {want} bytes; you gave {got:.0f}.", n=n, want=want,
+                           got=got))
 
 
 def _check_32bit_names(answer) -> None:
     want = {name for name, shape in Q2_SHAPES.items() if math.prod(shape) < 4096}
     if isinstance(answer, str) or not hasattr(answer, "__iter__"):
-        raise Incorrect(f"give a set of parameter names, e.g. {{'0.bias'}}; you gave {answer!r}.")
+        raise Incorrect(tr("give a set of parameter names, e.g. {{'0.bias'}}; you gave {answer!r}.", answer=answer))
     got = set(answer)
     unknown = got - set(Q2_SHAPES)
     if unknown:
-        raise Incorrect(f"{sorted(unknown)} are not parameter names of this model; names: {sorted(Q2_SHAPES)}.")
+        raise Incorrect(tr("{unknown} are not parameter names of this model; names: {names}.",
+                           unknown=sorted(unknown), names=sorted(Q2_SHAPES)))
     if "0.weight" in got:
-        raise Incorrect("0.weight has 64 x 64 = 4096 values: not under 4096, so its state is 8-bit.")
+        raise Incorrect(tr("0.weight has 64 x 64 = 4096 values: not under 4096, so its state is 8-bit."))
     if "2.weight" in got:
-        raise Incorrect("2.weight has 10 x 4095 = 40950 values: the rule counts values, not the length of one side.")
+        raise Incorrect(tr("2.weight has 10 x 4095 = 40950 values: the rule counts values, not the length of one "
+                           "side."))
     if got != want:
-        raise Incorrect(f"missing: {sorted(want - got)}. A tensor keeps 32-bit state when it has fewer than 4096 values.")
+        raise Incorrect(tr("missing: {missing}. A tensor keeps 32-bit state when it has fewer than 4096 values.",
+                           missing=sorted(want - got)))
 
 
 def q3_layer():
@@ -60,36 +65,39 @@ def _check_adamw8bit(build_and_step) -> None:
     import torch
 
     if not callable(build_and_step):
-        raise Incorrect(f"pass your function itself (adamw8bit_state, without calling it); you gave "
-                        f"{build_and_step!r}.")
+        raise Incorrect(tr("pass your function itself (adamw8bit_state, without calling it); you gave "
+                           "{fn!r}.", fn=build_and_step))
     layer = q3_layer()
     answer = build_and_step(layer)
     if not isinstance(answer, tuple) or len(answer) != 2:
-        raise Incorrect(f"return two things, (optimizer, measured_bytes); you returned {type(answer).__name__}.")
+        raise Incorrect(tr("return two things, (optimizer, measured_bytes); you returned {kind}.",
+                           kind=type(answer).__name__))
     optimizer, measured = answer
     if not hasattr(optimizer, "state") or not hasattr(optimizer, "param_groups"):
-        raise Incorrect(f"the first thing returned should be the optimizer; got {type(optimizer).__name__}.")
+        raise Incorrect(tr("the first thing returned should be the optimizer; got {kind}.",
+                           kind=type(optimizer).__name__))
     if not any(p is layer.weight for g in optimizer.param_groups for p in g["params"]):
-        raise Incorrect("the optimizer does not hold the layer's weight: build it on layer.parameters().")
+        raise Incorrect(tr("the optimizer does not hold the layer's weight: build it on layer.parameters()."))
     state = optimizer.state.get(layer.weight, {})
     if not state:
-        raise Incorrect("the optimizer's state is empty: it is created at the first step; run a forward "
-                        "pass, backward(), then optimizer.step().")
+        raise Incorrect(tr("the optimizer's state is empty: it is created at the first step; run a forward pass, "
+                           "backward(), then optimizer.step()."))
     kept = state.get("state1", state.get("exp_avg"))
     if kept is None or kept.dtype != torch.uint8:
         dtype = getattr(kept, "dtype", "no state1")
-        raise Incorrect(f"the weight's first moment is {dtype}, not uint8: use bitsandbytes.optim.AdamW8bit "
-                        "(its 16,384 values are over min_8bit_size, so their state is 8-bit).")
+        raise Incorrect(tr("the weight's first moment is {dtype}, not uint8: use bitsandbytes.optim.AdamW8bit "
+                           "(its 16,384 values are over min_8bit_size, so their state is 8-bit).", dtype=dtype))
     if optimizer.state.get(layer.bias, {}).get("state1", torch.empty(0, dtype=torch.uint8)).dtype != torch.float32:
-        raise Incorrect("the bias (64 values) should keep float32 state: leave min_8bit_size at its default.")
+        raise Incorrect(tr("the bias (64 values) should keep float32 state: leave min_8bit_size at its default."))
     want = adamw8bit_state_bytes(layer)
     if state_bytes(optimizer) != want:
-        raise Incorrect(f"this optimizer keeps {state_bytes(optimizer):,} bytes of state, the theory "
-                        f"{want:,}: build it with AdamW8bit's default settings.")
+        raise Incorrect(tr("this optimizer keeps {have:,} bytes of state, the theory {want:,}: build it "
+                           "with AdamW8bit's default settings.", have=state_bytes(optimizer), want=want))
     got = as_number(measured)
     if got != want:
-        raise Incorrect(f"measured_bytes={got:,.0f}, but the state holds {want:,} bytes: add the bytes of every "
-                        "tensor in optimizer.state, the shared qmaps once (state_bytes does that).")
+        raise Incorrect(tr("measured_bytes={got:,.0f}, but the state holds {want:,} bytes: add the bytes of "
+                           "every tensor in optimizer.state, the shared qmaps once (state_bytes does that).",
+                           got=got, want=want))
 
 
 class OptionalExercise(Exercise):
@@ -111,16 +119,19 @@ def _check_8bit_args(args) -> None:
     try:
         from transformers import TrainingArguments
     except ImportError as err:  # pragma: no cover
-        raise Incorrect(f"transformers is needed here ({err}).")
+        raise Incorrect(tr("transformers is needed here ({err}).", err=err))
     if not isinstance(args, TrainingArguments):
-        raise Incorrect(f"pass a TrainingArguments object; you gave {type(args).__name__}.")
+        raise Incorrect(tr("pass a TrainingArguments object; you gave {kind}.", kind=type(args).__name__))
     optim = str(getattr(args.optim, "value", args.optim))
     if optim not in ("adamw_bnb_8bit", "adamw_8bit"):
-        raise Incorrect(f"optim={optim!r} does not ask Trainer for bitsandbytes' 8-bit AdamW: use optim='adamw_bnb_8bit'.")
+        raise Incorrect(tr("optim={optim!r} does not ask Trainer for bitsandbytes' 8-bit AdamW: use "
+                           "optim='adamw_bnb_8bit'.", optim=optim))
     if not math.isclose(args.learning_rate, 1e-3):
-        raise Incorrect(f"learning_rate={args.learning_rate}: the exercise asks for 1e-3.")
+        raise Incorrect(tr("learning_rate={learning_rate}: the exercise asks for 1e-3.",
+                           learning_rate=args.learning_rate))
     if not math.isclose(args.weight_decay, 0.01):
-        raise Incorrect(f"weight_decay={args.weight_decay}: the exercise asks for 0.01 (Trainer's default is 0).")
+        raise Incorrect(tr("weight_decay={weight_decay}: the exercise asks for 0.01 (Trainer's default is 0).",
+                           weight_decay=args.weight_decay))
 
 
 q1 = Exercise(
