@@ -134,11 +134,11 @@ q2 = Exercise(
 q3 = Exercise(
     "5.1 q3: how much more does FSDP send?",
     _check_communication_ratio,
-    usage="q3.check(ratio)",
+    usage="q3.check(fsdp_over_ddp)",
     hints=["With ring algorithms, an all-gather and a reduce-scatter each make a rank send (N-1)/N of the "
            "tensor; an all-reduce is a reduce-scatter followed by an all-gather.",
            "DDP: one all-reduce of the gradients per step. FSDP with every group resharded after forward: "
            "an all-gather in forward, another in backward, and a reduce-scatter of the gradients.",
-           "ratio = (____ + ____ + ____) / (2 * ____)   # in units of (N-1)/N x the model's bytes"],
-    solution_code="ratio = (1 + 1 + 1) / 2\nq3.check(ratio)",
+           "fsdp_over_ddp = (____ + ____ + ____) / (2 * ____)   # units: (N-1)/N x the model's bytes"],
+    solution_code="fsdp_over_ddp = (1 + 1 + 1) / 2\nq3.check(fsdp_over_ddp)",
 )
