@@ -66,6 +66,23 @@ class Incorrect(Exception):
     """Raised by a checker with a message for the learner (why the answer is wrong, what to look at)."""
 
 
+def run_learner_in_processes(worker: Callable, fn: Any, *args: Any, processes: int = 2, **options: Any) -> list:
+    """For a checker: ``worker(fn, *args)`` in ``processes`` real processes (a CPU group, as the lessons run
+    them), each rank's return value in rank order. ``fn`` is the learner's function: anything else, or a rank
+    that raises, is :class:`Incorrect` in one line naming the rank and the error. ``options`` go to
+    :func:`~effitrain_helpers.processes.launch.launch` (``timeout``, ...). Used by lessons 2.2-5.2's checkers."""
+    from effitrain_helpers.processes.launch import RankFailed, launch
+
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
+    try:
+        return launch(worker, fn, *args, num_processes=processes, cpu=True, quiet=True, **options)
+    except RankFailed as err:
+        raise Incorrect(tr("in the {processes} processes, rank {rank} raised {exc_type}: {message}",
+                           processes=processes, rank=err.rank, exc_type=err.exc_type,
+                           message=str(err).splitlines()[0].split(": ", 1)[-1])) from None
+
+
 @dataclass
 class CheckResult:
     """What ``check`` found: ``status`` is 'correct', 'incorrect' or 'not attempted'."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 CHECKS = ("data_sharding", "model_replication", "gradient_aggregation", "parameter_synchronization")
 
@@ -94,15 +94,7 @@ def _reference_weights():
 def _check_training_fn(fn) -> None:
     import torch
 
-    from effitrain_helpers.processes.launch import RankFailed, launch
-
-    if not callable(fn):
-        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
-    try:
-        runs = launch(_run_learner_training, fn, num_processes=PROCESSES, timeout=120, quiet=True, cpu=True)
-    except RankFailed as err:
-        raise Incorrect(tr("in the 2 processes, rank {rank} raised {exc_type}: {message}", rank=err.rank,
-                           exc_type=err.exc_type, message=str(err).splitlines()[0].split(': ', 1)[-1])) from None
+    runs = run_learner_in_processes(_run_learner_training, fn, processes=PROCESSES, timeout=120)
     first = runs[0]
     if first["world"] is None:
         raise Incorrect(tr("your function never created an Accelerator: start with accelerator = Accelerator()."))

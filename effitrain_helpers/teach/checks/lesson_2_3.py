@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 
 SAMPLES, BATCH, PROCESSES = 37, 8, 2  # 5 batches (the last of 5 samples) over 2 processes: an uneven split
@@ -63,15 +63,7 @@ def _run_learner_eval(fn) -> dict:
 
 
 def _check_eval_fn(fn) -> None:
-    from effitrain_helpers.processes.launch import RankFailed, launch
-
-    if not callable(fn):
-        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
-    try:
-        runs = launch(_run_learner_eval, fn, num_processes=PROCESSES, timeout=120, quiet=True, cpu=True)
-    except RankFailed as err:
-        raise Incorrect(tr("in the 2 processes, rank {rank} raised {exc_type}: {message}", rank=err.rank,
-                           exc_type=err.exc_type, message=str(err).splitlines()[0].split(': ', 1)[-1])) from None
+    runs = run_learner_in_processes(_run_learner_eval, fn, processes=PROCESSES, timeout=120)
     for run in runs:
         if not isinstance(run["returned"], list):
             raise Incorrect(tr("return the gathered predictions as one tensor (torch.cat); rank {rank} returned "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 MICRO_BATCH, STEPS, PROCESSES = 4, 2, 2  # q2's workload: micro-batches of 4, 2 optimizer steps, 2 processes
 
@@ -56,16 +56,8 @@ def _big_batch_weight(k: int):
 def _check_accumulated_training(train_fn) -> None:
     import torch
 
-    from effitrain_helpers.processes.launch import RankFailed, launch
-
-    if not callable(train_fn):
-        raise Incorrect(tr("pass your function itself; you gave {train_fn!r}.", train_fn=train_fn))
     k = 4
-    try:
-        ranks = launch(_run_learner, train_fn, k, num_processes=PROCESSES, cpu=True, quiet=True)
-    except RankFailed as err:
-        raise Incorrect(tr("in {processes} processes your function raised {exc_type}: {message}",
-                           processes=PROCESSES, exc_type=err.exc_type, message=str(err).splitlines()[0])) from None
+    ranks = run_learner_in_processes(_run_learner, train_fn, k, processes=PROCESSES)
     first = ranks[0]
     micro = STEPS * k
     if len(first["flags"]) == PROCESSES * micro:

@@ -6,7 +6,7 @@ import math
 
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 LOCAL_STEPS, STEPS, PROCESSES, BATCH = 2, 4, 2, 4  # q4's run: average every 2 steps, 4 steps, 2 processes
 
@@ -152,15 +152,7 @@ def _run_local_sgd(train_fn) -> dict:
 def _check_local_sgd_loop(train_fn) -> None:
     import torch
 
-    from effitrain_helpers.processes.launch import RankFailed, launch
-
-    if not callable(train_fn):
-        raise Incorrect(tr("pass your function itself; you gave {train_fn!r}.", train_fn=train_fn))
-    try:
-        ranks = launch(_run_local_sgd, train_fn, num_processes=PROCESSES, cpu=True, quiet=True)
-    except RankFailed as err:
-        raise Incorrect(tr("in {processes} processes your function raised {exc_type}: {message}",
-                           processes=PROCESSES, exc_type=err.exc_type, message=str(err).splitlines()[0])) from None
+    ranks = run_learner_in_processes(_run_local_sgd, train_fn, processes=PROCESSES)
     first = ranks[0]
     if first["forwards"] == PROCESSES * STEPS:
         raise Incorrect(tr("each process trained on every batch: pass the DataLoader to accelerator.prepare, so "

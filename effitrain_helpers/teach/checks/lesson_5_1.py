@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from effitrain_helpers.teach.exercises import Incorrect, Exercise, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 PROCESSES, STEPS, BATCH = 2, 2, 8  # q1's run: 2 processes, 2 AdamW steps on batches of 8 (4 per process)
 TOLERANCE = 1e-6  # largest weight difference allowed against DDP on the same batches
@@ -34,16 +34,9 @@ def _run_learner(shard_fn) -> dict:
 def _check_sharding(shard_fn) -> None:
     import torch
 
-    from effitrain_helpers.processes.launch import RankFailed, launch
     from effitrain_helpers.training.model_sharding import sharding_model
 
-    if not callable(shard_fn):
-        raise Incorrect(f"pass your function itself; you gave {shard_fn!r}.")
-    try:
-        ranks = launch(_run_learner, shard_fn, num_processes=PROCESSES, cpu=True, quiet=True)
-    except RankFailed as err:
-        raise Incorrect(f"in {PROCESSES} processes your function raised {err.exc_type}: "
-                        f"{str(err).splitlines()[0]}") from None
+    ranks = run_learner_in_processes(_run_learner, shard_fn, processes=PROCESSES)
     whole = dict(sharding_model().named_parameters())
     names = list(ranks[0]["shards"])
     unsharded = [n for n in names if ranks[0]["shards"][n].shape == whole[n].shape and whole[n].shape[0] > 1]

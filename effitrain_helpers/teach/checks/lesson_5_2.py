@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from effitrain_helpers.measure.step_profile import OTHER, STEP_PREFIX, StepProfile
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 LABELS = ("forward", "backward", "optimizer")  # q1's labels
 BATCHES, BATCH_SIZE, PROCESSES = 5, 4, 2  # q1: 5 steps (skip 1, warm up 1, record 3) in 2 processes
@@ -52,15 +52,7 @@ def _run_learner(profile_fn) -> dict:
 
 
 def _check_profiler(profile_fn) -> None:
-    from effitrain_helpers.processes.launch import RankFailed, launch
-
-    if not callable(profile_fn):
-        raise Incorrect(f"pass your function itself; you gave {profile_fn!r}.")
-    try:
-        ranks = launch(_run_learner, profile_fn, num_processes=PROCESSES, cpu=True, quiet=True)
-    except RankFailed as err:
-        raise Incorrect(f"in {PROCESSES} processes your function raised {err.exc_type}: "
-                        f"{str(err).splitlines()[0]}") from None
+    ranks = run_learner_in_processes(_run_learner, profile_fn, processes=PROCESSES)
     for rank, found in enumerate(ranks):
         _judge(rank, found)
 
