@@ -151,9 +151,21 @@ def test_tokenizing_pairs_tokenizes_each_item_when_read():
     assert calls == [("b", "d", 8)]
     assert item["input_ids"].shape == (8,) and int(item["labels"]) == 1
     batch = next(iter(torch.utils.data.DataLoader(data, batch_size=2)))
-    assert batch["input_ids"].shape == (2, 8)
+    assert batch["input_ids"].shape == (2, 8) and data.items_read == 3
     with pytest.raises(ValueError, match="seq_len"):
         TokenizingPairs({"sentence1": [], "sentence2": [], "label": []}, tokenizer, 0)
+
+
+@pytest.mark.slow
+def test_with_loader_workers_the_training_process_tokenizes_nothing():
+    def tokenizer(first, second, **options):
+        return {"input_ids": torch.ones(1, options["max_length"], dtype=torch.long),
+                "attention_mask": torch.ones(1, options["max_length"], dtype=torch.long)}
+
+    data = TokenizingPairs({"sentence1": ["a"] * 4, "sentence2": ["c"] * 4, "label": [0] * 4}, tokenizer, 8)
+    batches = list(torch.utils.data.DataLoader(data, batch_size=2, num_workers=2))
+    assert len(batches) == 2 and data.items_read == 0
+    assert len(list(torch.utils.data.DataLoader(data, batch_size=2))) == 2 and data.items_read == 4
 
 
 def test_plot_step_breakdown_draws_one_bar_per_configuration():

@@ -153,13 +153,15 @@ class TokenizingPairs:
 
     ``pairs`` has ``sentence1``, ``sentence2`` and ``label`` columns (a ``datasets.Dataset`` or a dict of
     lists); items are ``{"input_ids", "attention_mask", "labels"}`` tensors that ``DataLoader``'s default
-    collate stacks into batches.
+    collate stacks into batches. ``items_read`` counts the items this process tokenized: a loader's workers
+    tokenize in their own copies of the dataset, so with workers the training process's count stays put.
     """
 
     def __init__(self, pairs, tokenizer, seq_len: int = 64):
         self.first, self.second = list(pairs["sentence1"]), list(pairs["sentence2"])
         self.labels = list(pairs["label"])
         self.tokenizer, self.seq_len = tokenizer, positive_int("seq_len", seq_len)
+        self.items_read = 0
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -167,6 +169,7 @@ class TokenizingPairs:
     def __getitem__(self, i: int) -> dict:
         import torch
 
+        self.items_read += 1
         encoded = self.tokenizer(self.first[i], self.second[i], truncation=True, padding="max_length",
                                  max_length=self.seq_len, return_tensors="pt")
         return {"input_ids": encoded["input_ids"][0], "attention_mask": encoded["attention_mask"][0],
