@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 import psutil
 import torch
 
+from effitrain_helpers.core.language import tr
+
 GIB = 1024**3
 
 
@@ -56,27 +58,29 @@ class HardwareSummary:
 
     def describe(self) -> str:
         """A few readable lines, for notebooks and the terminal."""
-        cores = f"{self.physical_cores} physical / {self.logical_cores} logical cores"
         lines = [
-            f"CPU   : {self.cpu_model} ({cores}, torch uses {self.torch_threads} threads, {self.cpu_isa})",
-            f"Memory: {self.memory_total_gib:.1f} GiB total, {self.memory_available_gib:.1f} GiB available",
-            f"CPU fast bf16 matmul: {_yes(self.cpu_bf16_fast)}; fast fp16 matmul: {_yes(self.cpu_fp16_fast)}",
+            tr("CPU   : {model} ({physical} physical / {logical} logical cores, torch uses {threads} threads, "
+               "{isa})", model=self.cpu_model, physical=self.physical_cores, logical=self.logical_cores,
+               threads=self.torch_threads, isa=self.cpu_isa),
+            tr("Memory: {total:.1f} GiB total, {available:.1f} GiB available", total=self.memory_total_gib,
+               available=self.memory_available_gib),
+            tr("CPU fast bf16 matmul: {bf16}; fast fp16 matmul: {fp16}", bf16=_yes(self.cpu_bf16_fast),
+               fp16=_yes(self.cpu_fp16_fast)),
         ]
         for gpu in self.gpus:
-            mem = f"{gpu.memory_gib:.1f} GiB" if gpu.memory_gib is not None else "shared memory"
-            cc = f", compute capability {gpu.compute_capability}" if gpu.compute_capability else ""
-            lines.append(
-                f"GPU {gpu.index}: {gpu.name} ({mem}{cc}); fast bf16: {_yes(gpu.bf16_fast)}, "
-                f"fast fp16: {_yes(gpu.fp16_fast)}"
-            )
+            mem = f"{gpu.memory_gib:.1f} GiB" if gpu.memory_gib is not None else tr("shared memory")
+            cc = tr(", compute capability {cc}", cc=gpu.compute_capability) if gpu.compute_capability else ""
+            lines.append(tr("GPU {index}: {name} ({memory}{cc}); fast bf16: {bf16}, fast fp16: {fp16}",
+                            index=gpu.index, name=gpu.name, memory=mem, cc=cc, bf16=_yes(gpu.bf16_fast),
+                            fp16=_yes(gpu.fp16_fast)))
         if not self.gpus:
-            lines.append("GPU   : no GPU found (no CUDA or MPS device): lessons run on the CPU only")
+            lines.append(tr("GPU   : no GPU found (no CUDA or MPS device): lessons run on the CPU only"))
         lines.append(f"torch {self.torch_version}")
         return "\n".join(lines)
 
 
 def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
+    return tr("yes") if flag else tr("no")
 
 
 def parse_cpu_flags(cpuinfo: str) -> set[str]:

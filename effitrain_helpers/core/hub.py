@@ -20,6 +20,8 @@ import os
 import threading
 from pathlib import Path
 
+from effitrain_helpers.core.language import tr
+
 HUB_TIMEOUT_S = 3.0  # connect and read limit of the question "does the Hub answer?"
 REQUEST_TIMEOUT_S = 30.0  # read limit of huggingface_hub's requests that set none (connect: HUB_TIMEOUT_S)
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -46,16 +48,20 @@ def _ask(endpoint: str, timeout: float) -> str | None:
         response = get_session().get(f"{endpoint}/api/models", params={"limit": 1}, timeout=timeout)
     except Exception as err:  # noqa: BLE001 - any failure of the request means "not usable"
         if "timeout" in type(err).__name__.lower():
-            return f"the Hub ({endpoint}) did not answer within {timeout:g} s"
-        return f"the Hub ({endpoint}) cannot be reached ({type(err).__name__})"
+            return _no_answer(endpoint, timeout)
+        return tr("the Hub ({endpoint}) cannot be reached ({error})", endpoint=endpoint, error=type(err).__name__)
     if not 200 <= response.status_code < 300:
-        return f"the Hub ({endpoint}) answered HTTP {response.status_code}"
+        return tr("the Hub ({endpoint}) answered HTTP {status}", endpoint=endpoint, status=response.status_code)
     try:
         if isinstance(response.json(), list):
             return None
     except ValueError:
         pass
-    return f"the Hub ({endpoint}) answered with a page that is not the Hub's (a captive portal?)"
+    return tr("the Hub ({endpoint}) answered with a page that is not the Hub's (a captive portal?)", endpoint=endpoint)
+
+
+def _no_answer(endpoint: str, timeout: float) -> str:
+    return tr("the Hub ({endpoint}) did not answer within {timeout:g} s", endpoint=endpoint, timeout=timeout)
 
 
 def hub_problem(timeout: float = HUB_TIMEOUT_S) -> str | None:
@@ -65,11 +71,11 @@ def hub_problem(timeout: float = HUB_TIMEOUT_S) -> str | None:
     hangs (which no socket time limit covers) cannot keep the caller waiting much longer than ``2 * timeout``.
     """
     if hub_offline_requested():
-        return "HF_HUB_OFFLINE is set"
+        return tr("HF_HUB_OFFLINE is set")
     endpoint = hub_endpoint()
     with _LOCK:
         if endpoint not in _ANSWERS:
-            answer = [f"the Hub ({endpoint}) did not answer within {timeout:g} s"]
+            answer = [_no_answer(endpoint, timeout)]
 
             def probe() -> None:
                 answer[0] = _ask(endpoint, timeout)

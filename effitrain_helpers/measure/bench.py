@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 import torch
 
 from effitrain_helpers.core.devices import available_devices, cpu_model_name
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import positive_int
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -154,7 +155,7 @@ def resolve_devices(device: str = "all") -> tuple[list[str], list[str]]:
         chosen = [d for d in present if d == device]
     notes = []
     if not chosen:
-        notes.append(f"no {device} device found on this machine: measuring the CPU only")
+        notes.append(tr("no {device} device found on this machine: measuring the CPU only", device=device))
         chosen = ["cpu"]
     elif device == "all" and len(present) == 1:
         notes.append("no GPU found: showing CPU only")
@@ -206,7 +207,8 @@ def busy_reason(threads: int | None = None, idle: float | None = None) -> str:
     threads = torch.get_num_threads() if threads is None else threads
     idle = idle_cores() if idle is None else idle
     if idle < threads - IDLE_MARGIN:
-        return f"only {idle:.1f} idle cores for {threads} threads: other programs are using the CPU"
+        return tr("only {idle:.1f} idle cores for {threads} threads: other programs are using the CPU",
+                  idle=idle, threads=threads)
     return ""
 
 
@@ -219,11 +221,17 @@ def unreliable_reason(times: Iterable[float], busy: str = "") -> str:
     reasons = [busy] if busy else []
     spread = relative_iqr(times)
     if spread > SPREAD_MAX:
-        reasons.append(f"repeats spread by {spread:.0%} of the median (IQR; above {SPREAD_MAX:.0%})")
+        reasons.append(tr("repeats spread by {spread:.0%} of the median (IQR; above {most:.0%})",
+                          spread=spread, most=SPREAD_MAX))
     return "; ".join(reasons)
 
 
-UNRELIABLE_ADVICE = "close other programs and re-run"
+UNRELIABLE_ADVICE = msg("close other programs and re-run")
+
+
+def unreliable_advice() -> str:
+    """:data:`UNRELIABLE_ADVICE` in the learner's language (what a verdict on a disturbed run advises)."""
+    return tr(UNRELIABLE_ADVICE)
 
 
 # ---------------------------------------------------------------- measuring
@@ -363,7 +371,7 @@ def run_benchmark(
             if dtype_supported(dev, dt):
                 plan += [(dev, dt, n) for n in (fixed or default_sizes(dev, dt, SETTINGS.size))]
             elif device == "all":
-                notes.append(f"{dt} is not supported on {dev}: skipped")
+                notes.append(tr("{dtype} is not supported on {device}: skipped", dtype=dt, device=dev))
             else:
                 raise ValueError(
                     f"dtype {dt!r} is not supported on {dev}; allowed there: "
@@ -383,7 +391,8 @@ def run_benchmark(
     order = {key: i for i, key in enumerate(plan)}
     results.sort(key=lambda r: order[(r.device, r.dtype, r.size)])
     if busy:
-        notes.append(f"the machine looks busy ({busy}): timings may be unreliable; {UNRELIABLE_ADVICE}")
+        notes.append(tr("the machine looks busy ({busy}): timings may be unreliable; {advice}", busy=busy,
+                        advice=unreliable_advice()))
     return results, notes
 
 
@@ -427,15 +436,26 @@ def dtype_ratio(results: list[MatmulResult], device: str, size: int, dtype: str 
     fast, ref = pick[dtype], pick[reference]
     rounds = [r / f for r, f in zip(ref.times, fast.times)] or [ref.seconds / fast.seconds]
     value = statistics.median(rounds)
-    head = f"{device}, n={size}: {dtype} at {value:.2f}x the {reference} rate"
+    head = tr("{device}, n={size}: {dtype} at {value:.2f}x the {reference} rate", device=device, size=size,
+              dtype=dtype, value=value, reference=reference)
     reasons = [why for why in (fast.unreliable, ref.unreliable) if why]
     if relative_iqr(rounds) > SPREAD_MAX:
-        reasons.append(f"the {len(rounds)} interleaved rounds disagree (ratios {min(rounds):.2f} to {max(rounds):.2f})")
+        reasons.append(tr("the {n} interleaved rounds disagree (ratios {low:.2f} to {high:.2f})", n=len(rounds),
+                          low=min(rounds), high=max(rounds)))
     if reasons:
-        return Verdict(False, value, f"{head}: UNRELIABLE, no conclusion ({reasons[0]}); {UNRELIABLE_ADVICE}")
-    word = "faster than" if value > 1 else "slower than" if value < 1 else "as fast as"
-    return Verdict(True, value, f"{head}: {dtype} is {word} {reference} here "
-                                f"({len(rounds)} interleaved rounds agree within {relative_iqr(rounds):.0%})")
+        return Verdict(False, value, tr("{head}: UNRELIABLE, no conclusion ({why}); {advice}", head=head,
+                                        why=reasons[0], advice=unreliable_advice()))
+    fields = dict(head=head, dtype=dtype, reference=reference, n=len(rounds), spread=relative_iqr(rounds))
+    if value > 1:
+        text = tr("{head}: {dtype} is faster than {reference} here ({n} interleaved rounds agree within "
+                  "{spread:.0%})", **fields)
+    elif value < 1:
+        text = tr("{head}: {dtype} is slower than {reference} here ({n} interleaved rounds agree within "
+                  "{spread:.0%})", **fields)
+    else:
+        text = tr("{head}: {dtype} is as fast as {reference} here ({n} interleaved rounds agree within "
+                  "{spread:.0%})", **fields)
+    return Verdict(True, value, text)
 
 
 def reference_check(result: MatmulResult, min_run_time: float = 0.5) -> Verdict:
@@ -446,15 +466,18 @@ def reference_check(result: MatmulResult, min_run_time: float = 0.5) -> Verdict:
     """
     measurement = torch_benchmark(result.size, result.dtype, result.device, min_run_time)
     ratio = measurement.median / result.seconds
-    head = (f"{result.device}, n={result.size}: workbook {result.seconds * 1e3:.3f} ms, torch.utils.benchmark "
-            f"{measurement.median * 1e3:.3f} ms (ratio {ratio:.2f})")
+    head = tr("{device}, n={size}: workbook {ours:.3f} ms, torch.utils.benchmark {theirs:.3f} ms (ratio "
+              "{ratio:.2f})", device=result.device, size=result.size, ours=result.seconds * 1e3,
+              theirs=measurement.median * 1e3, ratio=ratio)
     reasons = [why for why in (result.unreliable, unreliable_reason(measurement.times)) if why]
     if reasons:
-        return Verdict(False, ratio, f"{head}: UNRELIABLE ({reasons[0]}); {UNRELIABLE_ADVICE}")
+        return Verdict(False, ratio, tr("{head}: UNRELIABLE ({why}); {advice}", head=head, why=reasons[0],
+                                        advice=unreliable_advice()))
     low, high = AGREE_RANGE
     if low <= ratio <= high:
-        return Verdict(True, ratio, f"{head}: agree")
-    return Verdict(True, ratio, f"{head}: disagree although both runs were steady: a timer is wrong")
+        return Verdict(True, ratio, tr("{head}: agree", head=head))
+    return Verdict(True, ratio, tr("{head}: disagree although both runs were steady: a timer is wrong",
+                                   head=head))
 
 
 def results_frame(results: list[MatmulResult]):
@@ -500,12 +523,12 @@ def theoretical_peak_gflops(device: str, dtype: str) -> tuple[float | None, str]
         name = torch.cuda.get_device_name(device)
         models = {m for m, _ in GPU_PEAK_GFLOPS if re.search(rf"\b{m}\b", name)}
         if not models:
-            return None, f"no data-sheet peak stored for {name}"
+            return None, tr("no data-sheet peak stored for {name}", name=name)
         model = max(models, key=len)
         peak = GPU_PEAK_GFLOPS.get((model, dtype))
         if peak is None:
-            return None, f"{model} has no fast {dtype} path on its data sheet"
-        return float(peak), f"{model} data sheet, dense"
+            return None, tr("{model} has no fast {dtype} path on its data sheet", model=model, dtype=dtype)
+        return float(peak), tr("{model} data sheet, dense", model=model)
     if device == "cpu" and dtype == "float32":
         import psutil
 
@@ -515,11 +538,13 @@ def theoretical_peak_gflops(device: str, dtype: str) -> tuple[float | None, str]
         isa = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()
         per_cycle = 64 if "AVX512" in isa else 32 if "AVX2" in isa else None
         if mhz and per_cycle:
-            clock = "max" if freq.max else "current"
-            return cores * mhz / 1000 * per_cycle, (
-                f"estimate: {cores} cores x {mhz / 1000:.2f} GHz ({clock} clock) x {per_cycle} FLOP/cycle"
-            )
-    return None, "no published peak for this device and dtype"
+            fields = dict(cores=cores, ghz=mhz / 1000, per_cycle=per_cycle)
+            if freq.max:
+                return cores * mhz / 1000 * per_cycle, tr(
+                    "estimate: {cores} cores x {ghz:.2f} GHz (max clock) x {per_cycle} FLOP/cycle", **fields)
+            return cores * mhz / 1000 * per_cycle, tr(
+                "estimate: {cores} cores x {ghz:.2f} GHz (current clock) x {per_cycle} FLOP/cycle", **fields)
+    return None, tr("no published peak for this device and dtype")
 
 
 def best_achievable(

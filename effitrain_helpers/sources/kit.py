@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.settings import SETTINGS
 
 KIT_ENV = "EFFITRAIN_KIT"
@@ -79,11 +80,11 @@ class KitHit:
 def kit_location(folder: str | Path | None = None) -> tuple[Path, str]:
     """Where the kit is looked for, and why there (``folder`` if given, ``$EFFITRAIN_KIT``, or the default)."""
     if folder is not None:
-        return Path(folder).expanduser(), "the folder you gave"
+        return Path(folder).expanduser(), tr("the folder you gave")
     explicit = os.environ.get(KIT_ENV, "").strip()
     if explicit:
-        return Path(explicit).expanduser(), f"set by {KIT_ENV}"
-    return SETTINGS.cache_dir / "kit", "the default place"
+        return Path(explicit).expanduser(), tr("set by {variable}", variable=KIT_ENV)
+    return SETTINGS.cache_dir / "kit", tr("the default place")
 
 
 def read_manifest(kit: Path) -> dict:
@@ -146,7 +147,8 @@ def kit_item(key: str) -> KitHit | None:
                          f"{', '.join(missing)}: the copy is broken. Fix: copy the kit folder again, or re-run "
                          f"`effitrain prefetch --dir {kit}` on a machine with network.")
     _, why = kit_location()
-    return KitHit(folder, f"{item.repo_id} from the offline kit at {kit} ({why}), no network needed")
+    return KitHit(folder, tr("{repo_id} from the offline kit at {kit} ({why}), no network needed", repo_id=item.repo_id,
+                             kit=kit, why=why))
 
 
 def describe_kit(folder: str | Path | None = None) -> str:
@@ -155,18 +157,20 @@ def describe_kit(folder: str | Path | None = None) -> str:
     try:
         found = find_kit(folder)
     except ValueError as err:
-        return f"Offline kit: broken: {err}"
+        return tr("Offline kit: broken: {error}", error=err)
     if found is None:
-        return (f"Offline kit: none ({KIT_ENV} is not set and {kit} does not exist): lessons use the Hugging Face "
-                "cache, the Hub when reachable, or the workbook's own small models and data.")
-    lines = [f"Offline kit: {kit} ({why})"]
+        return tr("Offline kit: none ({variable} is not set and {kit} does not exist): lessons use the Hugging Face "
+                  "cache, the Hub when reachable, or the workbook's own small models and data.", variable=KIT_ENV,
+                  kit=kit)
+    lines = [tr("Offline kit: {kit} ({why})", kit=kit, why=why)]
     for item in ITEMS.values():
         if item.key not in found[1]["items"]:
-            state = "not in this kit"
+            state = tr("not in this kit")
         else:
             missing = missing_files(kit / item.folder, item)
-            state = f"BROKEN, lacks {', '.join(missing)}" if missing else "ready"
-        lines.append(f"  {item.repo_id:<30} lesson {item.lesson:<12} {state}")
+            state = tr("BROKEN, lacks {files}", files=", ".join(missing)) if missing else tr("ready")
+        lines.append("  " + tr("{repo_id:<30} lesson {lesson:<12} {state}", repo_id=item.repo_id,
+                               lesson=item.lesson, state=state))
     return "\n".join(lines)
 
 

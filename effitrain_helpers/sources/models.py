@@ -25,6 +25,7 @@ from typing import Callable
 
 from effitrain_helpers.core.cache import build_once, damage
 from effitrain_helpers.core.hub import hf_cache_dir, hub_reachable
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.sources.kit import ITEMS, WEIGHT_FILES, kit_item
 from effitrain_helpers.sources.ladder import course_rung
 from effitrain_helpers.core.validate import positive_int
@@ -50,7 +51,8 @@ class ModelChoice:
         return self.source != "hub"
 
     def __str__(self) -> str:
-        return f"{self.what[0].upper() + self.what[1:]}: {self.path} ({self.source}): {self.reason}"
+        what = tr(self.what)
+        return f"{what[0].upper() + what[1:]}: {self.path} ({self.source}): {self.reason}"
 
 
 def cached_snapshot(repo_id: str, marker: str = "config.json", needs_one_of: tuple[str, ...] = ()) -> Path | None:
@@ -104,7 +106,8 @@ def resolve_checkpoint(
     """
     kit = kit_item(kit_key) if kit_key is not None and name is not None and str(name) == default_id else None
     if kit is not None:  # the course's own id, named: the kit's copy
-        return ModelChoice(str(kit.path), "kit", f"the course's {what} {kit.reason}", what)
+        return ModelChoice(str(kit.path), "kit", tr("the course's {what} {reason}", what=tr(what), reason=kit.reason),
+                           what)
     if name is not None:
         if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
             raise TypeError(f"name={name!r} must be a non-empty string (a folder or a Hub id) or None.")
@@ -120,7 +123,7 @@ def resolve_checkpoint(
             if problem:
                 raise ValueError(f"{what} folder {name!r} is damaged: {problem}. Fix: copy or save it again "
                                  "(save_pretrained), or pass another folder.")
-            return ModelChoice(str(path), "local", "you gave a local folder", what)
+            return ModelChoice(str(path), "local", tr("you gave a local folder"), what)
         if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
             raise ValueError(
                 f"{what} {name!r} is not an existing folder and not a Hub id like '{default_id}' or "
@@ -128,18 +131,22 @@ def resolve_checkpoint(
             )
         snapshot = cached_snapshot(name, marker, needs_one_of)
         if snapshot is not None:
-            return ModelChoice(str(snapshot), "cache", f"{name} is in the Hugging Face cache", what)
+            return ModelChoice(str(snapshot), "cache", tr("{name} is in the Hugging Face cache", name=name), what)
         if hub_reachable():
-            return ModelChoice(name, "hub", f"{name} is not cached; the Hub is reachable, downloading it", what)
+            return ModelChoice(name, "hub", tr("{name} is not cached; the Hub is reachable, downloading it",
+                                               name=name), what)
         raise ValueError(_not_found_message(name, what))
     rung = course_rung(kit_key, lambda: cached_snapshot(default_id, marker, needs_one_of))
     if rung.source == "kit":
-        return ModelChoice(str(rung.found.path), "kit", f"the course's {what} {rung.found.reason}", what)
+        return ModelChoice(str(rung.found.path), "kit", tr("the course's {what} {reason}", what=tr(what),
+                                                           reason=rung.found.reason), what)
     if rung.source == "cache":
-        return ModelChoice(str(rung.found), "cache", f"the course's {what} {default_id} is in the Hugging Face cache", what)
+        return ModelChoice(str(rung.found), "cache", tr("the course's {what} {name} is in the Hugging Face cache",
+                                                        what=tr(what), name=default_id), what)
     if rung.source == "hub":
-        return ModelChoice(default_id, "hub", f"the course's {what}; the Hub is reachable", what)
-    reason = f"{default_id} is not cached and {rung.why_own}: {offline_desc}"
+        return ModelChoice(default_id, "hub", tr("the course's {what}; the Hub is reachable", what=tr(what)), what)
+    reason = tr("{name} is not cached and {why}: {instead}", name=default_id, why=rung.why_own,
+                instead=tr(offline_desc))
     return ModelChoice(str(build_offline()), "offline-build", reason, what)
 
 
@@ -147,8 +154,9 @@ def choose_model(name: str | None = None) -> ModelChoice:
     """Decide which model checkpoint to load (see the module docstring for the order). Never downloads."""
     return resolve_checkpoint(
         name, default_id=DEFAULT_MODEL, marker="config.json", needs_one_of=WEIGHT_FILES,
-        build_offline=build_offline_checkpoint, what="model", kit_key="model",
-        offline_desc="using the workbook's small DistilBERT (same architecture, random weights, its own vocabulary)",
+        build_offline=build_offline_checkpoint, what=msg("model"), kit_key="model",
+        offline_desc=msg("using the workbook's small DistilBERT (same architecture, random weights, its own "
+                         "vocabulary)"),
     )
 
 
