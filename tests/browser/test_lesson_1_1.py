@@ -50,6 +50,8 @@ def test_lesson_1_1_as_a_student(lesson_1_1):
     assert_no_news(page)
 
 
+# make test-all only: while it is a known failure (xfail) it cannot fail a CI run, and it costs a minute there
+@pytest.mark.exhaustive
 @pytest.mark.xfail(strict=False, reason="found by this test: after Run, the widget's plot raises a matplotlib "
                    "mathtext ParseException in JupyterLab (not under nbclient); remove once fixed")
 def test_lesson_1_1_benchmark_widget(lesson_1_1):
