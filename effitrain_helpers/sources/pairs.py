@@ -21,6 +21,7 @@ from pathlib import Path
 
 from effitrain_helpers.sources.corpus import OBJECTS, SUBJECTS, SYNONYMS, TAILS, clause, lower_first
 from effitrain_helpers.sources.kit import ITEMS
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import positive_int
 
 LABEL_NAMES = ["not_equivalent", "equivalent"]
@@ -35,7 +36,7 @@ class DataChoice:
     reason: str
 
     def __str__(self) -> str:
-        return f"Data: {self.name} ({self.source}): {self.reason}"
+        return tr("Data: {name} ({source}): {reason}", name=self.name, source=self.source, reason=self.reason)
 
 
 def make_pair(rng: random.Random) -> tuple[str, str, int]:
@@ -230,20 +231,20 @@ def load_pairs(source: str | Path | None = None, n_train: int = 800, n_validatio
     from effitrain_helpers.sources.ladder import course_rung
 
     if source is not None:
-        return _cap(load_local_pairs(source), n_train, n_validation), DataChoice(str(source), "local", "you gave a local file")
+        return _cap(load_local_pairs(source), n_train, n_validation), DataChoice(str(source), "local", tr("you gave a local file"))
     rung = course_rung("mrpc", cached_glue_mrpc)
     if rung.source == "kit":
         data = load_dataset("parquet", data_files={s: str(rung.found.path / GLUE_MRPC_FILES[s]) for s in ("train", "validation")})
         choice = DataChoice("glue/mrpc", "kit", f"GLUE MRPC: {rung.found.reason}")
     elif rung.source == "cache":
         data = load_dataset("parquet", data_files=rung.found)
-        choice = DataChoice("glue/mrpc", "cache", "GLUE MRPC is in the Hugging Face cache")
+        choice = DataChoice("glue/mrpc", "cache", tr("GLUE MRPC is in the Hugging Face cache"))
     elif rung.source == "hub":
         data = load_dataset(GLUE_REPO, "mrpc")
         data.pop("test", None)
-        choice = DataChoice("glue/mrpc", "hub", "GLUE MRPC, downloaded from the Hub")
+        choice = DataChoice("glue/mrpc", "hub", tr("GLUE MRPC, downloaded from the Hub"))
     else:
         data = make_pairs(n_train, n_validation)
-        choice = DataChoice("workbook MRPC-style pairs", "workbook",
-                            f"GLUE MRPC is not cached and {rung.why_own}: using the workbook's own pairs")
+        choice = DataChoice(tr("workbook MRPC-style pairs"), "workbook",
+                            tr("GLUE MRPC is not cached and {why}: using the workbook's own pairs", why=rung.why_own))
     return _cap(data, n_train, n_validation), choice

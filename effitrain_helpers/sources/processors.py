@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from effitrain_helpers.core.cache import build_once
+from effitrain_helpers.core.language import msg
 from effitrain_helpers.sources.kit import ITEMS
 from effitrain_helpers.sources.models import ModelChoice, resolve_checkpoint
 
@@ -41,16 +42,16 @@ def _write_feature_extractor(folder: Path) -> None:
 def choose_image_processor(name: str | None = None) -> ModelChoice:
     """Where the image processor comes from (see module docstring). Never downloads."""
     return resolve_checkpoint(
-        name, default_id=IMAGE_PROCESSOR, marker=MARKER, what="image processor", kit_key="image_processor",
+        name, default_id=IMAGE_PROCESSOR, marker=MARKER, what=msg("image processor"), kit_key="image_processor",
         build_offline=lambda: build_once("processors/vit-224", _write_image_processor, MARKER),
-        offline_desc="using a ViT image processor with the same settings, saved locally",
+        offline_desc=msg("using a ViT image processor with the same settings, saved locally"),
     )
 
 
 def choose_feature_extractor(name: str | None = None) -> ModelChoice:
     """Where the audio feature extractor comes from (see module docstring). Never downloads."""
     return resolve_checkpoint(
-        name, default_id=FEATURE_EXTRACTOR, marker=MARKER, what="feature extractor", kit_key="feature_extractor",
+        name, default_id=FEATURE_EXTRACTOR, marker=MARKER, what=msg("feature extractor"), kit_key="feature_extractor",
         build_offline=lambda: build_once("processors/wav2vec2-16k", _write_feature_extractor, MARKER),
-        offline_desc="using a Wav2Vec2 feature extractor with the same settings, saved locally",
+        offline_desc=msg("using a Wav2Vec2 feature extractor with the same settings, saved locally"),
     )
