@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.core.validate import positive_int, whole_number
 
 PHASES = ("data loading", "forward", "backward", "optimizer step")  # the labels lesson 5.2 types
-OTHER = "other (not labelled)"
-COMMUNICATION = "communication (gloo threads, overlaps)"
+OTHER = msg("other (not labelled)")  # a key (share(OTHER)); phase_table shows it translated
+COMMUNICATION = msg("communication (gloo threads, overlaps)")
 COLLECTIVE_PREFIXES = ("gloo:", "nccl:")  # how torch's process groups name the collectives they run
 STEP_PREFIX = "ProfilerStep"  # the range the profiler records for each step of its schedule
 TRACE_FOLDER = "traces"  # under SETTINGS.cache_dir
@@ -124,12 +125,12 @@ def phase_table(profile: StepProfile):
     then the collectives (on other threads, overlapping the backward pass: not part of the sum)."""
     import pandas as pd
 
-    rows = [(p, ms) for p, ms in profile.phases_ms.items()] + [(OTHER, profile.other_ms),
-                                                                ("whole step (profiler)", profile.step_ms)]
+    rows = [(p, ms) for p, ms in profile.phases_ms.items()] + [(tr(OTHER), profile.other_ms),
+                                                                (tr("whole step (profiler)"), profile.step_ms)]
     if profile.communication_ms:
-        rows.append((COMMUNICATION, profile.communication_ms))
-    return pd.DataFrame({"phase": [r[0] for r in rows], "ms per step": [round(r[1], 1) for r in rows],
-                         "share of the step": [f"{r[1] / profile.step_ms:.0%}" for r in rows]})
+        rows.append((tr(COMMUNICATION), profile.communication_ms))
+    return pd.DataFrame({tr("phase"): [r[0] for r in rows], tr("ms per step"): [round(r[1], 1) for r in rows],
+                         tr("share of the step"): [f"{r[1] / profile.step_ms:.0%}" for r in rows]})
 
 
 def trace_path(kind: str, rank: int | None = None) -> Path:
@@ -192,16 +193,22 @@ def loader_verdict(without: StepProfile, with_workers: StepProfile, workers: int
     doubts = [r for r in (busy, unreliable_reason(without.wall_ms), unreliable_reason(with_workers.wall_ms)) if r]
     before, after = without.step_ms, with_workers.step_ms
     data = [p.phases_ms.get("data loading", 0.0) for p in (without, with_workers)]
-    where = (f"data loading {data[0]:.0f} -> {data[1]:.0f} ms per step, the rest of the step "
-             f"{before - data[0]:.0f} -> {after - data[1]:.0f} ms")
+    where = tr("data loading {data_before:.0f} -> {data_after:.0f} ms per step, the rest of the step "
+               "{rest_before:.0f} -> {rest_after:.0f} ms", data_before=data[0], data_after=data[1],
+               rest_before=before - data[0], rest_after=after - data[1])
     if doubts:
-        return (f"No verdict: the measurement cannot be trusted ({'; '.join(dict.fromkeys(doubts))}). "
-                f"Seen: step {before:.0f} -> {after:.0f} ms, {where}. Fix: {UNRELIABLE_ADVICE}.")
+        return tr("No verdict: the measurement cannot be trusted ({doubts}). Seen: step {before:.0f} -> "
+                  "{after:.0f} ms, {where}. Fix: {advice}.", doubts="; ".join(dict.fromkeys(doubts)),
+                  before=before, after=after, where=where, advice=UNRELIABLE_ADVICE)
     change = after / before - 1
     if abs(change) <= SAME_WITHIN:
-        return f"{workers} workers made no difference to the step ({before:.0f} -> {after:.0f} ms): {where}."
-    word = "faster" if change < 0 else "slower"
-    return f"{workers} workers made the step {abs(change):.0%} {word} ({before:.0f} -> {after:.0f} ms): {where}."
+        return tr("{workers} workers made no difference to the step ({before:.0f} -> {after:.0f} ms): {where}.",
+                  workers=workers, before=before, after=after, where=where)
+    if change < 0:
+        return tr("{workers} workers made the step {change:.0%} faster ({before:.0f} -> {after:.0f} ms): "
+                  "{where}.", workers=workers, change=abs(change), before=before, after=after, where=where)
+    return tr("{workers} workers made the step {change:.0%} slower ({before:.0f} -> {after:.0f} ms): {where}.",
+              workers=workers, change=abs(change), before=before, after=after, where=where)
 
 
 def overhead_note(profile: StepProfile, reference_seconds: Iterable[float], busy: str = "") -> str:
@@ -218,9 +225,10 @@ def overhead_note(profile: StepProfile, reference_seconds: Iterable[float], busy
         raise ValueError("reference_seconds is empty: time at least one step with the profiler off "
                          "(the schedule's wait steps after the first).")
     on, plain = profile.wall_mean_ms, statistics.fmean(off)
-    seen = f"profiler on {on:.1f} ms per step, off {plain:.1f} ms ({on / plain - 1:+.0%})"
+    seen = tr("profiler on {on:.1f} ms per step, off {off:.1f} ms ({change:+.0%})", on=on, off=plain,
+              change=on / plain - 1)
     doubts = [r for r in (busy, unreliable_reason(off), unreliable_reason(profile.wall_ms)) if r]
     if doubts:
-        return (f"{seen}; not read as overhead: the measurement cannot be trusted "
-                f"({'; '.join(doubts)}). Fix: {UNRELIABLE_ADVICE}.")
-    return f"{seen}: recording cost about {on - plain:+.1f} ms per step."
+        return tr("{seen}; not read as overhead: the measurement cannot be trusted ({doubts}). Fix: {advice}.",
+                  seen=seen, doubts="; ".join(doubts), advice=UNRELIABLE_ADVICE)
+    return tr("{seen}: recording cost about {cost:+.1f} ms per step.", seen=seen, cost=on - plain)

@@ -26,9 +26,10 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import positive_int
 
-KINDS = ("parameters", "gradients", "optimizer state")
+KINDS = (msg("parameters"), msg("gradients"), msg("optimizer state"))  # keys; report_table shows them translated
 FLOAT32_BYTES = 4
 ADAMW_STATE_PER_VALUE = 2  # exp_avg and exp_avg_sq; plus a float32 0-d `step` tensor per parameter tensor
 STEP_TENSOR_BYTES = 4
@@ -300,20 +301,23 @@ def report_table(report: dict[str, Any]) -> str:
     payload per step by collective (measured / theory), bytes sent per rank with ring collectives, and the
     loss and weight differences between DDP and FSDP."""
     n = report["processes"]
-    lines = [f"{report['parameters']:,} parameters (float32) trained with AdamW in {n} processes",
-             "", f"{'bytes held':<32}" + "".join(f"{kind:>22}" for kind in KINDS)]
+    lines = [tr("{parameters:,} parameters (float32) trained with AdamW in {n} processes",
+                parameters=report["parameters"], n=n),
+             "", f"{tr('bytes held'):<32}" + "".join(f"{tr(kind):>22}" for kind in KINDS)]
     for strategy in ("DDP", "FSDP"):
         for rank, row in enumerate(report_rows(report, strategy)):
             cells = "".join(f"{row['bytes'][k]:>12,} / {row['theory'][k]:<,}".rjust(22) for k in KINDS)
-            lines.append(f"{strategy + ' rank ' + str(rank) + ' (measured / theory)':<32}{cells}")
-    lines.append(f"{'FSDP / DDP, largest rank':<32}" + "".join(f"{report['ratio'][k]:>22.4f}" for k in KINDS)
+            label = tr("{strategy} rank {rank} (measured / theory)", strategy=strategy, rank=rank)
+            lines.append(f"{label:<32}{cells}")
+    lines.append(f"{tr('FSDP / DDP, largest rank'):<32}" + "".join(f"{report['ratio'][k]:>22.4f}" for k in KINDS)
                  + f"   (1/N = {1 / n:.4f})")
-    lines += ["", "payload per step (bytes, measured / theory)"]
+    lines += ["", tr("payload per step (bytes, measured / theory)")]
     for strategy in ("DDP", "FSDP"):
         theory = report["theory_communication"][strategy]
         cells = ", ".join(f"{name} {report['communication'][strategy].get(name, 0):,} / {want:,}"
                           for name, want in theory.items())
-        lines.append(f"  {strategy:<5} {cells}; sent per rank (ring): {report['ring_bytes_sent'][strategy]:,.0f}")
-    lines += ["", f"DDP vs FSDP: largest loss difference {report['max_loss_difference']:.2e}, "
-                  f"largest weight difference {report['max_weight_difference']:.2e}"]
+        lines.append("  " + tr("{strategy:<5} {cells}; sent per rank (ring): {sent:,.0f}", strategy=strategy,
+                               cells=cells, sent=report["ring_bytes_sent"][strategy]))
+    lines += ["", tr("DDP vs FSDP: largest loss difference {loss:.2e}, largest weight difference {weight:.2e}",
+                     loss=report["max_loss_difference"], weight=report["max_weight_difference"])]
     return "\n".join(lines)

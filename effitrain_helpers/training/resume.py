@@ -15,19 +15,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import positive_int, whole_number
 
 PREFIX = "step_"
 # What accelerate 1.x's save_accelerator_state (accelerate/checkpointing.py) writes for one model, optimizer,
 # scheduler and data loader; random_states_<rank>.pkl is written by every rank, the rest by the main process.
 WHAT_FILES_HOLD = {
-    "model.safetensors": "model weights (safetensors)",
-    "pytorch_model.bin": "model weights (pickle, safe_serialization=False)",
-    "optimizer.bin": "optimizer.state_dict(): AdamW's exp_avg, exp_avg_sq and step per tensor, hyper-parameters",
-    "scheduler.bin": "scheduler.state_dict(): its step count and last learning rates",
-    "sampler.bin": "the data sampler (an iterable dataset's seedable sampler only)",
-    "dl_state_dict.bin": "a StatefulDataLoader's position",
-    "scaler.pt": "the fp16 GradScaler",
+    "model.safetensors": msg("model weights (safetensors)"),
+    "pytorch_model.bin": msg("model weights (pickle, safe_serialization=False)"),
+    "optimizer.bin": msg("optimizer.state_dict(): AdamW's exp_avg, exp_avg_sq and step per tensor, "
+                         "hyper-parameters"),
+    "scheduler.bin": msg("scheduler.state_dict(): its step count and last learning rates"),
+    "sampler.bin": msg("the data sampler (an iterable dataset's seedable sampler only)"),
+    "dl_state_dict.bin": msg("a StatefulDataLoader's position"),
+    "scaler.pt": msg("the fp16 GradScaler"),
 }
 SHARED_FILES = ("model.safetensors", "optimizer.bin", "scheduler.bin")
 
@@ -108,10 +110,12 @@ def checkpoint_files(folder) -> list[dict]:
     rows = []
     for path in sorted(p for p in folder.iterdir() if p.is_file()):
         holds = WHAT_FILES_HOLD.get(path.name)
-        if holds is None and path.name.startswith("random_states_"):
-            holds = (f"rank {path.stem.split('_')[-1]}'s random generators (Python, NumPy, torch CPU; "
-                     "CUDA where present) and accelerator.step")
-        rows.append({"file": path.name, "bytes": path.stat().st_size, "holds": holds or "other"})
+        if holds is not None:
+            holds = tr(holds)
+        elif path.name.startswith("random_states_"):
+            holds = tr("rank {rank}'s random generators (Python, NumPy, torch CPU; CUDA where present) and "
+                       "accelerator.step", rank=path.stem.split("_")[-1])
+        rows.append({"file": path.name, "bytes": path.stat().st_size, "holds": holds or tr("other")})
     return rows
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 PROCESSES, STEPS, BATCH = 2, 2, 8  # q1's run: 2 processes, 2 AdamW steps on batches of 8 (4 per process)
@@ -41,24 +42,26 @@ def _check_sharding(shard_fn) -> None:
     names = list(ranks[0]["shards"])
     unsharded = [n for n in names if ranks[0]["shards"][n].shape == whole[n].shape and whole[n].shape[0] > 1]
     if len(unsharded) == len(names):
-        raise Incorrect("every rank still holds every parameter whole: call fully_shard on the model.")
+        raise Incorrect(tr("every rank still holds every parameter whole: call fully_shard on the model."))
     if unsharded:
-        raise Incorrect(f"{len(unsharded)} of {len(names)} parameters are still whole on every rank (e.g. "
-                        f"{unsharded[0]}): fully_shard(model) on the root takes the ones no block took.")
+        raise Incorrect(tr("{n} of {total} parameters are still whole on every rank (e.g. {name}): "
+                           "fully_shard(model) on the root takes the ones no block took.",
+                           n=len(unsharded), total=len(names), name=unsharded[0]))
     groups = ranks[0]["groups"]
     blocks = len(sharding_model().blocks)
     if len(groups) < blocks + 1:
-        raise Incorrect(f"the model has {len(groups)} FSDP group(s), so all its parameters are gathered at once: "
-                        f"call fully_shard on each of the {blocks} blocks first, then on the model.")
+        raise Incorrect(tr("the model has {groups} FSDP group(s), so all its parameters are gathered at once: "
+                           "call fully_shard on each of the {blocks} blocks first, then on the model.",
+                           groups=len(groups), blocks=blocks))
     for name in names:
         joined = torch.cat([r["shards"][name] for r in ranks], dim=0)
         if not torch.equal(joined, whole[name].detach()):
-            raise Incorrect(f"the ranks' shards of {name} do not put the parameter back together: each rank "
-                            f"must hold its own part (fully_shard shards dimension 0).")
+            raise Incorrect(tr("the ranks' shards of {name} do not put the parameter back together: each rank "
+                               "must hold its own part (fully_shard shards dimension 0).", name=name))
     gap = max(float((r["weights"][k] - r["ddp_weights"][k]).abs().max()) for r in ranks for k in r["weights"])
     if gap > TOLERANCE:
-        raise Incorrect(f"after {STEPS} steps the weights differ from DDP's on the same batches by {gap:.1e} "
-                        f"(allowed {TOLERANCE:g}).")
+        raise Incorrect(tr("after {steps} steps the weights differ from DDP's on the same batches by {gap:.1e} "
+                           "(allowed {allowed:g}).", steps=STEPS, gap=gap, allowed=TOLERANCE))
 
 
 GB = 1e9
@@ -66,35 +69,36 @@ GB = 1e9
 
 def _check_bytes_per_gpu(answer) -> None:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Incorrect("answer with a pair: (ddp_gb, fsdp_gb).")
+        raise Incorrect(tr("answer with a pair: (ddp_gb, fsdp_gb)."))
     ddp, fsdp = (as_number(a) for a in answer)
     params, gpus = 1.5e9, 8
     full = params * (4 + 4 + 8) / GB  # float32 parameters, gradients, AdamW's two moments
     if abs(ddp - full) > 0.02 * full:
-        for bytes_per, missing in ((4 + 8, "the gradients"), (4 + 4, "AdamW's two states"), (4, "gradients and "
-                                                                                               "AdamW's states")):
+        for bytes_per, missing in ((4 + 8, msg("the gradients")), (4 + 4, msg("AdamW's two states")),
+                                   (4, msg("gradients and AdamW's states"))):
             if abs(ddp - params * bytes_per / GB) <= 0.02 * full:
-                raise Incorrect(f"{ddp:g} GB leaves out {missing}: count 4 bytes of parameter, 4 of gradient and "
-                                "8 of AdamW state per parameter.")
+                raise Incorrect(tr("{ddp:g} GB leaves out {missing}: count 4 bytes of parameter, 4 of gradient and "
+                                   "8 of AdamW state per parameter.", ddp=ddp, missing=tr(missing)))
         if abs(ddp - full / gpus) <= 0.02 * full:
-            raise Incorrect("DDP does not divide anything: every GPU keeps full copies.")
-        raise Incorrect(f"DDP: {ddp:g} GB per GPU is not what 1.5e9 parameters x bytes per parameter gives.")
+            raise Incorrect(tr("DDP does not divide anything: every GPU keeps full copies."))
+        raise Incorrect(tr("DDP: {ddp:g} GB per GPU is not what 1.5e9 parameters x bytes per parameter gives.",
+                           ddp=ddp))
     if abs(fsdp - full) <= 0.02 * full:
-        raise Incorrect("FSDP holds 1/N of each: divide by the number of GPUs.")
+        raise Incorrect(tr("FSDP holds 1/N of each: divide by the number of GPUs."))
     if abs(fsdp - full / gpus) > 0.02 * full / gpus:
-        raise Incorrect(f"FSDP: {fsdp:g} GB is not DDP's bytes divided among {gpus} GPUs.")
+        raise Incorrect(tr("FSDP: {fsdp:g} GB is not DDP's bytes divided among {gpus} GPUs.", fsdp=fsdp, gpus=gpus))
 
 
 def _check_communication_ratio(answer) -> None:
     got = as_number(answer)
     if abs(got - 1.0) < 0.01:
-        raise Incorrect("that is the ratio when the parameters stay gathered until backward "
-                        "(reshard_after_forward=False): here they are gathered a second time in backward.")
+        raise Incorrect(tr("that is the ratio when the parameters stay gathered until backward "
+                           "(reshard_after_forward=False): here they are gathered a second time in backward."))
     if abs(got - 2 / 3) < 0.01:
-        raise Incorrect("upside down: FSDP sends more than DDP, not less.")
+        raise Incorrect(tr("upside down: FSDP sends more than DDP, not less."))
     if abs(got - 1.5) > 0.01:
-        raise Incorrect(f"{got:g}: count all-gathers and reduce-scatters in units of the model's bytes: an "
-                        "all-reduce costs two of them.")
+        raise Incorrect(tr("{got:g}: count all-gathers and reduce-scatters in units of the model's bytes: an "
+                           "all-reduce costs two of them.", got=got))
 
 
 q1 = Exercise(

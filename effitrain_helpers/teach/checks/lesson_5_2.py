@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.measure.step_profile import OTHER, STEP_PREFIX, StepProfile
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
@@ -59,56 +60,66 @@ def _check_profiler(profile_fn) -> None:
 
 def _judge(rank: int, found: dict) -> None:
     """Incorrect (naming what is wrong) unless rank ``rank``'s profiler recorded what the exercise asks."""
-    where = f"on rank {rank}: "
     if not found["is_profile"]:
-        raise Incorrect(where + f"your function returned {found['returned']}; return the profiler itself "
-                        "(the `prof` of `with profile(...) as prof:`).")
+        raise Incorrect(tr("on rank {rank}: your function returned {kind}; return the profiler itself "
+                           "(the `prof` of `with profile(...) as prof:`).", rank=rank, kind=found["returned"]))
     if found["stepped"] != BATCHES:
-        raise Incorrect(where + f"the optimizer stepped {found['stepped']} times for {BATCHES} batches: train "
-                        "one step per batch.")
+        raise Incorrect(tr("on rank {rank}: the optimizer stepped {stepped} times for {batches} batches: train "
+                           "one step per batch.", rank=rank, stepped=found["stepped"], batches=BATCHES))
     if found["recorded"] != RECORDED:
-        why = ("give profile(...) a schedule (without one it marks no steps) and call prof.step() once at "
-               "the end of each training step" if found["recorded"] == 0 else
-               "give profile(...) a schedule that skips 1 step, warms up 1 and records the rest")
-        raise Incorrect(where + f"the profiler recorded {found['recorded']} steps, not {RECORDED} of {BATCHES}: "
-                        f"{why}.")
-    missing = [f"{label!r} ({n} of {RECORDED})" for label, n in found["labels"].items() if n != RECORDED]
+        why = (tr("give profile(...) a schedule (without one it marks no steps) and call prof.step() once at "
+                  "the end of each training step") if found["recorded"] == 0 else
+               tr("give profile(...) a schedule that skips 1 step, warms up 1 and records the rest"))
+        raise Incorrect(tr("on rank {rank}: the profiler recorded {recorded} steps, not {want} of {batches}: "
+                           "{why}.", rank=rank, recorded=found["recorded"], want=RECORDED, batches=BATCHES,
+                           why=why))
+    missing = [tr("{label!r} ({n} of {want})", label=label, n=n, want=RECORDED)
+               for label, n in found["labels"].items() if n != RECORDED]
     if missing:
-        raise Incorrect(where + f"each recorded step needs one range of each label; found {', '.join(missing)}.")
+        raise Incorrect(tr("on rank {rank}: each recorded step needs one range of each label; found {missing}.",
+                           rank=rank, missing=", ".join(missing)))
     if not found["step_in_optimizer"]:
-        raise Incorrect(where + "your 'optimizer' range does not contain optimizer.step(): put the step inside it.")
+        raise Incorrect(tr("on rank {rank}: your 'optimizer' range does not contain optimizer.step(): put the "
+                           "step inside it.", rank=rank))
     if not found["reduce_in_backward"]:
-        raise Incorrect(where + "the gradients' all-reduce did not start inside your 'backward' range: put "
-                        "loss.backward() inside it.")
+        raise Incorrect(tr("on rank {rank}: the gradients' all-reduce did not start inside your 'backward' "
+                           "range: put loss.backward() inside it.", rank=rank))
 
 
 def _profile(profile) -> StepProfile:
     if not isinstance(profile, StepProfile):
-        raise Incorrect(f"pass the 1-process profile from above (`one`); you gave {type(profile).__name__}.")
+        raise Incorrect(tr("pass the 1-process profile from above (`one`); you gave {kind}.",
+                           kind=type(profile).__name__))
     return profile
 
 
 def _check_dominant(answer, profile) -> None:
     profile = _profile(profile)
     if not isinstance(answer, str):
-        raise Incorrect(f"answer with a phase's name, a string such as 'forward'; you gave {answer!r}.")
+        raise Incorrect(tr("answer with a phase's name, a string such as 'forward'; you gave {answer!r}.",
+                           answer=answer))
     if answer not in profile.phases_ms:
-        raise Incorrect(f"{answer!r} is not one of the labelled phases: {', '.join(profile.phases_ms)}.")
+        raise Incorrect(tr("{answer!r} is not one of the labelled phases: {phases}.", answer=answer,
+                           phases=", ".join(profile.phases_ms)))
     if answer != profile.dominant():
-        raise Incorrect(f"{answer!r} took {profile.phases_ms[answer]:.0f} ms per step; another phase took more. "
-                        "Compare the 'ms per step' column of the labelled phases.")
+        raise Incorrect(tr("{answer!r} took {ms:.0f} ms per step; another phase took more. "
+                           "Compare the 'ms per step' column of the labelled phases.", answer=answer,
+                           ms=profile.phases_ms[answer]))
 
 
 def _check_best_gain(answer, profile) -> None:
     profile = _profile(profile)
     got, want = as_number(answer), profile.share("data loading")
     if got > 1:
-        raise Incorrect(f"{got:g} is more than the whole step: answer a fraction between 0 and 1, not a percent.")
+        raise Incorrect(tr("{got:g} is more than the whole step: answer a fraction between 0 and 1, not a "
+                           "percent.", got=got))
     if abs(got - (1 - want)) < 0.01 and abs(got - want) >= 0.01:
-        raise Incorrect("that is the share of everything BUT data loading: workers only take over the loading.")
+        raise Incorrect(tr("that is the share of everything BUT data loading: workers only take over the "
+                           "loading."))
     if abs(got - want) >= 0.01:
-        raise Incorrect(f"{got:.3f} is not it: data loading took {profile.phases_ms['data loading']:.1f} ms of the "
-                        f"{profile.step_ms:.1f} ms step in the run without workers.")
+        raise Incorrect(tr("{got:.3f} is not it: data loading took {loading:.1f} ms of the {step:.1f} ms step "
+                           "in the run without workers.", got=got, loading=profile.phases_ms["data loading"],
+                           step=profile.step_ms))
 
 
 q1 = Exercise(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
@@ -94,15 +95,17 @@ def _saved_files(root) -> dict[str, set[str]]:
 def _judge_files(files: dict[str, set[str]]) -> None:
     """Incorrect when what ``save`` wrote cannot be a checkpoint of every rank at each step."""
     if not files:
-        raise Incorrect("nothing was written under root: save should call accelerator.save_state(folder) "
-                        "with a folder inside root.")
+        raise Incorrect(tr("nothing was written under root: save should call accelerator.save_state(folder) "
+                           "with a folder inside root."))
     if len(files) < len(SAVES):
-        raise Incorrect(f"save was called {len(SAVES)} times but wrote {len(files)} folder(s): give each step "
-                        "its own folder (put the step in its name), or the newest overwrites the others.")
+        raise Incorrect(tr("save was called {calls} times but wrote {folders} folder(s): give each step "
+                           "its own folder (put the step in its name), or the newest overwrites the others.",
+                           calls=len(SAVES), folders=len(files)))
     lonely = [f for f, names in files.items() if "random_states_0.pkl" in names and "random_states_1.pkl" not in names]
     if lonely:
-        raise Incorrect("rank 1's random state is missing from the checkpoint: call save_state in EVERY process "
-                        "(it writes the shared files on the main process only, and each rank's own state).")
+        raise Incorrect(tr("rank 1's random state is missing from the checkpoint: call save_state in EVERY "
+                           "process (it writes the shared files on the main process only, and each rank's own "
+                           "state)."))
 
 
 def _judge(rank: dict) -> None:
@@ -110,28 +113,32 @@ def _judge(rank: dict) -> None:
     import torch
 
     if rank["answer"] is not None:
-        raise Incorrect(f"resume should return a pair (steps_done, loader); yours returned {rank['answer']}.")
+        raise Incorrect(tr("resume should return a pair (steps_done, loader); yours returned {answer}.",
+                           answer=rank["answer"]))
     done = rank["done"]
     if done != SAVES[-1]:
-        raise Incorrect(f"your resume said {done!r} steps were done; the newest checkpoint was saved after "
-                        f"{SAVES[-1]} (the run stopped after {STOP}, so step {STOP} is lost).")
+        raise Incorrect(tr("your resume said {done!r} steps were done; the newest checkpoint was saved after "
+                           "{saved} (the run stopped after {stop}, so step {stop} is lost).", done=done,
+                           saved=SAVES[-1], stop=STOP))
     restored = rank["restored"]
     if not torch.equal(restored["weights"], rank["saved"][done]) or not restored["adam"]:
-        raise Incorrect("after resume the model (or AdamW's state) is not the saved one: call "
-                        "accelerator.load_state(folder) after prepare, on every process.")
+        raise Incorrect(tr("after resume the model (or AdamW's state) is not the saved one: call "
+                           "accelerator.load_state(folder) after prepare, on every process."))
     if restored["scheduler"] != PROCESSES * done:
-        raise Incorrect(f"the scheduler starts at step {restored['scheduler']}, not {PROCESSES * done}: "
-                        "load_state restores it when it was prepared; load the folder you resume from.")
+        raise Incorrect(tr("the scheduler starts at step {got}, not {want}: load_state restores it when it was "
+                           "prepared; load the folder you resume from.", got=restored["scheduler"],
+                           want=PROCESSES * done))
     expected_first = rank["batches"][done] if done < len(rank["batches"]) else None
     if rank["first"] is None or not torch.equal(rank["first"], expected_first):
         seen_again = rank["first"] is not None and torch.equal(rank["first"], rank["batches"][0])
-        raise Incorrect("the loader you returned starts again from the first batch: skip the batches already "
-                        "seen with accelerator.skip_first_batches(loader, steps_done)." if seen_again else
-                        f"the loader you returned does not start at batch {done + 1} of the epoch.")
+        if seen_again:
+            raise Incorrect(tr("the loader you returned starts again from the first batch: skip the batches "
+                               "already seen with accelerator.skip_first_batches(loader, steps_done)."))
+        raise Incorrect(tr("the loader you returned does not start at batch {batch} of the epoch.", batch=done + 1))
     gap = float((rank["final"] - rank["reference"]).abs().max())
     if gap != 0.0 or rank["steps"] != STEPS - done:
-        raise Incorrect(f"after {rank['steps']} more steps the weights differ from the uninterrupted run by "
-                        f"{gap:.1e} (they should be identical).")
+        raise Incorrect(tr("after {steps} more steps the weights differ from the uninterrupted run by "
+                           "{gap:.1e} (they should be identical).", steps=rank["steps"], gap=gap))
 
 
 def _check_resume(save, resume) -> None:
@@ -141,20 +148,21 @@ def _check_resume(save, resume) -> None:
 
     for fn, name in ((save, "save"), (resume, "resume")):
         if not callable(fn):
-            raise Incorrect(f"pass your {name} function itself; you gave {fn!r}.")
+            raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name=name, fn=fn))
     ranks, failed = None, None
     with tempfile.TemporaryDirectory(prefix="effitrain-5-3-check-") as root:
         try:
             ranks = launch(_run_learner, save, resume, root, num_processes=PROCESSES, cpu=True, quiet=True,
                            timeout=TIMEOUT)
         except RankFailed as err:
-            failed = f"in {PROCESSES} processes, {str(err).splitlines()[0]}"
+            failed = Incorrect(tr("in {processes} processes, {error}", processes=PROCESSES,
+                                  error=str(err).splitlines()[0]))
         except TimeoutError:
-            failed = (f"the run did not finish within {TIMEOUT} s: did one process wait for the other (a "
-                      "wait_for_everyone or save_state called on one rank only)?")
+            failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
+                                  "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
         _judge_files(_saved_files(root))  # first: a bad save is often why resume failed
-    if failed:
-        raise Incorrect(failed)
+    if failed is not None:
+        raise failed
     for rank in ranks:
         _judge(rank)
 
@@ -164,12 +172,14 @@ def _check_lost_steps(answer) -> None:
 
     got, want = as_number(answer), lost_steps(Q2_DONE, Q2_EVERY)
     if got == want + 1:
-        raise Incorrect(f"step {Q2_DONE + 1} was running, never finished: it is not among the steps done.")
+        raise Incorrect(tr("step {step} was running, never finished: it is not among the steps done.",
+                           step=Q2_DONE + 1))
     if got == Q2_EVERY - want:
-        raise Incorrect(f"{got:g} steps were still to go to the next checkpoint; count those since the last one.")
+        raise Incorrect(tr("{got:g} steps were still to go to the next checkpoint; count those since the last "
+                           "one.", got=got))
     if got != want:
-        raise Incorrect(f"{got:g} is not the number of steps done after the newest checkpoint (taken after the "
-                        f"largest multiple of {Q2_EVERY} up to {Q2_DONE:,}).")
+        raise Incorrect(tr("{got:g} is not the number of steps done after the newest checkpoint (taken after the "
+                           "largest multiple of {every} up to {done:,}).", got=got, every=Q2_EVERY, done=Q2_DONE))
 
 
 def young_interval(save_seconds: float, mtbf_seconds: float) -> float:
@@ -183,14 +193,15 @@ def _check_young(answer) -> None:
     job_mtbf = Q3_GPU_MTBF_YEARS * YEAR_SECONDS / Q3_GPUS
     want = young_interval(Q3_SAVE_SECONDS, job_mtbf)
     if math.isclose(got, young_interval(Q3_SAVE_SECONDS, Q3_GPU_MTBF_YEARS * YEAR_SECONDS), rel_tol=0.02):
-        raise Incorrect(f"that is the interval for one GPU; the job stops when ANY of its {Q3_GPUS} GPUs fails, "
-                        f"so it fails {Q3_GPUS} times as often.")
+        raise Incorrect(tr("that is the interval for one GPU; the job stops when ANY of its {gpus} GPUs fails, "
+                           "so it fails {gpus} times as often.", gpus=Q3_GPUS))
     if math.isclose(got, want / math.sqrt(2), rel_tol=0.02):
-        raise Incorrect("close: Young's formula has a factor 2 under the square root.")
+        raise Incorrect(tr("close: Young's formula has a factor 2 under the square root."))
     if math.isclose(got, want / 60, rel_tol=0.02):
-        raise Incorrect("answer in seconds, not minutes.")
+        raise Incorrect(tr("answer in seconds, not minutes."))
     if not math.isclose(got, want, rel_tol=0.02):
-        raise Incorrect(f"{got:g} s is not sqrt(2 x save time x the job's mean time between failures).")
+        raise Incorrect(tr("{got:g} s is not sqrt(2 x save time x the job's mean time between failures).",
+                           got=got))
 
 
 q1 = Exercise(
