@@ -187,7 +187,7 @@ def loader_verdict(without: StepProfile, with_workers: StepProfile, workers: int
     No conclusion when the machine was busy (``busy``, a reason from ``measure.bench.busy_reason``) or either
     run's reference timings spread too much (``measure.bench.unreliable_reason``): it says so instead.
     """
-    from effitrain_helpers.measure.bench import UNRELIABLE_ADVICE, unreliable_reason
+    from effitrain_helpers.measure.bench import unreliable_advice, unreliable_reason
 
     positive_int("workers", workers)
     doubts = [r for r in (busy, unreliable_reason(without.wall_ms), unreliable_reason(with_workers.wall_ms)) if r]
@@ -199,7 +199,7 @@ def loader_verdict(without: StepProfile, with_workers: StepProfile, workers: int
     if doubts:
         return tr("No verdict: the measurement cannot be trusted ({doubts}). Seen: step {before:.0f} -> "
                   "{after:.0f} ms, {where}. Fix: {advice}.", doubts="; ".join(dict.fromkeys(doubts)),
-                  before=before, after=after, where=where, advice=UNRELIABLE_ADVICE)
+                  before=before, after=after, where=where, advice=unreliable_advice())
     change = after / before - 1
     if abs(change) <= SAME_WITHIN:
         return tr("{workers} workers made no difference to the step ({before:.0f} -> {after:.0f} ms): {where}.",
@@ -218,7 +218,7 @@ def overhead_note(profile: StepProfile, reference_seconds: Iterable[float], busy
     With a busy machine (``busy``) or reference steps that spread too much, it gives the numbers and says
     the difference cannot be read as overhead, instead of a false conclusion.
     """
-    from effitrain_helpers.measure.bench import UNRELIABLE_ADVICE, unreliable_reason
+    from effitrain_helpers.measure.bench import unreliable_advice, unreliable_reason
 
     off = [float(s) * 1e3 for s in reference_seconds]
     if not off:
@@ -230,5 +230,5 @@ def overhead_note(profile: StepProfile, reference_seconds: Iterable[float], busy
     doubts = [r for r in (busy, unreliable_reason(off), unreliable_reason(profile.wall_ms)) if r]
     if doubts:
         return tr("{seen}; not read as overhead: the measurement cannot be trusted ({doubts}). Fix: {advice}.",
-                  seen=seen, doubts="; ".join(doubts), advice=UNRELIABLE_ADVICE)
+                  seen=seen, doubts="; ".join(doubts), advice=unreliable_advice())
     return tr("{seen}: recording cost about {cost:+.1f} ms per step.", seen=seen, cost=on - plain)

@@ -40,13 +40,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.processes import protocol
 from effitrain_helpers.core.validate import positive_int, positive_number, whole_number
 
 MAX_PROCESSES = 64
 WORKER = "effitrain_helpers.processes.launch_worker"
-OOM_HINT = ("Out of memory? The kernel's out-of-memory killer ends a process with SIGKILL (see `dmesg`). "
-            "Fix: fewer processes, a smaller batch or model, or more memory")
+OOM_HINT = msg("Out of memory? The kernel's out-of-memory killer ends a process with SIGKILL (see `dmesg`). "
+               "Fix: fewer processes, a smaller batch or model, or more memory")
 
 
 class RankFailed(RuntimeError):
@@ -55,9 +56,11 @@ class RankFailed(RuntimeError):
 
     def __init__(self, rank: int, exc_type: str, message: str, remote_traceback: str):
         if exc_type == "ProcessExit":
-            headline, tail = f"rank {rank} {message}", f"last output of rank {rank}"
+            headline = tr("rank {rank} {message}", rank=rank, message=message)
+            tail = tr("last output of rank {rank}", rank=rank)
         else:
-            headline, tail = f"rank {rank} raised {exc_type}: {message}", f"traceback of rank {rank}"
+            headline = tr("rank {rank} raised {error}: {message}", rank=rank, error=exc_type, message=message)
+            tail = tr("traceback of rank {rank}", rank=rank)
         super().__init__(f"{headline}\n\n--- {tail} ---\n{remote_traceback}")
         self.rank, self.exc_type, self.remote_traceback = rank, exc_type, remote_traceback
 
@@ -196,12 +199,12 @@ def _last_lines(outputs: list[list[str]], n: int = 5) -> str:
 def how_it_ended(returncode: int) -> str:
     """A worker's end in words: its exit code, or the signal that killed it by number and name."""
     if returncode >= 0:
-        return f"exited with code {returncode}"
+        return tr("exited with code {code}", code=returncode)
     try:
         name = signal.Signals(-returncode).name
     except ValueError:
-        name = "unknown signal"
-    return f"was killed by signal {-returncode} ({name})"
+        name = tr("unknown signal")
+    return tr("was killed by signal {number} ({name})", number=-returncode, name=name)
 
 
 def _failure(folder: Path, procs: list[subprocess.Popen], failed: list[int], outputs: list[list[str]]) -> RankFailed:
@@ -214,9 +217,10 @@ def _failure(folder: Path, procs: list[subprocess.Popen], failed: list[int], out
     if silent:
         rank = silent[0]
         code = procs[rank].returncode
-        hint = f". {OOM_HINT}" if code == -getattr(signal, "SIGKILL", 9) else ""
-        return RankFailed(rank, "ProcessExit", f"{how_it_ended(code)} before reporting; the other ranks were "
-                          f"ended{hint}.", "".join(outputs[rank][-20:]) or "(no output)")
+        hint = f". {tr(OOM_HINT)}" if code == -getattr(signal, "SIGKILL", 9) else ""
+        return RankFailed(rank, "ProcessExit", tr("{ended} before reporting; the other ranks were ended{hint}.",
+                                                  ended=how_it_ended(code), hint=hint),
+                          "".join(outputs[rank][-20:]) or tr("(no output)"))
     first = min(failed, key=lambda r: protocol.error_file(folder, r).stat().st_mtime)
     report = pickle.loads(protocol.error_file(folder, first).read_bytes())
     return RankFailed(report["rank"], report["type"], report["message"], report["traceback"])
