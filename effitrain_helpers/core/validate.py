@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import numbers
 
+from effitrain_helpers.core.language import tr
+
 
 def _is_whole(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -33,8 +35,16 @@ def whole_number(name: str, value, *, minimum: int = 1, maximum: int | None = No
     """
     if _is_whole(value) and minimum <= value and (maximum is None or value <= maximum):
         return int(value)
-    allowed = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-    raise ValueError(f"{name}={value!r} must be a whole number {allowed}. Fix: {hint or f'e.g. {name}={minimum}'}.")
+    fix = hint or _example(f"{name}={minimum}")
+    if maximum is None:
+        raise ValueError(tr("{name}={value!r} must be a whole number >= {minimum}. Fix: {fix}.", name=name,
+                            value=value, minimum=minimum, fix=fix))
+    raise ValueError(tr("{name}={value!r} must be a whole number from {minimum} to {maximum}. Fix: {fix}.",
+                        name=name, value=value, minimum=minimum, maximum=maximum, fix=fix))
+
+
+def _example(call: str) -> str:
+    return tr("e.g. {call}", call=call)
 
 
 def positive_int(name: str, value, *, maximum: int | None = None, hint: str | None = None) -> int:
@@ -46,11 +56,13 @@ def positive_number(name: str, value, *, hint: str | None = None) -> float:
     """``value`` as a ``float`` if it is a finite number > 0: a learning rate, a timeout in seconds."""
     if _is_real(value) and value > 0:
         return float(value)
-    raise ValueError(f"{name}={value!r} must be a positive number (finite, > 0). Fix: {hint or f'e.g. {name}=1'}.")
+    raise ValueError(tr("{name}={value!r} must be a positive number (finite, > 0). Fix: {fix}.", name=name,
+                        value=value, fix=hint or _example(f"{name}=1")))
 
 
 def non_negative_number(name: str, value, *, hint: str | None = None) -> float:
     """``value`` as a ``float`` if it is a finite number >= 0: a weight decay, a tolerance."""
     if _is_real(value) and value >= 0:
         return float(value)
-    raise ValueError(f"{name}={value!r} must be a number >= 0 (finite). Fix: {hint or f'e.g. {name}=0'}.")
+    raise ValueError(tr("{name}={value!r} must be a number >= 0 (finite). Fix: {fix}.", name=name, value=value,
+                        fix=hint or _example(f"{name}=0")))
