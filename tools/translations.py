@@ -101,7 +101,8 @@ def new(lesson: str, lang: str) -> int:
     lines = [f"# {name} in {lang}: replace each `pt:` text and remove its `todo: true` (README, Translations).",
              f"notebook: {name}", "cells:"]
     for cell in _english(name).cells:
-        lines += [f"- id: {cell.id}", f"  en: {t.fingerprint(cell.source)}"]
+        # quoted: an id or a fingerprint of digits (06777667, 1234e5678901) would otherwise load as a number
+        lines += [f"- id: '{cell.id}'", f"  en: '{t.fingerprint(cell.source)}'"]
         if cell.cell_type == "code" and not _has_reader_text(cell.source):
             lines.append("  same: true")
         else:
@@ -123,7 +124,7 @@ def refresh(lesson: str, cell_ids: list[str], lang: str) -> int:
         if cell_id not in sources:
             raise SystemExit(f"{name} has no cell with id {cell_id!r}")
         pattern = re.compile(rf"(^- id: ['\"]?{re.escape(cell_id)}['\"]?\n  en: )(\S+)", re.M)
-        text, n = pattern.subn(lambda m: m.group(1) + t.fingerprint(sources[cell_id]), text)
+        text, n = pattern.subn(lambda m: m.group(1) + f"'{t.fingerprint(sources[cell_id])}'", text)
         if n != 1:
             raise SystemExit(f"{path}: no entry `- id: {cell_id}` followed by `  en:`")
     path.write_text(text, encoding="utf-8")
