@@ -244,7 +244,7 @@ q3 = Exercise(
     _check_young,
     usage="q3.check(interval_seconds)",
     hints=["Saving often costs save time; saving rarely loses more steps per failure. Young's formula balances "
-           "the two: interval = sqrt(2 x save seconds x mean seconds between failures of the JOB.",
+           "the two: interval = sqrt(2 x save seconds x mean seconds between failures of the JOB).",
            "The job stops when any of its 512 GPUs fails: its mean time between failures is one GPU's divided "
            "by 512. A year has 365 x 24 x 3600 seconds.",
            "job_mtbf = 5 * 365 * 24 * 3600 / ____\ninterval_seconds = math.sqrt(2 * ____ * job_mtbf)"],
