@@ -29,6 +29,7 @@ import sys
 
 
 from effitrain_helpers.core.arguments import OneLineParser
+from effitrain_helpers.core.language import msg
 from effitrain_helpers.core.outputs import check_output_file, check_output_folder
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -111,7 +112,7 @@ def _ddp_check(args) -> int:
     from effitrain_helpers.training.scaling import measure_scaling
 
     n = resolve_num_processes(args.processes, minimum=2, name="--processes",
-                              why="; a data-parallel check needs at least 2 processes")
+                              why=msg("; a data-parallel check needs at least 2 processes"))
     summary = summarize_four_steps(launch(four_steps, global_batch=4 * n, num_processes=n, quiet=True), 4 * n)
     scaled = launch(measure_scaling, num_processes=n, quiet=True)[0]
     single = launch(measure_scaling, num_processes=1, quiet=True)[0]

@@ -163,7 +163,9 @@ def test_a_new_translation_file_lists_every_cell_and_refresh_takes_the_new_finge
     assert len(problems) == len(todo) and all("not translated yet" in p for p in problems)
     path = t.translation_path(name, LANG)
     first = english.cells[0]
-    path.write_text(path.read_text().replace(f"en: {t.fingerprint(first.source)}", "en: 000000000000", 1))
+    # ids and fingerprints are written quoted: unquoted, an id like 06777667 would load as an (octal) number
+    assert f"- id: '{first.id}'\n  en: '{t.fingerprint(first.source)}'" in path.read_text()
+    path.write_text(path.read_text().replace(f"en: '{t.fingerprint(first.source)}'", "en: '000000000000'", 1))
     assert "the English changed" in t.notebook_problems(english, name, t.Translation.read(name, LANG))[0]
     assert tool.refresh("1.2", [first.id], LANG) == 0
     assert t.Translation.read(name, LANG).cells[first.id]["en"] == t.fingerprint(first.source)

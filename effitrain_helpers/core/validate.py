@@ -5,7 +5,11 @@ names the value, says what is allowed and how to fix it::
 
     whole_number("batch_size", 0)               # batch_size=0 must be a whole number >= 1. Fix: e.g. batch_size=1.
     whole_number("seed", -1, minimum=0)         # seed=-1 must be a whole number >= 0. Fix: e.g. seed=0.
-    positive_number("timeout", 0, hint="e.g. timeout=120")
+    positive_number("timeout", 0, example="timeout=120")     # ... Fix: e.g. timeout=120.
+    positive_int("world", 0, hint=msg("e.g. world=2 (the number of processes)"))
+
+``example`` is a call shown after "e.g." (in the learner's language); ``hint`` replaces the whole fix, and is
+translated where it is shown, so a fixed hint is marked with ``msg()`` where it is written.
 
 A ``bool`` is refused even though Python counts it as an ``int`` (``True`` is not a batch size); NumPy
 integers are accepted as whole numbers, and any finite int or float as a number.
@@ -27,15 +31,17 @@ def _is_real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def whole_number(name: str, value, *, minimum: int = 1, maximum: int | None = None, hint: str | None = None) -> int:
+def whole_number(name: str, value, *, minimum: int = 1, maximum: int | None = None, hint: str | None = None,
+                 example: str | None = None) -> int:
     """``value`` as an ``int`` if it is a whole number in ``minimum..maximum`` (no upper bound when ``None``).
 
-    ``name`` is how the caller spells the argument (``batch_size``, ``samples``); ``hint`` replaces the default
-    fix (``e.g. name=minimum``), for example with the command-line flag to use.
+    ``name`` is how the caller spells the argument (``batch_size``, ``samples``); ``example`` replaces the call
+    of the default fix (``e.g. name=minimum``), for example with the command-line flag to use; ``hint`` the
+    whole fix (an English text, translated here: mark it with ``msg()`` where it is written).
     """
     if _is_whole(value) and minimum <= value and (maximum is None or value <= maximum):
         return int(value)
-    fix = hint or _example(f"{name}={minimum}")
+    fix = _fix(hint, example or f"{name}={minimum}")
     if maximum is None:
         raise ValueError(tr("{name}={value!r} must be a whole number >= {minimum}. Fix: {fix}.", name=name,
                             value=value, minimum=minimum, fix=fix))
@@ -43,26 +49,28 @@ def whole_number(name: str, value, *, minimum: int = 1, maximum: int | None = No
                         name=name, value=value, minimum=minimum, maximum=maximum, fix=fix))
 
 
-def _example(call: str) -> str:
-    return tr("e.g. {call}", call=call)
+def _fix(hint: str | None, example: str) -> str:
+    """The fix a check's error ends with: ``hint`` in the learner's language, else "e.g. ``example``"."""
+    return tr(hint) if hint else tr("e.g. {call}", call=example)
 
 
-def positive_int(name: str, value, *, maximum: int | None = None, hint: str | None = None) -> int:
+def positive_int(name: str, value, *, maximum: int | None = None, hint: str | None = None,
+                 example: str | None = None) -> int:
     """``value`` as an ``int`` if it is a whole number >= 1 (and <= ``maximum``): a count, a size, a step."""
-    return whole_number(name, value, minimum=1, maximum=maximum, hint=hint)
+    return whole_number(name, value, minimum=1, maximum=maximum, hint=hint, example=example)
 
 
-def positive_number(name: str, value, *, hint: str | None = None) -> float:
+def positive_number(name: str, value, *, hint: str | None = None, example: str | None = None) -> float:
     """``value`` as a ``float`` if it is a finite number > 0: a learning rate, a timeout in seconds."""
     if _is_real(value) and value > 0:
         return float(value)
     raise ValueError(tr("{name}={value!r} must be a positive number (finite, > 0). Fix: {fix}.", name=name,
-                        value=value, fix=hint or _example(f"{name}=1")))
+                        value=value, fix=_fix(hint, example or f"{name}=1")))
 
 
-def non_negative_number(name: str, value, *, hint: str | None = None) -> float:
+def non_negative_number(name: str, value, *, hint: str | None = None, example: str | None = None) -> float:
     """``value`` as a ``float`` if it is a finite number >= 0: a weight decay, a tolerance."""
     if _is_real(value) and value >= 0:
         return float(value)
     raise ValueError(tr("{name}={value!r} must be a number >= 0 (finite). Fix: {fix}.", name=name, value=value,
-                        fix=hint or _example(f"{name}=0")))
+                        fix=_fix(hint, example or f"{name}=0")))

@@ -270,7 +270,7 @@ def _device_name(device: str) -> str:
 
 
 def _check_repeats(repeats: int) -> None:
-    positive_int("repeats", repeats, hint="repeats=5 is a good default")
+    positive_int("repeats", repeats, hint=msg("repeats=5 is a good default"))
 
 
 def _warm_product(size: int, dtype: str, device: str) -> tuple[Callable[[], object], int]:

@@ -94,7 +94,7 @@ def resolve_num_processes(value: Any = None, minimum: int = 1, name: str = "num_
     example = max(2, minimum)
     fix = f"{name} {example}" if name.startswith("--") else f"{name}={example}"
     return whole_number(name, n, minimum=minimum, maximum=MAX_PROCESSES,
-                        hint=f"e.g. {fix} (default: every GPU, or 2 on a CPU){why}")
+                        hint=tr("e.g. {fix} (default: every GPU, or 2 on a CPU){why}", fix=fix, why=tr(why)))
 
 
 def free_port() -> int:
@@ -107,9 +107,9 @@ def free_port() -> int:
 def _validate(fn, timeout, threads_per_process) -> None:
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable; pass the function itself, e.g. launch(train, num_processes=2).")
-    positive_number("timeout", timeout, hint="e.g. timeout=120 (seconds)")
+    positive_number("timeout", timeout, hint=msg("e.g. timeout=120 (seconds)"))
     if threads_per_process is not None:
-        positive_int("threads_per_process", threads_per_process, hint="e.g. threads_per_process=1, or None (cores / N)")
+        positive_int("threads_per_process", threads_per_process, hint=msg("e.g. threads_per_process=1, or None (cores / N)"))
 
 
 def _environment(rank: int, n: int, port: int, threads: int, use_gpu: bool, timeout: float) -> dict[str, str]:

@@ -65,4 +65,4 @@ MAX_SAMPLES = 100_000  # every index is listed per rank: more is unreadable and 
 def validate_request(num_samples: int, batch_size: int) -> None:
     """Clear errors for a shard request that cannot work (or would print a flood of indices)."""
     for option, value, most in (("--samples", num_samples, MAX_SAMPLES), ("--batch-size", batch_size, num_samples)):
-        whole_number(option, value, maximum=most, hint="e.g. --samples 10 --batch-size 2")
+        whole_number(option, value, maximum=most, example="--samples 10 --batch-size 2")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+from effitrain_helpers.core.language import msg
 from effitrain_helpers.core.validate import positive_int
 
 SUBJECTS = [
@@ -109,6 +110,6 @@ def sentence(rng: random.Random) -> str:
 
 def corpus_sentences(n: int = 4000, seed: int = 0) -> list[str]:
     """``n`` deterministic template sentences followed by the news-style ones: the tokenizer's training text."""
-    positive_int("n", n, hint="ask for at least 1 sentence, e.g. n=4000")
+    positive_int("n", n, hint=msg("ask for at least 1 sentence, e.g. n=4000"))
     rng = random.Random(seed)
     return [sentence(rng) for _ in range(n)] + NEWS

@@ -15,6 +15,7 @@ import random
 
 import numpy as np
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import positive_int
 
 SHAPES = ["circle", "square", "triangle"]
@@ -108,7 +109,7 @@ def resample(wave, orig_rate: int, target_rate: int = 16000) -> np.ndarray:
     from scipy.signal import resample_poly
 
     for name, rate in (("orig_rate", orig_rate), ("target_rate", target_rate)):
-        positive_int(name, rate, hint=f"give a sampling rate in Hz (samples per second), e.g. {name}=16000")
+        positive_int(name, rate, hint=tr("give a sampling rate in Hz (samples per second), e.g. {call}", call=f"{name}=16000"))
     wave = np.asarray(wave, dtype=np.float32)
     if orig_rate == target_rate:
         return wave

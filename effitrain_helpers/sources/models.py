@@ -233,7 +233,7 @@ def load_classifier(name: str | ModelChoice | None = None, num_labels: int = 2, 
     which model was used and why; ``verbose=False`` prints nothing, not even the library's loading report (for
     code that runs in every process of a group).
     """
-    positive_int("num_labels", num_labels, hint="num_labels=2 for paraphrase / not")
+    positive_int("num_labels", num_labels, hint=msg("num_labels=2 for paraphrase / not"))
     choice = _model_choice(name)
     if verbose:
         print(choice)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from effitrain_helpers.core.language import msg
 from effitrain_helpers.measure.communication import CommunicationSummary
 from effitrain_helpers.training.techniques import Techniques, run_techniques
 from effitrain_helpers.training.workload import check_steps
@@ -95,7 +96,7 @@ def summarize_data_parallel(ranks: list[dict]) -> dict[str, WaySummary]:
     return out
 
 
-LOCAL_SGD_NEEDS = "; local SGD needs a group of at least 2 (in one process LocalSGD switches itself off)"
+LOCAL_SGD_NEEDS = msg("; local SGD needs a group of at least 2 (in one process LocalSGD switches itself off)")
 
 
 def measure_local_sgd(local_sgd_steps: int = 4, steps: int = 24, num_processes: int = 2, batch_size: int = 8,

@@ -33,7 +33,7 @@ KINDS = (msg("parameters"), msg("gradients"), msg("optimizer state"))  # keys; r
 FLOAT32_BYTES = 4
 ADAMW_STATE_PER_VALUE = 2  # exp_avg and exp_avg_sq; plus a float32 0-d `step` tensor per parameter tensor
 STEP_TENSOR_BYTES = 4
-SHARDING_NEEDS = "; sharding across 1 process keeps everything whole: use 2 or more"
+SHARDING_NEEDS = msg("; sharding across 1 process keeps everything whole: use 2 or more")
 
 
 def sharding_model(seed: int = 0, width: int = 64, depth: int = 2, vocab: int = 1000, classes: int = 3):
@@ -42,7 +42,7 @@ def sharding_model(seed: int = 0, width: int = 64, depth: int = 2, vocab: int = 
     step by step) and a linear head over the mean of the tokens. Weights depend only on ``seed``.
     ``classes=3`` makes the head's weight 3 rows: with 2 ranks, one that does not divide evenly."""
     for name, value in (("width", width), ("depth", depth), ("vocab", vocab), ("classes", classes)):
-        positive_int(name, value, hint=f"e.g. {name}=2")
+        positive_int(name, value, example=f"{name}=2")
     torch.manual_seed(seed)
     return ShardingClassifier(width, depth, vocab, classes)
 
@@ -70,7 +70,7 @@ def sharding_batches(n_batches: int, batch_size: int, seq_len: int = 16, vocab: 
     """``n_batches`` fixed ``(tokens, labels)`` batches: random token sequences labelled by the class of
     their first token (``token % classes``), the same every call with the same ``seed``."""
     for name, value in (("n_batches", n_batches), ("batch_size", batch_size), ("seq_len", seq_len)):
-        positive_int(name, value, hint=f"e.g. {name}=4")
+        positive_int(name, value, example=f"{name}=4")
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, vocab, (n_batches, batch_size, seq_len), generator=generator)
     return [(t, t[:, 0] % classes) for t in tokens]
@@ -106,7 +106,7 @@ def theory_bytes(shapes: Iterable[tuple], world: int, sharded: bool, rank: int =
     """What a rank should hold, by kind, for float32 parameters of ``shapes`` trained with AdamW: full copies
     (``sharded=False``, DDP) or ``rank`` 's chunk of dimension 0 of every tensor (``sharded=True``, FSDP).
     AdamW's state is 2 values per parameter value plus one float32 ``step`` per tensor, never sharded."""
-    world = positive_int("world", world, hint="e.g. world=2 (the number of processes)")
+    world = positive_int("world", world, hint=msg("e.g. world=2 (the number of processes)"))
     shapes = [tuple(s) for s in shapes]
     values = sum(_local_values(s, world, rank) if sharded else math.prod(s) for s in shapes)
     return {"parameters": values * FLOAT32_BYTES, "gradients": values * FLOAT32_BYTES,
@@ -245,9 +245,9 @@ def sharding_arguments(processes: int | None = 2, steps: int | None = None,
 
     n = resolve_num_processes(processes, minimum=2, name="--processes", why=SHARDING_NEEDS)
     size = lesson_size("5.1")
-    steps = positive_int("--steps", size.steps if steps is None else steps, hint="e.g. --steps 3")
+    steps = positive_int("--steps", size.steps if steps is None else steps, example="--steps 3")
     batch_size = positive_int("--batch-size", size.batch_size if batch_size is None else batch_size,
-                              hint="e.g. --batch-size 8")
+                              example="--batch-size 8")
     return n, steps, batch_size
 
 

@@ -36,7 +36,7 @@ SHARED_FILES = ("model.safetensors", "optimizer.bin", "scheduler.bin")
 
 def checkpoint_folder(root, step: int) -> Path:
     """Where lesson 5.3 saves the checkpoint taken after ``step`` optimizer steps: ``root/step_<step>``."""
-    return Path(root) / f"{PREFIX}{whole_number('step', step, minimum=0, hint='e.g. step=8')}"
+    return Path(root) / f"{PREFIX}{whole_number('step', step, minimum=0, example='step=8')}"
 
 
 def steps_done(folder) -> int:
@@ -61,7 +61,7 @@ def latest_checkpoint(root, world_size: int) -> Path | None:
 
     A folder a crash interrupted while it was being written lacks files: it is passed over, not resumed from.
     """
-    positive_int("world_size", world_size, hint="e.g. world_size=2 (the processes that saved)")
+    positive_int("world_size", world_size, hint=msg("e.g. world_size=2 (the processes that saved)"))
     folders = [f for f in Path(root).glob(f"{PREFIX}*") if f.name[len(PREFIX):].isdigit()]
     complete = [f for f in folders if is_complete(f, world_size)]
     return max(complete, key=steps_done, default=None)
@@ -73,9 +73,9 @@ def lost_steps(completed: int, save_every: int, start: int = 0) -> int:
     ``completed``: steps finished when the run died; checkpoints were taken after every ``save_every``-th step
     counted from 0 (a run resumed at ``start`` keeps the same grid); ``start`` itself is on disk already.
     """
-    completed = whole_number("completed", completed, minimum=0, hint="e.g. completed=11")
-    save_every = positive_int("save_every", save_every, hint="e.g. save_every=4")
-    start = whole_number("start", start, minimum=0, maximum=completed, hint="the step the run resumed from")
+    completed = whole_number("completed", completed, minimum=0, example="completed=11")
+    save_every = positive_int("save_every", save_every, example="save_every=4")
+    start = whole_number("start", start, minimum=0, maximum=completed, hint=msg("the step the run resumed from"))
     last = max(start, completed // save_every * save_every)
     return completed - last
 

@@ -35,8 +35,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_validation", "batch_size", "eval_batch_size", "epochs", "max_length"):
-            setattr(self, name, positive_int(name, getattr(self, name), hint=f"e.g. {name}={getattr(TrainConfig, name)}"))
-        self.warmup_steps = whole_number("warmup_steps", self.warmup_steps, minimum=0, hint="e.g. warmup_steps=10")
+            setattr(self, name, positive_int(name, getattr(self, name), example=f"{name}={getattr(TrainConfig, name)}"))
+        self.warmup_steps = whole_number("warmup_steps", self.warmup_steps, minimum=0, example="warmup_steps=10")
         if self.learning_rate is not None:
             self.learning_rate = positive_number("learning_rate", self.learning_rate, hint=LEARNING_RATE_HINT)
         if self.output_dir is not None:  # before training: a model trained for nothing is lost at the end

@@ -8,12 +8,15 @@ helpers here are shared by chapter 3's measurement modules (``accumulation``, ``
 
 from __future__ import annotations
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import positive_int
 
 
 def check_steps(name: str, value) -> int:
     """``value`` as a whole number >= 1, else ``ValueError`` naming ``name`` (e.g. ``gradient_accumulation_steps``)."""
-    return positive_int(name, value, hint=f"e.g. {name}=4" + (" (1 means off)" if name.endswith("_steps") else ""))
+    if name.endswith("_steps"):
+        return positive_int(name, value, hint=tr("e.g. {call} (1 means off)", call=f"{name}=4"))
+    return positive_int(name, value, example=f"{name}=4")
 
 
 def lesson_rows(n: int, seq_len: int = 64, seed: int = 0) -> list[dict]:
