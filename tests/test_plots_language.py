@@ -10,8 +10,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 from effitrain_helpers.core.settings import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +19,8 @@ LANG = "pt-BR"
 # labels (a lesson's values), and words spelled alike in both languages. The glossary's "Kept in English" terms
 # are added from translations/pt-BR/GLOSSARY.md.
 SAME_IN_BOTH = {"mib", "kib", "ms", "hz", "gflop", "ddp", "fsdp", "sigkill", "gloo", "absmax", "qmap", "lr",
-                "prepare", "cpu", "xeon", "adamw", "adafactor", "sgd", "mantissa", "original", "global", "bit", "bits",
-                "byte"}
+                "prepare", "cpu", "xeon", "adamw", "adafactor", "sgd", "profiler", "threads", "mantissa", "original",
+                "global", "amplitude", "pixels", "bit", "bits", "byte", "no"}
 
 
 def _figures():
@@ -166,7 +164,7 @@ def test_the_english_figures_draw_exactly_the_same_texts(monkeypatch):
 def test_the_portuguese_figures_leave_no_english_word(monkeypatch):
     translated = _all_texts(LANG, monkeypatch)
     assert english_words_left(ENGLISH, translated) == {}
-    assert translated["plot_precision"][2] == "Curvas de loss"
+    assert translated["plot_scaling"][0] == "Vazão do treinamento" and translated["plot_rank_bytes"][3] == "parâmetros"
 
 
 def test_a_text_left_in_english_is_found():
