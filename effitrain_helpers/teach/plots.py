@@ -7,15 +7,17 @@
 - ``plot_rank_bytes``: bytes each rank holds under DDP and FSDP, by kind (lesson 5.1)
 - ``plot_step_breakdown``: a training step's phases as stacked bars, one per configuration (lesson 5.2)
 
-The titles and labels of lesson 1.1's and chapter 3's figures are in the learner's language (``tr``, see
-:mod:`effitrain_helpers.core.language`); the other figures are still in English.
+Every text a figure draws (titles, axis labels, legends, annotations, tick labels that are words) is in the
+learner's language (``tr``, see :mod:`effitrain_helpers.core.language`); a title a lesson passes in is the lesson's
+own (translated in its notebook), and the default title, when none is passed, is translated here. Values stay as
+they are: device, dtype and precision names, a lesson's labels, code (``optimizer.step()``, ``load_state``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import whole_number
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -24,6 +26,13 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
     from effitrain_helpers.measure.bench import MatmulResult
 
 FONT = 13
+
+# local_sgd.compare_data_parallel's ways: (legend, bar label), shown translated by plot_local_sgd; another way's
+# name is drawn as it is, its underscores made spaces (legend) or line breaks (bar)
+_WAYS = {"data_parallel": (msg("data parallel"), msg("data\nparallel")),
+         "local_sgd": (msg("local sgd"), msg("local\nsgd")),
+         "no_communication": (msg("no communication"), msg("no\ncommunication")),
+         "accumulation": (msg("accumulation"), msg("accumulation"))}
 
 
 def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None) -> "Figure":
@@ -108,13 +117,15 @@ def plot_image_before_after(image, pixel_values, mean, std) -> "Figure":
     shown = pixels.transpose(1, 2, 0) * np.asarray(std) + np.asarray(mean)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.2))
     left.imshow(image)
-    left.set_title(f"stored: {image.size[0]} x {image.size[1]} pixels, uint8", fontsize=FONT)
+    left.set_title(tr("stored: {width} x {height} pixels, uint8", width=image.size[0], height=image.size[1]),
+                   fontsize=FONT)
     right.imshow(np.clip(shown, 0, 1))
-    right.set_title(f"pixel_values: {pixels.shape[1]} x {pixels.shape[2]}, float32\n"
-                    f"values in [{pixels.min():.2f}, {pixels.max():.2f}]", fontsize=FONT)
+    right.set_title(tr("pixel_values: {height} x {width}, float32\nvalues in [{low:.2f}, {high:.2f}]",
+                       height=pixels.shape[1], width=pixels.shape[2], low=pixels.min(), high=pixels.max()),
+                    fontsize=FONT)
     for ax in (left, right):
-        ax.set_xlabel("width (pixels)")
-        ax.set_ylabel("height (pixels)")
+        ax.set_xlabel(tr("width (pixels)"))
+        ax.set_ylabel(tr("height (pixels)"))
     fig.tight_layout()
     return fig
 
@@ -125,13 +136,15 @@ def plot_resampling(wave, rate: int, resampled, target_rate: int, window_ms: flo
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(10, 4))
-    for signal, sr, style, label in ((wave, rate, "o-", f"original, {rate} Hz"),
-                                     (resampled, target_rate, "x--", f"resampled, {target_rate} Hz")):
+    for signal, sr, style, label in ((wave, rate, "o-", tr("original, {rate} Hz", rate=rate)),
+                                     (resampled, target_rate, "x--", tr("resampled, {rate} Hz", rate=target_rate))):
         n = int(sr * window_ms / 1000)
-        ax.plot(np.arange(n) / sr * 1000, np.asarray(signal)[:n], style, markersize=4, label=f"{label} ({n} samples)")
-    ax.set_xlabel("time (ms)", fontsize=FONT)
-    ax.set_ylabel("amplitude", fontsize=FONT)
-    ax.set_title(f"Same sound, same duration, {target_rate / rate:.2f}x as many samples per second", fontsize=FONT)
+        ax.plot(np.arange(n) / sr * 1000, np.asarray(signal)[:n], style, markersize=4,
+                label=tr("{label} ({n} samples)", label=label, n=n))
+    ax.set_xlabel(tr("time (ms)"), fontsize=FONT)
+    ax.set_ylabel(tr("amplitude"), fontsize=FONT)
+    ax.set_title(tr("Same sound, same duration, {ratio:.2f}x as many samples per second", ratio=target_rate / rate),
+                 fontsize=FONT)
     ax.legend(fontsize=FONT - 2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -155,10 +168,11 @@ def plot_shards(reports: list[dict], num_samples: int, title: str = "") -> "Figu
         for i in report["indices"]:
             ax.text(i, row, str(i), ha="center", va="center", fontsize=FONT - 3,
                     color="white" if counts[i] > 1 else "black")
-    ax.set_yticks(range(len(reports)), [f"rank {r['rank']}" for r in reports], fontsize=FONT - 1)
+    ax.set_yticks(range(len(reports)), [tr("rank {rank}", rank=r["rank"]) for r in reports], fontsize=FONT - 1)
     ax.set_xticks(range(num_samples))
-    ax.set_xlabel("sample index (dark: sent to more than one rank)", fontsize=FONT - 1)
-    ax.set_title(title or f"{num_samples} samples over {len(reports)} processes", fontsize=FONT)
+    ax.set_xlabel(tr("sample index (dark: sent to more than one rank)"), fontsize=FONT - 1)
+    ax.set_title(title or tr("{samples} samples over {processes} processes", samples=num_samples,
+                             processes=len(reports)), fontsize=FONT)
     fig.tight_layout()
     return fig
 
@@ -169,18 +183,18 @@ def plot_scaling(one: dict, many: dict) -> "Figure":
 
     n = many["world_size"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    labels = ["1 process", f"{n} processes\nworkbook loop", f"{n} processes\nplain DDP"]
+    labels = [tr("1 process"), tr("{n} processes\nworkbook loop", n=n), tr("{n} processes\nplain DDP", n=n)]
     values = [one["workbook_samples_per_s"], many["workbook_samples_per_s"], many["ddp_samples_per_s"]]
     left.bar(labels, values, color=["#999999", "#1f77b4", "#ff7f0e"])
-    left.set_ylabel("samples per second (all processes)", fontsize=FONT - 1)
-    left.set_title("Training throughput", fontsize=FONT)
-    for k, (label, data) in enumerate((("1 process", one), (f"{n} processes", many))):
+    left.set_ylabel(tr("samples per second (all processes)"), fontsize=FONT - 1)
+    left.set_title(tr("Training throughput"), fontsize=FONT)
+    for k, data in enumerate((one, many)):
         compute, comm = data["compute_s_per_step"] * 1e3, data["communication_s_per_step"] * 1e3
-        right.bar(k, compute, color="#2ca02c", label="compute" if k == 0 else None)
-        right.bar(k, comm, bottom=compute, color="#d62728", label="communication" if k == 0 else None)
-    right.set_xticks([0, 1], ["1 process", f"{n} processes"])
-    right.set_ylabel("milliseconds per step", fontsize=FONT - 1)
-    right.set_title("Where a step's time goes", fontsize=FONT)
+        right.bar(k, compute, color="#2ca02c", label=tr("compute") if k == 0 else None)
+        right.bar(k, comm, bottom=compute, color="#d62728", label=tr("communication") if k == 0 else None)
+    right.set_xticks([0, 1], [tr("1 process"), tr("{n} processes", n=n)])
+    right.set_ylabel(tr("milliseconds per step"), fontsize=FONT - 1)
+    right.set_title(tr("Where a step's time goes"), fontsize=FONT)
     right.legend(fontsize=FONT - 3)
     fig.tight_layout()
     return fig
@@ -237,12 +251,14 @@ def plot_local_sgd(summary: dict) -> "Figure":
     names = list(summary)
     for name in names:
         losses = summary[name].mean_losses
-        left.plot(range(1, len(losses) + 1), losses, label=name.replace("_", " "))
+        label = tr(_WAYS[name][0]) if name in _WAYS else name.replace("_", " ")
+        left.plot(range(1, len(losses) + 1), losses, label=label)
     left.set_xlabel(tr("optimizer step"), fontsize=FONT - 1)
     left.set_ylabel(tr("training loss (mean over processes)"), fontsize=FONT - 1)
     left.set_title(tr("Loss curves"), fontsize=FONT)
     left.legend(fontsize=FONT - 3)
-    bars = right.bar([n.replace("_", "\n") for n in names], [summary[n].synchronisations for n in names],
+    bars = right.bar([tr(_WAYS[n][1]) if n in _WAYS else n.replace("_", "\n") for n in names],
+                     [summary[n].synchronisations for n in names],
                      color="#9467bd")
     right.bar_label(bars, [f"{summary[n].bytes_per_rank / 2**20:.0f} MiB" for n in names], fontsize=FONT - 3)
     right.set_ylabel(tr("synchronisations (label: MiB sent per process)"), fontsize=FONT - 2)
@@ -277,9 +293,10 @@ def plot_precision(runs: dict) -> "Figure":
 
 # --- chapter 4: optimizers -------------------------------------------------------------------------------------
 
-def plot_state_bytes(rows: list[tuple[str, float, float]], title: str = "Optimizer state", unit: str = "MiB") -> "Figure":
+def plot_state_bytes(rows: list[tuple[str, float, float]], title: str | None = None, unit: str = "MiB") -> "Figure":
     """Measured against theoretical optimizer-state bytes: ``rows`` of ``(label, measured_bytes, theory_bytes)``
-    (lessons 4.1-4.3). Bars are drawn in ``unit`` (``MiB``, ``KiB`` or ``B``) and labelled with the ratio."""
+    (lessons 4.1-4.3). Bars are drawn in ``unit`` (``MiB``, ``KiB`` or ``B``) and labelled with the ratio; the
+    title is ``title``, or "Optimizer state" in the learner's language."""
     import matplotlib.pyplot as plt
 
     scale = {"MiB": 2**20, "KiB": 2**10, "B": 1}
@@ -291,14 +308,14 @@ def plot_state_bytes(rows: list[tuple[str, float, float]], title: str = "Optimiz
     xs = range(len(rows))
     measured = [m / scale[unit] for _, m, _ in rows]
     theory = [t / scale[unit] for _, _, t in rows]
-    ax.bar([x - 0.2 for x in xs], measured, 0.4, label="measured (optimizer.state)", color="#1f77b4")
-    ax.bar([x + 0.2 for x in xs], theory, 0.4, label="theory (from shapes)", color="#bbbbbb", hatch="//")
+    ax.bar([x - 0.2 for x in xs], measured, 0.4, label=tr("measured (optimizer.state)"), color="#1f77b4")
+    ax.bar([x + 0.2 for x in xs], theory, 0.4, label=tr("theory (from shapes)"), color="#bbbbbb", hatch="//")
     for x, (_, m, t) in zip(xs, rows):
-        ax.text(x, max(m, t) / scale[unit], f"{m / t:.3f}x theory" if t else "", ha="center", va="bottom",
-                fontsize=FONT - 3)
+        ax.text(x, max(m, t) / scale[unit], tr("{ratio:.3f}x theory", ratio=m / t) if t else "", ha="center",
+                va="bottom", fontsize=FONT - 3)
     ax.set_xticks(list(xs), [label for label, _, _ in rows], fontsize=FONT - 1)
-    ax.set_ylabel(f"state ({unit})", fontsize=FONT)
-    ax.set_title(title, fontsize=FONT)
+    ax.set_ylabel(tr("state ({unit})", unit=unit), fontsize=FONT)
+    ax.set_title(title or tr("Optimizer state"), fontsize=FONT)
     ax.legend(fontsize=FONT - 3)
     ax.margins(y=0.15)
     fig.tight_layout()
@@ -318,32 +335,34 @@ def plot_optimizer_comparison(comparison) -> "Figure":
     fig, (mem, speed, curves) = plt.subplots(1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [1, 1, 1.6]})
     xs = np.arange(len(runs))
     names = [r.name for r in runs]
-    mem.bar(xs - 0.2, [r.state_bytes / 2**20 for r in runs], 0.4, label="measured", color="#1f77b4")
-    mem.bar(xs + 0.2, [r.expected_state_bytes / 2**20 for r in runs], 0.4, label="theory", color="#bbbbbb", hatch="//")
+    mem.bar(xs - 0.2, [r.state_bytes / 2**20 for r in runs], 0.4, label=tr("measured"), color="#1f77b4")
+    mem.bar(xs + 0.2, [r.expected_state_bytes / 2**20 for r in runs], 0.4, label=tr("theory"), color="#bbbbbb",
+            hatch="//")
     mem.set_xticks(xs, names)
-    mem.set_ylabel("optimizer state (MiB)", fontsize=FONT - 1)
-    mem.set_title("Memory", fontsize=FONT)
+    mem.set_ylabel(tr("optimizer state (MiB)"), fontsize=FONT - 1)
+    mem.set_title(tr("Memory"), fontsize=FONT)
     mem.legend(fontsize=FONT - 3)
     medians = np.array([r.seconds_per_step for r in runs]) * 1e3
     quartiles = np.array([r.seconds_per_step_quartiles for r in runs]) * 1e3  # measured 25th, 75th percentiles
     below, above = np.clip(medians - quartiles[:, 0], 0, None), np.clip(quartiles[:, 1] - medians, 0, None)
     speed.bar(xs, medians, yerr=[below, above], color="#2ca02c", capsize=4,
-              label="whole step (bars: 25th-75th percentile)")
+              label=tr("whole step (bars: 25th-75th percentile)"))
     speed.bar(xs, [r.optimizer_seconds_per_step * 1e3 for r in runs], color="#d62728", width=0.5,
               label="optimizer.step()")
     speed.set_xticks(xs, names)
     speed.set_ylim(0, 1.3 * max(quartiles[:, 1].max(), medians.max()))  # room for the legend above the bars
-    speed.set_ylabel(f"ms per step (median) on {comparison.device}", fontsize=FONT - 1)
-    speed.set_title("Time", fontsize=FONT)
+    speed.set_ylabel(tr("ms per step (median) on {device}", device=comparison.device), fontsize=FONT - 1)
+    speed.set_title(tr("Time"), fontsize=FONT)
     speed.legend(fontsize=FONT - 3)
     window = max(1, comparison.steps // 15)
     for r in runs:
         smooth = np.convolve(r.losses, np.ones(window) / window, mode="valid")
-        line, = curves.plot(np.arange(len(smooth)) + window, smooth, label=f"{r.name} (lr {r.learning_rate:g})")
+        line, = curves.plot(np.arange(len(smooth)) + window, smooth,
+                            label=tr("{name} (lr {lr:g})", name=r.name, lr=r.learning_rate))
         curves.scatter([comparison.steps], [r.final_loss], color=line.get_color(), marker="o", zorder=3)
-    curves.set_xlabel("step", fontsize=FONT - 1)
-    curves.set_ylabel(f"training loss (mean of {window} steps)", fontsize=FONT - 1)
-    curves.set_title("Loss (dots: evaluation loss at the end)", fontsize=FONT)
+    curves.set_xlabel(tr("step"), fontsize=FONT - 1)
+    curves.set_ylabel(tr("training loss (mean of {window} steps)", window=window), fontsize=FONT - 1)
+    curves.set_title(tr("Loss (dots: evaluation loss at the end)"), fontsize=FONT)
     curves.legend(fontsize=FONT - 3)
     curves.grid(alpha=0.3)
     fig.tight_layout()
@@ -472,35 +491,35 @@ def plot_adafactor_factors(full, row, col, title: str = "") -> "Figure":
     shown = dict(aspect="auto", interpolation="nearest", cmap="viridis", vmin=vmin, vmax=vmax)
     ax_full = fig.add_subplot(grid[0, 0])
     ax_full.imshow(np.log10(full), **shown)
-    ax_full.set_title(f"full second moment: {full.size:,} values", fontsize=FONT - 1)
+    ax_full.set_title(tr("full second moment: {count:,} values", count=full.size), fontsize=FONT - 1)
     ax_full.set_xticks([])
-    ax_full.set_ylabel("row", fontsize=FONT - 2)
+    ax_full.set_ylabel(tr("row"), fontsize=FONT - 2)
     ax_row = fig.add_subplot(grid[0, 1], sharey=ax_full)
     ax_row.imshow(np.log10(row)[:, None], **shown)
-    ax_row.set_xticks([0], ["row\nmeans"], fontsize=FONT - 4)
+    ax_row.set_xticks([0], [tr("row\nmeans")], fontsize=FONT - 4)
     ax_row.tick_params(labelleft=False)
     ax_col = fig.add_subplot(grid[1, 0], sharex=ax_full)
     ax_col.imshow(np.log10(col)[None, :], **shown)
-    ax_col.set_yticks([0], ["column means"], fontsize=FONT - 4)
-    ax_col.set_xlabel("column", fontsize=FONT - 2)
+    ax_col.set_yticks([0], [tr("column means")], fontsize=FONT - 4)
+    ax_col.set_xlabel(tr("column"), fontsize=FONT - 2)
     ax_rebuilt = fig.add_subplot(grid[0, 3])
     image = ax_rebuilt.imshow(np.log10(rebuilt), **shown)
-    ax_rebuilt.set_title(f"rebuilt from {row.size + col.size:,} means", fontsize=FONT - 1)
+    ax_rebuilt.set_title(tr("rebuilt from {count:,} means", count=row.size + col.size), fontsize=FONT - 1)
     ax_rebuilt.set_xticks([])
     ax_rebuilt.set_yticks([])
     fig.colorbar(image, ax=[ax_rebuilt], location="bottom", fraction=0.06, pad=0.04,
-                 label="log10 of the squared gradient")
+                 label=tr("log10 of the squared gradient"))
     ax_scatter = fig.add_subplot(grid[0, 4])
     pick = np.random.default_rng(0).choice(full.size, size=min(full.size, 4000), replace=False)
     ax_scatter.loglog(full.ravel()[pick], rebuilt.ravel()[pick], ".", alpha=0.3, markersize=3)
     low, high = 10 ** vmin, 10 ** vmax
-    ax_scatter.plot([low, high], [low, high], color="black", linewidth=1, label="rebuilt = full")
-    ax_scatter.set_xlabel("full value", fontsize=FONT - 2)
-    ax_scatter.set_ylabel("rebuilt value", fontsize=FONT - 2)
+    ax_scatter.plot([low, high], [low, high], color="black", linewidth=1, label=tr("rebuilt = full"))
+    ax_scatter.set_xlabel(tr("full value"), fontsize=FONT - 2)
+    ax_scatter.set_ylabel(tr("rebuilt value"), fontsize=FONT - 2)
     ax_scatter.yaxis.set_label_position("right")
     ax_scatter.yaxis.tick_right()
     ax_scatter.legend(fontsize=FONT - 4, loc="upper left")
-    ax_scatter.set_title("one dot per value", fontsize=FONT - 1)
+    ax_scatter.set_title(tr("one dot per value"), fontsize=FONT - 1)
     if title:
         fig.suptitle(title, fontsize=FONT)
     return fig
@@ -530,33 +549,33 @@ def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: in
     top = fig.add_subplot(grid[0, :])
     shown = min(blocks * block_size, codes.size)
     xs = np.arange(shown)
-    top.plot(xs, true_values[:shown], color="#bbbbbb", linewidth=2.5, label="float32 value")
-    top.plot(xs, decoded[:shown], ".", color="#1f77b4", markersize=3, label="decoded from 8 bits")
+    top.plot(xs, true_values[:shown], color="#bbbbbb", linewidth=2.5, label=tr("float32 value"))
+    top.plot(xs, decoded[:shown], ".", color="#1f77b4", markersize=3, label=tr("decoded from 8 bits"))
     for b in range(-(-shown // block_size)):
         lo, hi = b * block_size, min((b + 1) * block_size, shown)
         top.hlines([absmax[b], -absmax[b]], lo, hi, colors="#d62728", linestyles="--",
-                   label="block's absmax (one float32)" if b == 0 else None)
+                   label=tr("block's absmax (one float32)") if b == 0 else None)
         top.axvline(lo, color="black", linewidth=0.8)
-    top.set_xlabel(f"value index (blocks of {block_size})", fontsize=FONT - 2)
-    top.set_ylabel("state value", fontsize=FONT - 2)
+    top.set_xlabel(tr("value index (blocks of {block_size})", block_size=block_size), fontsize=FONT - 2)
+    top.set_ylabel(tr("state value"), fontsize=FONT - 2)
     top.margins(y=0.3)
     top.legend(fontsize=FONT - 4, loc="upper right", ncol=3)
-    top.set_title(title or f"{blocks} blocks of {block_size} values: 1 byte each + one absmax per block",
-                  fontsize=FONT)
+    top.set_title(title or tr("{blocks} blocks of {block_size} values: 1 byte each + one absmax per block",
+                              blocks=blocks, block_size=block_size), fontsize=FONT)
     table = fig.add_subplot(grid[1, 0])
     table.plot(np.arange(256), np.sort(qmap), ".", markersize=3)
-    table.set_xlabel("code (0-255)", fontsize=FONT - 2)
-    table.set_ylabel("qmap[code] (times absmax)", fontsize=FONT - 2)
-    table.set_title(f"the table: {int((np.abs(qmap) < 0.1).sum())} of 256 entries within +-0.1",
+    table.set_xlabel(tr("code (0-255)"), fontsize=FONT - 2)
+    table.set_ylabel(tr("qmap[code] (times absmax)"), fontsize=FONT - 2)
+    table.set_title(tr("the table: {near} of 256 entries within +-0.1", near=int((np.abs(qmap) < 0.1).sum())),
                     fontsize=FONT - 1)
     table.grid(alpha=0.3)
     error = fig.add_subplot(grid[1, 1])
     relative = np.abs(decoded - true_values) / np.where(scale > 0, scale, 1)
     error.hist(relative, bins=60, color="#1f77b4")
     error.set_yscale("log")
-    error.set_xlabel("|decoded - float32| / block's absmax", fontsize=FONT - 2)
-    error.set_ylabel("values", fontsize=FONT - 2)
-    error.set_title(f"decoding error: at most {relative.max():.3f} of the absmax", fontsize=FONT - 1)
+    error.set_xlabel(tr("|decoded - float32| / block's absmax"), fontsize=FONT - 2)
+    error.set_ylabel(tr("values"), fontsize=FONT - 2)
+    error.set_title(tr("decoding error: at most {error:.3f} of the absmax", error=relative.max()), fontsize=FONT - 1)
     return fig
 
 
@@ -582,22 +601,22 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
             bottom = 0.0
             for colour, kind in zip(colours, kinds):
                 ax.bar(x, held[kind] / 2**20, bottom=bottom, color=colour, width=0.8,
-                       label=kind if x == 0 else None)
+                       label=tr(kind) if x == 0 else None)  # model_sharding.KINDS, translated there
                 bottom += held[kind] / 2**20
             ax.text(x, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=FONT - 2)
             if theory is not None:
                 expected = sum(theory[strategy][rank].values()) / 2**20
                 ax.hlines(expected, x - 0.45, x + 0.45, colors="black", linewidth=2,
-                          label="theory" if x == 0 else None)
+                          label=tr("theory") if x == 0 else None)
             ticks.append(x)
-            labels.append(f"{strategy}\nrank {rank}")
+            labels.append(tr("{strategy}\nrank {rank}", strategy=strategy, rank=rank))
             x += 1
         x += 0.6
     ax.set_xticks(ticks, labels, fontsize=FONT - 1)
-    ax.set_ylabel("MiB held by the rank", fontsize=FONT)
+    ax.set_ylabel(tr("MiB held by the rank"), fontsize=FONT)
     ax.legend(fontsize=FONT - 2, loc="upper right")
     ax.margins(y=0.15)
-    ax.set_title(title or "What each rank holds: full copies (DDP) against 1/N shards (FSDP)", fontsize=FONT + 1)
+    ax.set_title(title or tr("What each rank holds: full copies (DDP) against 1/N shards (FSDP)"), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
 
@@ -625,30 +644,31 @@ def plot_resume_timeline(launches: list[dict], crash_after: int, resumed_from: i
         for step in range(run["start"] + 1, run["end"] + 1):
             ax.plot([step, step], [lane - 0.3, lane + 0.3], color="white", lw=1)
         ax.plot(run["saves"], [lane] * len(run["saves"]), "D", color="#08519c", ms=9,
-                label="checkpoint saved" if lane == 0 else None)
+                label=tr("checkpoint saved") if lane == 0 else None)
     top = len(launches) - 1  # the first launch is drawn on the top lane
     ax.broken_barh([(resumed_from, crash_after - resumed_from)], (top - 0.3, 0.6), color="#fb6a4a",
-                   label=f"lost: {crash_after - resumed_from} step(s) done again")
-    ax.plot([crash_after], [top], "X", color="#a50f15", ms=16, label="rank killed (SIGKILL)")
+                   label=tr("lost: {steps} step(s) done again", steps=crash_after - resumed_from))
+    ax.plot([crash_after], [top], "X", color="#a50f15", ms=16, label=tr("rank killed (SIGKILL)"))
     ax.annotate("", xy=(resumed_from, top - 1 + 0.35), xytext=(resumed_from, top - 0.35),
                 arrowprops={"arrowstyle": "->", "color": "#08519c", "lw": 2})
     ax.text(resumed_from - 0.15, top - 0.5, "load_state", ha="right", va="center", fontsize=FONT - 3,
             color="#08519c")
     ax.set_yticks(range(len(launches)), [run["label"] for run in reversed(launches)], fontsize=FONT - 1)
-    ax.set_xlabel("optimizer steps done", fontsize=FONT - 1)
+    ax.set_xlabel(tr("optimizer steps done"), fontsize=FONT - 1)
     ax.set_xlim(0, max(run["end"] for run in launches) + 0.5)
     ax.set_ylim(-0.7, len(launches) - 0.3)
     ax.legend(fontsize=FONT - 3, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, frameon=False)
-    ax.set_title("Checkpoint, crash, resume", fontsize=FONT)
+    ax.set_title(tr("Checkpoint, crash, resume"), fontsize=FONT)
     fig.tight_layout()
     return fig
 
 
 # ---- chapter 5, lesson 5.2
-def plot_step_breakdown(profiles: dict, title: str = "Where a training step's time goes") -> "Figure":
+def plot_step_breakdown(profiles: dict, title: str | None = None) -> "Figure":
     """One stacked bar per configuration (``{label: StepProfile}``): the labelled phases and the unlabelled
     rest, in ms per step, adding up to the profiler's step; under it, a hatched bar for the time collectives
-    ran on the process group's threads (overlapping backward, so not stacked). Lesson 5.2."""
+    ran on the process group's threads (overlapping backward, so not stacked). Lesson 5.2. The phases keep the
+    labels the lesson gave them; the title is ``title``, or "Where a training step's time goes" translated."""
     import matplotlib.pyplot as plt
 
     from effitrain_helpers.measure.step_profile import OTHER
@@ -663,18 +683,19 @@ def plot_step_breakdown(profiles: dict, title: str = "Where a training step's ti
         parts = list(profile.phases_ms.items()) + [(OTHER, profile.other_ms)]
         left = 0.0
         for (phase, ms), color in zip(parts, colors[:len(parts) - 1] + ["#cccccc"]):
-            ax.barh(y, ms, left=left, height=0.5, color=color, label=phase if y == 0 else None)
+            ax.barh(y, ms, left=left, height=0.5, color=color,
+                    label=(tr(OTHER) if phase == OTHER else phase) if y == 0 else None)
             if ms >= 0.07 * profile.step_ms:
                 ax.text(left + ms / 2, y, f"{ms:.0f}", ha="center", va="center", fontsize=FONT - 3)
             left += ms
         if profile.communication_ms:
             ax.barh(y + 0.38, profile.communication_ms, height=0.2, color="white", edgecolor="black",
-                    hatch="//", label=None if hatched else "collectives (gloo threads, overlapping)")
+                    hatch="//", label=None if hatched else tr("collectives (gloo threads, overlapping)"))
             hatched = True
     ax.set_yticks(range(len(labels)), labels, fontsize=FONT - 2)
     ax.invert_yaxis()
-    ax.set_xlabel("milliseconds per step (profiler)", fontsize=FONT - 1)
-    ax.set_title(title, fontsize=FONT)
+    ax.set_xlabel(tr("milliseconds per step (profiler)"), fontsize=FONT - 1)
+    ax.set_title(title or tr("Where a training step's time goes"), fontsize=FONT)
     ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
