@@ -353,8 +353,11 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
     positive_int("batch_size", batch_size)
     whole_number("seed", seed, minimum=0)
     check_betas(betas)
+    non_negative_number("weight_decay", weight_decay, hint="e.g. weight_decay=0.01")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r} is not allowed; allowed: {', '.join(SCHEDULES)}.")
+    if learning_rate is not None:  # a bad rate fails here, in one line, before a model is chosen or built
+        learning_rates(names, learning_rate)
     choice = choose_model(model)
     rates = learning_rates(names, learning_rate, choice.source)
     notes = []
