@@ -24,6 +24,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import non_negative_number, positive_int, positive_number, whole_number
 from effitrain_helpers.measure.optimizer_memory import OPTIMIZER_NAMES, check_optimizer_name, expected_state_bytes, n_parameters, \
     parameter_bytes, state_bytes
@@ -42,12 +43,12 @@ def check_learning_rate(lr, name: str = "learning_rate") -> float:
 def check_betas(betas) -> tuple[float, float]:
     """``betas`` as a pair of floats in [0, 1); otherwise a ``ValueError`` naming the bad value."""
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise ValueError(f"betas={betas!r} is not allowed: give two numbers (beta1, beta2), each in [0, 1). "
-                         "Fix: betas=(0.9, 0.999), AdamW's default.")
+        raise ValueError(tr("betas={betas!r} is not allowed: give two numbers (beta1, beta2), each in [0, 1). "
+                            "Fix: betas=(0.9, 0.999), AdamW's default.", betas=betas))
     for i, b in enumerate(betas):
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < 1):
-            raise ValueError(f"betas[{i}]={b!r} is not allowed: each beta must be in [0, 1) (0 included, 1 not). "
-                             "Fix: betas=(0.9, 0.999), AdamW's default.")
+            raise ValueError(tr("betas[{i}]={b!r} is not allowed: each beta must be in [0, 1) (0 included, 1 not). "
+                                "Fix: betas=(0.9, 0.999), AdamW's default.", i=i, b=b))
     return float(betas[0]), float(betas[1])
 
 
@@ -78,9 +79,11 @@ def bitsandbytes_status() -> tuple[bool, str]:
     try:
         import bitsandbytes
     except Exception as err:  # ImportError, or a broken native library
-        return False, (f"bitsandbytes cannot be imported on this platform ({type(err).__name__}: {err}); "
-                       "the 8-bit optimizer is skipped. Fix: pip install 'bitsandbytes>=0.50' (CPU support since 0.50).")
-    return True, f"bitsandbytes {getattr(bitsandbytes, '__version__', '?')} is available (8-bit optimizers on CPU since 0.50)"
+        return False, tr("bitsandbytes cannot be imported on this platform ({kind}: {err}); the 8-bit optimizer is "
+                         "skipped. Fix: pip install 'bitsandbytes>=0.50' (CPU support since 0.50).",
+                         kind=type(err).__name__, err=err)
+    return True, tr("bitsandbytes {version} is available (8-bit optimizers on CPU since 0.50)",
+                    version=getattr(bitsandbytes, "__version__", "?"))
 
 
 def learning_rates(names, learning_rate=None, model_source: str = "offline-build") -> dict[str, float]:
@@ -153,7 +156,7 @@ def adamw_implementation(optimizer) -> str:
     from torch.optim.optimizer import _default_to_fused_or_foreach
 
     if not isinstance(optimizer, torch.optim.Adam):
-        raise TypeError(f"expected torch.optim.Adam or AdamW; got {type(optimizer).__name__}.")
+        raise TypeError(tr("expected torch.optim.Adam or AdamW; got {kind}.", kind=type(optimizer).__name__))
     kinds = set()
     for group in optimizer.param_groups:
         foreach, fused = group.get("foreach"), group.get("fused")
@@ -214,7 +217,7 @@ class Comparison:
         for r in self.runs:
             if r.name == name:
                 return r
-        raise KeyError(f"no run named {name!r}; ran: {[r.name for r in self.runs]}")
+        raise KeyError(tr("no run named {name!r}; ran: {ran}", name=name, ran=[r.name for r in self.runs]))
 
     def to_records(self) -> list[dict]:
         return [{**r.to_dict(), "device": self.device, "model": self.model} for r in self.runs]
@@ -273,7 +276,7 @@ def train_steps(model, optimizer, batches, eval_batches=None, scheduler=None, wa
     import torch
 
     if not batches:
-        raise ValueError("batches is empty: pass at least one batch (e.g. from fixed_batches(tokenizer, steps=10)).")
+        raise ValueError(tr("batches is empty: pass at least one batch (e.g. from fixed_batches(tokenizer, steps=10))."))
     device = next(model.parameters()).device
     initial = evaluation_loss(model, eval_batches) if eval_batches else float("nan")
     model.train()
@@ -346,15 +349,20 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
         optimizers = [o for o in optimizers.split(",") if o.strip()]
     names = [check_optimizer_name(o) for o in optimizers]
     if not names:
-        raise ValueError(f"optimizers={optimizers!r} is empty; allowed: {', '.join(OPTIMIZER_NAMES)}.")
+        raise ValueError(tr("optimizers={optimizers!r} is empty; allowed: {allowed}.", optimizers=optimizers,
+                            allowed=", ".join(OPTIMIZER_NAMES)))
     names = list(dict.fromkeys(names))
     steps = default_steps() if steps is None else steps
     positive_int("steps", steps)
     positive_int("batch_size", batch_size)
     whole_number("seed", seed, minimum=0)
     check_betas(betas)
+    non_negative_number("weight_decay", weight_decay, hint="e.g. weight_decay=0.01")
     if schedule not in SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} is not allowed; allowed: {', '.join(SCHEDULES)}.")
+        raise ValueError(tr("schedule={schedule!r} is not allowed; allowed: {allowed}.", schedule=schedule,
+                            allowed=", ".join(SCHEDULES)))
+    if learning_rate is not None:  # a bad rate fails here, in one line, before a model is chosen or built
+        learning_rates(names, learning_rate)
     choice = choose_model(model)
     rates = learning_rates(names, learning_rate, choice.source)
     notes = []
@@ -364,9 +372,9 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
             notes.append(why)
             names.remove("adamw8bit")
         elif _bnb_overrides_present():
-            notes.append("bitsandbytes' GlobalOptimManager holds overrides from an earlier optimizer in this process "
-                         "(Trainer(optim='adamw_bnb_8bit') adds some for embeddings): the 8-bit state may exceed the "
-                         "theory. Fix: bitsandbytes.optim.GlobalOptimManager.get_instance().initialize().")
+            notes.append(tr("bitsandbytes' GlobalOptimManager holds overrides from an earlier optimizer in this "
+                            "process (Trainer(optim='adamw_bnb_8bit') adds some for embeddings): the 8-bit state may "
+                            "exceed the theory. Fix: bitsandbytes.optim.GlobalOptimManager.get_instance().initialize()."))
     torch.manual_seed(seed)
     base, tokenizer = load_classifier(choice, verbose=verbose)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -392,28 +400,40 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
                       batch_size, seed)
 
 
+COLUMNS = (msg("optimizer"), "lr", msg("state MiB"), msg("theory MiB"), msg("measured / theory"),
+           msg("state bytes / param"), msg("ms / step"), msg("optimizer.step() ms"), msg("final loss"))
+
+
+def _columns() -> dict[str, str]:
+    """The comparison's column names in the learner's language, by their English name (the table's keys)."""
+    return {name: tr(name) for name in COLUMNS}
+
+
 def comparison_frame(comparison: Comparison):
     """The comparison as a pandas DataFrame, one row per optimizer, units in the column names (lesson 4.3)."""
     import pandas as pd
 
+    c = _columns()
     return pd.DataFrame([{
-        "optimizer": r.name, "lr": r.learning_rate, "state MiB": r.state_bytes / 2**20,
-        "theory MiB": r.expected_state_bytes / 2**20, "measured / theory": r.state_vs_theory,
-        "state bytes / param": r.bytes_per_parameter, "ms / step": r.seconds_per_step * 1e3,
-        "optimizer.step() ms": r.optimizer_seconds_per_step * 1e3, "final loss": r.final_loss,
-    } for r in comparison.runs]).set_index("optimizer")
+        c["optimizer"]: r.name, c["lr"]: r.learning_rate, c["state MiB"]: r.state_bytes / 2**20,
+        c["theory MiB"]: r.expected_state_bytes / 2**20, c["measured / theory"]: r.state_vs_theory,
+        c["state bytes / param"]: r.bytes_per_parameter, c["ms / step"]: r.seconds_per_step * 1e3,
+        c["optimizer.step() ms"]: r.optimizer_seconds_per_step * 1e3, c["final loss"]: r.final_loss,
+    } for r in comparison.runs]).set_index(c["optimizer"])
 
 
 def comparison_caption(comparison: Comparison) -> str:
     """What ran (steps, batch, seed, device, model, data) and the notes, as lines under the table."""
-    lines = [f"{comparison.steps} steps of batch {comparison.batch_size}, seed {comparison.seed}, on "
-             f"{comparison.device}; model {comparison.model}; data {comparison.data}"]
-    return "\n".join(lines + [f"note: {n}" for n in comparison.notes])
+    lines = [tr("{steps} steps of batch {batch_size}, seed {seed}, on {device}; model {model}; data {data}",
+                steps=comparison.steps, batch_size=comparison.batch_size, seed=comparison.seed,
+                device=comparison.device, model=comparison.model, data=comparison.data)]
+    return "\n".join(lines + [tr("note: {note}", note=n) for n in comparison.notes])
 
 
 def comparison_table(comparison: Comparison) -> str:
     """The comparison as plain text for a terminal (``effitrain optimizers``): the frame, then the caption."""
-    formats = {"lr": "{:.0e}".format, "measured / theory": "{:.4f}".format, "final loss": "{:.4f}".format,
-               "ms / step": "{:.1f}".format, "optimizer.step() ms": "{:.1f}".format}
+    c = _columns()
+    formats = {c["lr"]: "{:.0e}".format, c["measured / theory"]: "{:.4f}".format, c["final loss"]: "{:.4f}".format,
+               c["ms / step"]: "{:.1f}".format, c["optimizer.step() ms"]: "{:.1f}".format}
     text = comparison_frame(comparison).to_string(formatters=formats, float_format="{:.3f}".format)
     return f"{text}\n{comparison_caption(comparison)}"
