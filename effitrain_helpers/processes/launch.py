@@ -227,14 +227,27 @@ def _failure(folder: Path, procs: list[subprocess.Popen], failed: list[int], out
 
 
 def _wait(procs: list[subprocess.Popen], folder: Path, outputs: list[list[str]], timeout: float) -> None:
-    """Wait until every worker has exited with 0; raise on the first failure or after ``timeout`` seconds."""
+    """Wait until every worker has exited with 0; raise on the first failure or after ``timeout`` seconds.
+
+    A worker that ended otherwise *after* it wrote its result and left the group (its "left" file) did all its
+    work: torch's gloo threads can abort a process during the interpreter's exit ("terminate called without
+    an active exception"). That end is said in one line on stderr, and its result is kept.
+    """
     deadline = time.monotonic() + timeout
+    said = set()
     while True:
         codes = [p.poll() for p in procs]
-        failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
+        done = [r for r, code in enumerate(codes) if code == 0 or (code is not None
+                                                                   and protocol.left_file(folder, r).is_file())]
+        failed = [r for r, code in enumerate(codes) if code is not None and r not in done]
         if failed:
             raise _failure(folder, procs, failed, outputs)
-        if all(code == 0 for code in codes):
+        for r in set(done) - said:
+            if codes[r] != 0:
+                print(tr("note: rank {rank} {ended} while exiting, after it had written its result and left the "
+                         "group; its result is kept.", rank=r, ended=how_it_ended(codes[r])), file=sys.stderr)
+            said.add(r)
+        if len(done) == len(procs):
             return
         if time.monotonic() > deadline:
             running = [r for r, code in enumerate(codes) if code is None]

@@ -1,13 +1,15 @@
 """One worker process of ``launch`` (run as ``python -m effitrain_helpers.processes.launch_worker FOLDER``).
 
-Sets its thread count, joins the process group, checks it really is rank
-``RANK`` of ``WORLD_SIZE``, runs the function from the folder's payload and writes its result file, or its
-error file with the exception's type, message and traceback (then exits with 1). The names of the folder's
-files and of the variables are in ``protocol``.
+Sets its thread count, joins the process group, checks it really is rank ``RANK`` of ``WORLD_SIZE``, runs
+the function from the folder's payload, writes its result file, leaves the group and says so (the "left"
+file); or writes its error file with the exception's type, message and traceback (then exits with 1). A
+crash in C++ (a signal) prints every thread's Python stack first, which the launcher shows. The names of
+the folder's files and of the variables are in ``protocol``.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import signal
@@ -71,6 +73,7 @@ def _check_accelerate(world: int) -> None:
 def main(folder: str) -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     out = Path(folder)
+    faulthandler.enable(all_threads=True)  # SIGSEGV, SIGABRT ...: where each thread was, on stderr
     _watch_parent()
     try:
         import cloudpickle
@@ -86,6 +89,7 @@ def main(folder: str) -> int:
 
         dist.barrier()  # nobody leaves while a peer may still need the group
         dist.destroy_process_group()
+        protocol.left_file(out, rank).touch()
         return 0
     except BaseException as err:  # report everything, including KeyboardInterrupt and SystemExit
         report = {"rank": rank, "type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc()}

@@ -37,6 +37,12 @@ def result_file(folder: Path, rank: int) -> Path:
     return folder / f"rank{rank}.result.pkl"
 
 
+def left_file(folder: Path, rank: int) -> Path:
+    """Written (empty) by rank ``rank`` once it has written its result and left the process group: what it still
+    does after that is the interpreter's exit, which cannot lose its result."""
+    return folder / f"rank{rank}.left"
+
+
 def error_file(folder: Path, rank: int) -> Path:
     """Where rank ``rank`` writes its exception: a pickled dict with rank, type, message and traceback."""
     return folder / f"rank{rank}.error.pkl"
