@@ -22,6 +22,8 @@ import os
 import statistics
 import time
 
+from effitrain_helpers.core.language import tr
+
 SPREAD_LIMIT = 0.25  # (slowest - fastest) / median of one loop's repeats
 ROUNDS_LIMIT = 0.25  # how far apart the interleaved rounds' workbook / DDP time ratios may be (relative)
 IDLE_MARGIN = 0.5  # a run needs at least (threads - this) idle cores
@@ -52,16 +54,16 @@ def unreliable_reasons(times: dict[str, list[float]], threads_needed: int, idle:
         if len(values) >= 2 and min(values) > 0:
             spread = (max(values) - min(values)) / statistics.median(values)
             if spread > SPREAD_LIMIT:
-                reasons.append(f"the {name} loop's {len(values)} repeats spread {spread:.0%} "
-                               f"(more than {SPREAD_LIMIT:.0%})")
+                reasons.append(tr("the {name} loop's {count} repeats spread {spread:.0%} (more than {limit:.0%})",
+                                  name=name, count=len(values), spread=spread, limit=SPREAD_LIMIT))
     if len(times.get("workbook", [])) >= 2 and len(times.get("ddp", [])) == len(times["workbook"]):
         ratios = [w / d for w, d in zip(times["workbook"], times["ddp"]) if d > 0]
         if ratios and max(ratios) / min(ratios) - 1 > ROUNDS_LIMIT:
-            reasons.append(f"the interleaved rounds disagree: workbook / DDP time went from {min(ratios):.2f} "
-                           f"to {max(ratios):.2f} between rounds")
+            reasons.append(tr("the interleaved rounds disagree: workbook / DDP time went from {low:.2f} to "
+                              "{high:.2f} between rounds", low=min(ratios), high=max(ratios)))
     if idle is not None and idle < threads_needed - IDLE_MARGIN:
-        reasons.append(f"only {idle:.1f} idle core(s) for {threads_needed} thread(s): another program is "
-                       "using the CPU")
+        reasons.append(tr("only {idle:.1f} idle core(s) for {threads} thread(s): another program is using the CPU",
+                          idle=idle, threads=threads_needed))
     return reasons
 
 
@@ -74,18 +76,23 @@ def scaling_verdict(one: dict, many: dict) -> tuple[bool, str]:
     same cores cannot do that; the one-process run was disturbed.
     """
     n = many["world_size"]
-    reasons = [f"1 process: {r}" for r in one["unreliable"]] + [f"{n} processes: {r}" for r in many["unreliable"]]
+    reasons = ([tr("1 process: {reason}", reason=r) for r in one["unreliable"]]
+               + [tr("{n} processes: {reason}", n=n, reason=r) for r in many["unreliable"]])
     ratio = many["workbook_samples_per_s"] / one["workbook_samples_per_s"]
     if ratio > n * PLAUSIBLE_SPEEDUP:
-        reasons.append(f"{n} processes came out {ratio:.1f}x as fast as one, more than {n} processes can gain "
-                       "on shared cores")
+        reasons.append(tr("{n} processes came out {ratio:.1f}x as fast as one, more than {n} processes can gain on "
+                          "shared cores", n=n, ratio=ratio))
     if reasons:
-        return False, ("Unreliable measurement, so no conclusion about speed-up:\n"
+        return False, (tr("Unreliable measurement, so no conclusion about speed-up:") + "\n"
                        + "".join(f"  - {r}\n" for r in reasons)
-                       + "Close other programs (or wait) and run the cell again.")
-    faster = "faster" if ratio >= 1 else "slower"
-    return True, (f"{n} processes processed {ratio:.2f}x the samples per second of one process ({faster}).\n"
-                  "Reliable: repeats and rounds consistent, enough idle cores.")
+                       + tr("Close other programs (or wait) and run the cell again."))
+    if ratio >= 1:
+        conclusion = tr("{n} processes processed {ratio:.2f}x the samples per second of one process (faster).",
+                        n=n, ratio=ratio)
+    else:
+        conclusion = tr("{n} processes processed {ratio:.2f}x the samples per second of one process (slower).",
+                        n=n, ratio=ratio)
+    return True, conclusion + "\n" + tr("Reliable: repeats and rounds consistent, enough idle cores.")
 
 
 def _timed_steps(model, optimizer, batches, backward, sync_context, device) -> float:
