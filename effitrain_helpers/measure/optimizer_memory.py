@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import positive_int, whole_number
 
 STEP_TENSOR_BYTES = 4  # torch.optim.AdamW keeps `step` as a float32 0-d tensor per parameter tensor
@@ -46,9 +47,11 @@ def _shape(shape) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in shape)
     except TypeError:
-        raise TypeError(f"shape={shape!r} must be a tuple of whole numbers, e.g. (768, 3072) or (768,).") from None
+        raise TypeError(tr("shape={shape!r} must be a tuple of whole numbers, e.g. (768, 3072) or (768,).",
+                           shape=shape)) from None
     if not dims or any(d < 1 for d in dims):
-        raise ValueError(f"shape={shape!r} must have at least one dimension, all >= 1 (e.g. (768, 3072)).")
+        raise ValueError(tr("shape={shape!r} must have at least one dimension, all >= 1 (e.g. (768, 3072)).",
+                            shape=shape))
     return dims
 
 
@@ -66,7 +69,8 @@ def _trainable(params) -> list:
             out.extend(q for q in _trainable(p["params"]) if id(q) not in seen and not seen.add(id(q)))
             continue
         if not isinstance(p, torch.Tensor):
-            raise TypeError(f"expected a module, tensors or parameter groups; got {type(p).__name__} {p!r}.")
+            raise TypeError(tr("expected a module, tensors or parameter groups; got {kind} {value!r}.",
+                               kind=type(p).__name__, value=p))
         if p.requires_grad and id(p) not in seen:
             seen.add(id(p))
             out.append(p)
@@ -103,7 +107,7 @@ def state_bytes(optimizer) -> int:
 def state_bytes_by_key(optimizer) -> dict[str, int]:
     """Measured bytes per state name (``exp_avg``, ``state1``, ``absmax1``, ...), shared storages once."""
     if not hasattr(optimizer, "state") or not hasattr(optimizer.state, "values"):
-        raise TypeError(f"expected a torch optimizer (with .state); got {type(optimizer).__name__}.")
+        raise TypeError(tr("expected a torch optimizer (with .state); got {kind}.", kind=type(optimizer).__name__))
     seen: set[tuple[int, int]] = set()
     out: dict[str, int] = {}
     for key, t in _state_tensors(optimizer):
@@ -157,9 +161,11 @@ def adamw8bit_tensor_bytes(numel: int, min_8bit_size: int = BNB_MIN_8BIT_SIZE, b
     """Theory for one tensor under ``bitsandbytes.optim.AdamW8bit`` (lesson 4.3), without the shared maps:
     ``numel < min_8bit_size``: 2 float32 states (8 bytes per value); otherwise 2 uint8 states (2 bytes per
     value) plus 2 float32 absmax per block of ``block_size`` values."""
-    positive_int("numel", numel, hint="numel=768 * 3072, the values in one tensor")
-    whole_number("min_8bit_size", min_8bit_size, minimum=0, hint=f"min_8bit_size={BNB_MIN_8BIT_SIZE}, bitsandbytes' default")
-    positive_int("block_size", block_size, hint=f"block_size={BNB_BLOCK_SIZE}, bitsandbytes' default")
+    positive_int("numel", numel, hint=tr("numel=768 * 3072, the values in one tensor"))
+    whole_number("min_8bit_size", min_8bit_size, minimum=0,
+                 hint=tr("{call}, bitsandbytes' default", call=f"min_8bit_size={BNB_MIN_8BIT_SIZE}"))
+    positive_int("block_size", block_size,
+                 hint=tr("{call}, bitsandbytes' default", call=f"block_size={BNB_BLOCK_SIZE}"))
     if numel < min_8bit_size:
         return 8 * numel
     return 2 * numel + 2 * 4 * math.ceil(numel / block_size)
@@ -182,8 +188,8 @@ def adamw8bit_state_bytes(params, min_8bit_size: int = BNB_MIN_8BIT_SIZE, block_
 def check_optimizer_name(name) -> str:
     """``name`` lower-cased if it is one of :data:`OPTIMIZER_NAMES`; otherwise a ``ValueError`` saying which are."""
     if not isinstance(name, str) or name.strip().lower() not in OPTIMIZER_NAMES:
-        raise ValueError(f"optimizer {name!r} is not known; allowed: {', '.join(OPTIMIZER_NAMES)}. "
-                         f"Fix: pick one of those names (e.g. 'adamw').")
+        raise ValueError(tr("optimizer {name!r} is not known; allowed: {allowed}. Fix: pick one of those names "
+                            "(e.g. 'adamw').", name=name, allowed=", ".join(OPTIMIZER_NAMES)))
     return name.strip().lower()
 
 
