@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from effitrain_helpers.core.language import tr
+
 
 def accuracy_f1(predictions, labels) -> dict[str, float]:
     """Accuracy and binary F1 (positive class 1) of predicted labels against true labels."""
@@ -15,7 +17,8 @@ def accuracy_f1(predictions, labels) -> dict[str, float]:
 
     predictions, labels = _as_list(predictions), _as_list(labels)
     if len(predictions) != len(labels) or not labels:
-        raise ValueError(f"got {len(predictions)} predictions for {len(labels)} labels; they must match and be non-empty.")
+        raise ValueError(tr("got {predictions} predictions for {labels} labels; they must match and be non-empty.",
+                            predictions=len(predictions), labels=len(labels)))
     return {"accuracy": float(accuracy_score(labels, predictions)), "f1": float(f1_score(labels, predictions, zero_division=0))}
 
 

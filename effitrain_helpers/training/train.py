@@ -26,6 +26,7 @@ from dataclasses import asdict
 from effitrain_helpers.processes.group import cpu_group_requested
 from effitrain_helpers.training.runs import TrainConfig, build_data, learning_rate, weights_fingerprint
 from effitrain_helpers.core.arguments import OneLineParser
+from effitrain_helpers.core.language import tr
 
 
 def preflight(config: TrainConfig, num_processes: int = 1):
@@ -38,10 +39,10 @@ def preflight(config: TrainConfig, num_processes: int = 1):
     data, choice = build_data(config, tokenizer)
     for split in ("train", "validation"):
         if len(data[split]) < num_processes:
-            raise ValueError(
-                f"{num_processes} processes but only {len(data[split])} {split} samples: some processes would get "
-                f"nothing. Fix: use at most {len(data[split])} processes, or more samples."
-            )
+            raise ValueError(tr(
+                "{n} processes but only {samples} {split} samples: some processes would get nothing. Fix: use at "
+                "most {samples} processes, or more samples.", n=num_processes, samples=len(data[split]), split=split
+            ))
     return data, choice
 
 
@@ -231,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(summary))
         else:
             for row in result["history"]:
-                print(f"epoch {row['epoch']}: train loss {row['train_loss']:.3f}, validation accuracy "
-                      f"{row['accuracy']:.3f}, F1 {row['f1']:.3f}")
-            print(f"{summary['world_size']} process(es); final weights identical on every rank: "
-                  f"{summary['identical_weights']}")
+                print(tr("epoch {epoch}: train loss {loss:.3f}, validation accuracy {accuracy:.3f}, F1 {f1:.3f}",
+                         epoch=row["epoch"], loss=row["train_loss"], accuracy=row["accuracy"], f1=row["f1"]))
+            print(tr("{n} process(es); final weights identical on every rank: {identical}", n=summary["world_size"],
+                     identical=summary["identical_weights"]))
     return 0
 
 
