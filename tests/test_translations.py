@@ -207,6 +207,25 @@ def test_a_changed_english_message_leaves_its_translation_stale(monkeypatch):
     assert f"{old!r} is not a message of teach.exercises any more" in problems
 
 
+def test_one_english_message_has_one_translation_in_every_file(monkeypatch):
+    """The catalog shows one translation of an English text: two files translating it differently is a problem."""
+    read = t.read_entries
+    en = "pass your function itself; you gave {fn!r}."
+
+    def entries(path):
+        found = read(path)
+        if path.name == "teach.checks.lesson_3_2.yaml":
+            found = [dict(e, pt="passe a sua própria função; você passou {fn!r}.") if e["en"] == en else e
+                     for e in found]
+        return found
+
+    assert not [p for p in t.message_problems(LANG).problems if "translated differently" in p]
+    monkeypatch.setattr(t, "read_entries", entries)
+    assert [p for p in t.message_problems(LANG).problems if "translated differently" in p] == [
+        f"translations/pt-BR/messages/teach.checks.lesson_3_2.yaml: {en!r} is translated differently in "
+        "teach.checks.lesson_1_2.yaml (only one is shown). Fix: use one translation in both"]
+
+
 def test_a_translation_must_keep_the_fields_and_tr_falls_back_to_english(monkeypatch, portuguese):
     monkeypatch.setattr(language, "catalog", lambda lang: {"{n} apples": "{m} maçãs", "apples": "maçãs"})
     assert tr("apples") == "maçãs" and tr("{n} apples", n=3) == "3 apples", "a broken template never fails"

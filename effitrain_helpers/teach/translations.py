@@ -320,10 +320,15 @@ def message_problems(lang: str) -> MessageReport:
         elif missing or unrouted:
             untranslated[module] = missing + unrouted
     folder = messages_folder(lang)
+    first = {}  # English -> (file, translation) where it was first met: one English text, one translation
     for path in sorted(folder.glob("*.yaml")):
         module = path.stem
         current = set(messages.get(module, []))
         for entry in read_entries(path):
+            seen = first.setdefault(entry["en"], (path.name, entry["pt"]))
+            if entry["pt"].strip() and seen[1].strip() and seen[1] != entry["pt"]:
+                problems.append(f"{path.relative_to(TRANSLATIONS.parent)}: {entry['en']!r} is translated "
+                                f"differently in {seen[0]} (only one is shown). Fix: use one translation in both")
             if entry["en"] not in current:
                 problems.append(f"{path.relative_to(TRANSLATIONS.parent)}: {entry['en']!r} is not a message of "
                                 f"{module} any more (its English changed or it was removed). Fix: translate the "
