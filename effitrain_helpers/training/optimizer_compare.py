@@ -28,7 +28,7 @@ from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import non_negative_number, positive_int, positive_number, whole_number
 from effitrain_helpers.measure.optimizer_memory import OPTIMIZER_NAMES, check_optimizer_name, expected_state_bytes, n_parameters, \
     parameter_bytes, state_bytes
-from effitrain_helpers.training.runs import LEARNING_RATE_HINT, default_learning_rate
+from effitrain_helpers.training.runs import default_learning_rate, learning_rate_hint
 
 LABELS = {"adamw": "AdamW", "adafactor": "Adafactor", "adamw8bit": "AdamW8bit"}
 CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
@@ -37,7 +37,7 @@ CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
 
 def check_learning_rate(lr, name: str = "learning_rate") -> float:
     """``lr`` as a float if it is a finite number > 0; otherwise a ``ValueError`` naming it."""
-    return positive_number(name, lr, hint=LEARNING_RATE_HINT)
+    return positive_number(name, lr, hint=learning_rate_hint())
 
 
 def check_betas(betas) -> tuple[float, float]:

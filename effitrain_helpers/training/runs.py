@@ -6,13 +6,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.outputs import check_output_folder
 from effitrain_helpers.core.validate import positive_int, positive_number, whole_number
 
 SMALL_MODEL_LR = 1e-3  # the workbook's small model learns from random weights: bigger steps
 PRETRAINED_LR = 5e-5  # a real pre-trained checkpoint: the usual fine-tuning rate
-LEARNING_RATE_HINT = (f"pass e.g. {SMALL_MODEL_LR:g} (the workbook's small model) "
-                      f"or {PRETRAINED_LR:g} (a pre-trained DistilBERT)")
+
+
+def learning_rate_hint() -> str:
+    """The fix shown after a bad learning rate, in the learner's language."""
+    return tr("pass e.g. {small:g} (the workbook's small model) or {pretrained:g} (a pre-trained DistilBERT)",
+              small=SMALL_MODEL_LR, pretrained=PRETRAINED_LR)
 
 
 @dataclass
@@ -38,7 +43,7 @@ class TrainConfig:
             setattr(self, name, positive_int(name, getattr(self, name), example=f"{name}={getattr(TrainConfig, name)}"))
         self.warmup_steps = whole_number("warmup_steps", self.warmup_steps, minimum=0, example="warmup_steps=10")
         if self.learning_rate is not None:
-            self.learning_rate = positive_number("learning_rate", self.learning_rate, hint=LEARNING_RATE_HINT)
+            self.learning_rate = positive_number("learning_rate", self.learning_rate, hint=learning_rate_hint())
         if self.output_dir is not None:  # before training: a model trained for nothing is lost at the end
             check_output_folder(self.output_dir, "output_dir")
 
@@ -69,16 +74,14 @@ def build_data(config: TrainConfig, tokenizer):
     pairs, choice = load_pairs(config.data, n_train=config.n_train, n_validation=config.n_validation)
     for split, ds in pairs.items():
         if config.label_column not in ds.column_names:
-            raise ValueError(
-                f"label_column={config.label_column!r} is not a column of the {split} split (columns: "
-                f"{ds.column_names}). Fix: pass label_column= the name of the column holding 0/1 labels."
-            )
+            raise ValueError(tr(
+                "label_column={label!r} is not a column of the {split} split (columns: {columns}). Fix: pass "
+                "label_column= the name of the column holding 0/1 labels.",
+                label=config.label_column, split=split, columns=ds.column_names))
     classes = sorted(set(pairs["train"][config.label_column]))
     if len(classes) < 2:
-        raise ValueError(
-            f"the training split has only one class ({classes}); a classifier needs examples of both. "
-            "Fix: use data with paraphrases (1) and non-paraphrases (0)."
-        )
+        raise ValueError(tr("the training split has only one class ({classes}); a classifier needs examples of "
+                            "both. Fix: use data with paraphrases (1) and non-paraphrases (0).", classes=classes))
 
     def tokenize(batch):
         return tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=config.max_length)
