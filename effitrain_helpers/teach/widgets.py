@@ -1,5 +1,5 @@
-"""Interactive controls for demos: re-run the matrix benchmark (lesson 1.1), switch chapter 3's techniques (3.3;
-its labels and lines in the learner's language, ``tr``).
+"""Interactive controls for demos: re-run the matrix benchmark (lesson 1.1), switch chapter 3's techniques (3.3),
+compare chapter 4's optimizers (4.3); their labels and lines in the learner's language (``tr``).
 
 ``benchmark_widget()`` returns an ipywidgets box: choose sizes, dtypes and device, press *Run*,
 and the table and plot below it are redrawn from a fresh measurement.
@@ -20,10 +20,10 @@ def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
 
     from effitrain_helpers.teach.plots import plot_gflops
 
-    size_box = w.SelectMultiple(options=list(sizes), value=tuple(sizes[:3]), description="sizes", rows=len(sizes))
+    size_box = w.SelectMultiple(options=list(sizes), value=tuple(sizes[:3]), description=tr("sizes"), rows=len(sizes))
     dtype_box = w.SelectMultiple(options=list(DTYPES), value=("float32",), description="dtypes", rows=3)
     families = ["cpu"] + sorted({d.split(":")[0] for d in available_devices() if d != "cpu"}) + ["all"]
-    device_box = w.Dropdown(options=families, value="all", description="device")
+    device_box = w.Dropdown(options=families, value="all", description=tr("device"))
     button = w.Button(description="Run", button_style="primary", icon="play")
     out = w.Output()
 
@@ -32,14 +32,14 @@ def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
         out.clear_output()
         with out:
             if not size_box.value or not dtype_box.value:
-                print("Pick at least one size and one dtype.")
+                print(tr("Pick at least one size and one dtype."))
                 return None
-            print("measuring ...")
+            print(tr("measuring ..."))
             try:
                 results, notes = run_benchmark(size_box.value, dtype_box.value, device_box.value, progress=True)
             except ValueError as err:  # e.g. a dtype the chosen GPU cannot run
                 out.clear_output()
-                print(f"Cannot run that: {err}")
+                print(tr("Cannot run that: {err}", err=err))
                 return None
             out.clear_output()
             for note in notes:
@@ -128,13 +128,13 @@ def optimizer_widget(steps: int = 60, optimizers: tuple[str, ...] = ("adamw", "a
     from effitrain_helpers.teach.plots import plot_optimizer_comparison
 
     labels = {"style": {"description_width": "initial"}}  # whole labels, never cut off
-    names = w.SelectMultiple(options=list(optimizers), value=tuple(optimizers), description="optimizers",
+    names = w.SelectMultiple(options=list(optimizers), value=tuple(optimizers), description=tr("optimizers"),
                              rows=len(optimizers), **labels)
-    default_lr = w.Checkbox(value=True, description="each optimizer's default learning rate", indent=False,
+    default_lr = w.Checkbox(value=True, description=tr("each optimizer's default learning rate"), indent=False,
                             layout=w.Layout(width="auto"))
-    lr = w.FloatLogSlider(value=1e-3, base=10, min=-5, max=-1, step=0.25, description="learning rate",
+    lr = w.FloatLogSlider(value=1e-3, base=10, min=-5, max=-1, step=0.25, description=tr("learning rate"),
                           readout_format=".1e", **labels)
-    step_box = w.IntSlider(value=steps, min=5, max=max(400, steps), step=5, description="steps", **labels)
+    step_box = w.IntSlider(value=steps, min=5, max=max(400, steps), step=5, description=tr("steps"), **labels)
     button = w.Button(description="Run", button_style="primary", icon="play")
     out = w.Output()
 
@@ -143,15 +143,15 @@ def optimizer_widget(steps: int = 60, optimizers: tuple[str, ...] = ("adamw", "a
         out.clear_output()
         with out:
             if not names.value:
-                print("Pick at least one optimizer.")
+                print(tr("Pick at least one optimizer."))
                 return None
-            print("training ...")
+            print(tr("training ..."))
             try:
                 result = compare_optimizers(names.value, steps=step_box.value,
                                             learning_rate=None if default_lr.value else lr.value)
             except (ValueError, RuntimeError) as err:
                 out.clear_output()
-                print(f"Cannot run that: {err}")
+                print(tr("Cannot run that: {err}", err=err))
                 return None
             out.clear_output()
             display(comparison_frame(result).round(4))

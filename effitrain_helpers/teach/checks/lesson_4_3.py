@@ -112,7 +112,7 @@ class OptionalExercise(Exercise):
         result = blanks_only.evaluate(*answers, **context)
         if result.status == NOT_ATTEMPTED:
             return result
-        return CheckResult(self.name, NOT_ATTEMPTED, f"not checked here: {why}")
+        return CheckResult(self.name, NOT_ATTEMPTED, tr("not checked here: {why}", why=why))
 
 
 def _check_8bit_args(args) -> None:
