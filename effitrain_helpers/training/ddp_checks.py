@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import copy
 
+from effitrain_helpers.core.language import tr
+
 TOLERANCE = 1e-5
 
 
@@ -57,7 +59,8 @@ def four_steps(global_batch: int = 8, max_length: int = 64, seed: int = 0, break
     accelerator = Accelerator(cpu=cpu_group_requested())
     world, rank = accelerator.num_processes, accelerator.process_index
     if global_batch % world:
-        raise ValueError(f"global_batch={global_batch} does not split evenly over {world} processes; use a multiple of {world}.")
+        raise ValueError(tr("global_batch={global_batch} does not split evenly over {world} processes; use a multiple "
+                            "of {world}.", global_batch=global_batch, world=world))
     set_seed(seed)
     model, tokenizer = load_classifier(verbose=False)
     data, _ = build_data(TrainConfig(n_train=global_batch, n_validation=1, max_length=max_length), tokenizer)
