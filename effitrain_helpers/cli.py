@@ -29,7 +29,7 @@ import sys
 
 
 from effitrain_helpers.core.arguments import OneLineParser
-from effitrain_helpers.core.language import msg
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file, check_output_folder
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -50,7 +50,7 @@ def _bench(args) -> int:
         check_output_file(args.plot, "--plot", PLOT_SUFFIXES)
     results, notes = bench.run_benchmark(args.sizes, args.dtypes, args.device, args.repeats, progress=not args.json)
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(tr("note: {note}", note=note), file=sys.stderr)
     if args.json:
         for r in results:
             print(json.dumps(r.to_dict()))
@@ -71,7 +71,7 @@ def _bench(args) -> int:
         from effitrain_helpers.teach.plots import plot_gflops
 
         plot_gflops(results).savefig(args.plot, dpi=120)
-        print(f"plot written to {args.plot}", file=sys.stderr)
+        print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 
 
@@ -168,7 +168,7 @@ def _optimizers(args) -> int:
     result = compare_optimizers(args.optimizers, steps=args.steps, learning_rate=args.learning_rate, seed=args.seed,
                                 progress=not args.json)
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(tr("note: {note}", note=note), file=sys.stderr)
     if args.json:
         for record in result.to_records():
             print(json.dumps(record))
@@ -178,7 +178,7 @@ def _optimizers(args) -> int:
         from effitrain_helpers.teach.plots import plot_optimizer_comparison
 
         plot_optimizer_comparison(result).savefig(args.plot, dpi=120)
-        print(f"plot written to {args.plot}", file=sys.stderr)
+        print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 
 
@@ -267,8 +267,9 @@ def _workbook(args) -> int:
     try:
         report = [book.fresh(args.fresh)] if args.fresh else book.sync()
     except OSError as err:
-        raise ValueError(f"cannot write your workbook in {str(book.folder)!r} ({err.strerror}). Fix: make it "
-                         "writable, or choose another folder with --dir (or EFFITRAIN_WORKBOOK).") from None
+        raise ValueError(tr("cannot write your workbook in {folder!r} ({reason}). Fix: make it writable, or choose "
+                            "another folder with --dir (or EFFITRAIN_WORKBOOK).", folder=str(book.folder),
+                            reason=err.strerror)) from None
     if args.json:
         print(json.dumps({"folder": str(book.folder), "notebooks": [vars(c) for c in report]}))
     elif args.fresh:
