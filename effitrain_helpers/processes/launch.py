@@ -234,7 +234,6 @@ def _wait(procs: list[subprocess.Popen], folder: Path, outputs: list[list[str]],
     an active exception"). That end is said in one line on stderr, and its result is kept.
     """
     deadline = time.monotonic() + timeout
-    said = set()
     while True:
         codes = [p.poll() for p in procs]
         done = [r for r, code in enumerate(codes) if code == 0 or (code is not None
@@ -242,12 +241,10 @@ def _wait(procs: list[subprocess.Popen], folder: Path, outputs: list[list[str]],
         failed = [r for r, code in enumerate(codes) if code is not None and r not in done]
         if failed:
             raise _failure(folder, procs, failed, outputs)
-        for r in set(done) - said:
-            if codes[r] != 0:
+        if len(done) == len(procs):
+            for r in (r for r in done if codes[r] != 0):
                 print(tr("note: rank {rank} {ended} while exiting, after it had written its result and left the "
                          "group; its result is kept.", rank=r, ended=how_it_ended(codes[r])), file=sys.stderr)
-            said.add(r)
-        if len(done) == len(procs):
             return
         if time.monotonic() > deadline:
             running = [r for r, code in enumerate(codes) if code is None]
