@@ -209,6 +209,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Script entry point (``python -m effitrain_helpers.training.train``, ``torchrun``, ``accelerate launch``)."""
+    import torch
     from accelerate.utils import gather_object
 
     args = _parser().parse_args(argv)
@@ -220,10 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = train_accelerate(config)
+        fingerprints = gather_object([result["fingerprint"]])
     except (ValueError, OSError) as err:  # bad data or model files: said before any step runs
         print(f"effitrain train: error: {err}", file=sys.stderr)
         return 2
-    fingerprints = gather_object([result["fingerprint"]])
+    finally:
+        # leave the process group, as every script should (on GPUs, NCCL warns when a group is not destroyed)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     if result["rank"] == 0:
         summary = {"world_size": result["world_size"], "history": result["history"],
                    "samples_per_second": result["samples_per_second"], "fingerprints": fingerprints,
