@@ -122,6 +122,33 @@ def test_a_translation_that_changes_code_or_is_still_todo_is_refused(monkeypatch
     assert "(id a7b66619, markdown): not translated yet" in problems
 
 
+def test_a_translated_code_line_longer_than_the_english_allows_is_named():
+    """Translated comments and strings run longer than the English: a code line over 100 characters is a problem
+    (naming lesson, cell and length), unless the English cell has a line that long itself (5.2's one exception)."""
+    name, cell_id = "2_1_train_with_trainer.ipynb", "b846ed5a"
+    english = _english(name)
+    index = next(i for i, c in enumerate(english.cells) if c.id == cell_id)
+    translation = t.Translation.read(name, LANG)
+    assert t.notebook_problems(english, name, translation) == []
+    lines = translation.cells[cell_id]["pt"].splitlines()
+    translation.cells[cell_id]["pt"] += "\n# " + "x" * 98  # a comment: code unchanged, 100 characters
+    assert t.notebook_problems(english, name, translation) == []
+    translation.cells[cell_id]["pt"] += "x"
+    (problem,) = t.notebook_problems(english, name, translation)
+    assert problem.startswith(f"{name}, cell {index} (id {cell_id}, code): line {len(lines) + 1} of the translation "
+                              "is 101 characters long (code lines keep to 100). Fix: rewrap it in "
+                              "translations/pt-BR/2_1_train_with_trainer.yaml")
+
+    name, cell_id = "5_2_profile_a_training_step.ipynb", "62c2320e"  # the English has a 105-character line
+    english = _english(name)
+    translation = t.Translation.read(name, LANG)
+    translation.cells[cell_id]["pt"] += "\n# " + "x" * 103
+    assert t.notebook_problems(english, name, translation) == []
+    translation.cells[cell_id]["pt"] += "x"
+    (problem,) = t.notebook_problems(english, name, translation)
+    assert f"(id {cell_id}, code): line " in problem and "is 106 characters long (code lines keep to 105)" in problem
+
+
 @pytest.mark.parametrize("translated, allowed", [
     ('print("hello")  # greet', True),
     ('print("olá")  # cumprimenta', True),
