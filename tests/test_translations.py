@@ -122,6 +122,16 @@ def test_a_translation_that_changes_code_or_is_still_todo_is_refused(monkeypatch
     assert "(id a7b66619, markdown): not translated yet" in problems
 
 
+def test_an_unquoted_id_that_yaml_reads_as_a_number_is_refused(monkeypatch, tmp_path):
+    path = tmp_path / "1_1_prepare_models.yaml"
+    path.write_text("notebook: 1_1_prepare_models.ipynb\ncells:\n- id: 06777667\n  en: 'abc'\n  same: true\n")
+    monkeypatch.setattr(t, "translation_path", lambda notebook, lang: path)
+    with pytest.raises(ValueError, match=r"1834935 was read as a number.*Fix: quote it"):
+        t.Translation.read("1_1_prepare_models.ipynb", "pt-BR")
+    path.write_text(path.read_text().replace("06777667", "'06777667'"))
+    assert list(t.Translation.read("1_1_prepare_models.ipynb", "pt-BR").cells) == ["06777667"]
+
+
 def test_a_translated_code_line_longer_than_the_english_allows_is_named():
     """Translated comments and strings run longer than the English: a code line over 100 characters is a problem
     (naming lesson, cell and length), unless the English cell has a line that long itself (5.2's one exception)."""

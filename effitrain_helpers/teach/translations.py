@@ -98,9 +98,13 @@ class Translation:
         if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
             raise ValueError(f"{path}: a translation file holds `notebook:` and `cells:`, a list of entries with "
                              "`id`, `en` and one of `pt`, `same: true`, `todo: true` (see tools/translations.py new).")
+        unquoted = [e[k] for e in entries for k in ("id", "en") if k in e and not isinstance(e[k], str)]
+        if unquoted:  # YAML reads 12345678 as a number and 06777667 as octal: the id would not match
+            raise ValueError(f"{path}: {unquoted[0]!r} was read as a number, not as a cell id or fingerprint. "
+                             "Fix: quote it, e.g. id: '06777667' (tools/translations.py new writes them quoted)")
         found = cls(notebook, lang)
         for entry in entries:
-            key = str(entry["id"])
+            key = entry["id"]
             if key in found.cells:
                 found.duplicates.append(key)
             found.cells[key] = entry
