@@ -20,8 +20,7 @@ then every cell of the English notebook must be accounted for, by its cell id::
 So a cell left out is *forgotten*, never silently English: :func:`notebook_problems` names notebook, cell
 (index and id) and problem when an English cell changed after it was translated (fingerprint), a cell has no
 entry or is still ``todo``, a code translation changes anything but comments and string literals (compared with
-``ast``) or has a line longer than :data:`MAX_CODE_LINE` characters (where the English cell has none that long), or
-an entry names a cell id that no longer exists.
+``ast``) or has a line longer than :data:`MAX_CODE_LINE` characters, or an entry names a cell id that no longer exists.
 
 The translated notebooks live in ``notebooks/<lang>/`` (:func:`build_notebook`): the English notebook with the
 translated cells substituted, ``metadata.effitrain.lang`` set, and one line at the top of its first code cell
@@ -147,11 +146,9 @@ def code_change(english: str, translated: str) -> str | None:
     return None
 
 
-def long_lines(english: str, translated: str) -> list[tuple[int, int, int]]:
-    """``(line number, length, limit)`` of each line of a translated code cell longer than :data:`MAX_CODE_LINE`
-    characters, or than the English cell's longest line where that one is longer (the English sets the limit)."""
-    limit = max([MAX_CODE_LINE, *(len(line) for line in english.splitlines())])
-    return [(n, len(line), limit) for n, line in enumerate(translated.splitlines(), 1) if len(line) > limit]
+def long_lines(source: str) -> list[tuple[int, int]]:
+    """``(line number, length)`` of each line of ``source`` longer than :data:`MAX_CODE_LINE` characters."""
+    return [(n, len(line)) for n, line in enumerate(source.splitlines(), 1) if len(line) > MAX_CODE_LINE]
 
 
 def notebook_problems(english, notebook: str, translation: Translation) -> list[str]:
@@ -182,9 +179,9 @@ def notebook_problems(english, notebook: str, translation: Translation) -> list[
             if why:
                 found.append(f"{here}: {why}")
             found += [f"{here}: line {n} of the translation is {length} characters long (code lines keep to "
-                      f"{limit}). Fix: rewrap it in {where}: a long comment as two comment lines, a long string "
-                      "as adjacent literals inside parentheses, or the arguments over two lines (same statements, "
-                      "same text)" for n, length, limit in long_lines(cell.source, entry["pt"])]
+                      f"{MAX_CODE_LINE}). Fix: rewrap it in {where}: a long comment as two comment lines, a long "
+                      "string as adjacent literals inside parentheses, or the arguments over two lines (same "
+                      "statements, same text)" for n, length in long_lines(entry["pt"])]
     found += [f"{where}: cell id {key} is not in {notebook} any more (the cell was removed or its id changed). "
               "Fix: remove the entry, or move its translation to the new id" for key in translation.cells
               if key not in ids]
