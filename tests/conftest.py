@@ -10,6 +10,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("EFFITRAIN_SIZE", "small")
 os.environ["MPLBACKEND"] = "Agg"
 matplotlib.use("Agg")
+# Matplotlib builds its font cache on first use by running fc-list: build it now, before the fast tier refuses
+# to start processes, so `make test-fast` passes on a machine that never drew a figure.
+import matplotlib.font_manager  # noqa: E402, F401
 # Notebook kernels started by nbval inherit this, so the whole session builds the offline model once, here;
 # a cache folder the session made itself is removed when it ends (one given in EFFITRAIN_CACHE is kept).
 _SESSION_CACHE = None
