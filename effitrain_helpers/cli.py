@@ -28,7 +28,13 @@ import json
 import sys
 
 
-from effitrain_helpers.core.arguments import OneLineParser
+from effitrain_helpers.core.arguments import OneLineParser, not_empty
+
+try:  # EFFITRAIN_SIZE and EFFITRAIN_LANG are read on import: a bad value is one line on every command, --help too
+    from effitrain_helpers.core.settings import SETTINGS  # noqa: F401
+except ValueError as _bad_setting:
+    print(f"effitrain: error: {_bad_setting}", file=sys.stderr)
+    raise SystemExit(2) from None
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file, check_output_folder
 
@@ -287,6 +293,9 @@ def _progress(args) -> int:
 
     table = progress_table()
     print(json.dumps(table.to_records()) if args.json else f"{table!r}\n(verdicts of check() in {verdicts_file()})")
+    if args.json and table.skipped:
+        print(tr("note: {n} lines of {path} could not be read and were skipped", n=table.skipped,
+                 path=str(verdicts_file())), file=sys.stderr)
     return 0
 
 
@@ -302,14 +311,19 @@ def _grade(args) -> int:
     return 0
 
 
-def _positive_seconds(text: str) -> float:
+def _grade_seconds(text: str) -> float:
+    """``--timeout`` of ``grade``: refused at once unless :func:`~effitrain_helpers.teach.grade.check_timeout`
+    accepts it (seconds, a fraction allowed, > 0 and at most a day)."""
+    from effitrain_helpers.teach.grade import check_timeout
+
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit; give seconds > 0, e.g. --timeout 300")
-    return value
+        value = text
+    try:
+        return check_timeout(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _language(text: str) -> str:
@@ -333,10 +347,11 @@ def add_learner_commands(sub) -> None:
     """The learner's ``workbook`` (their own copy) and ``progress``, the instructor's ``grade``."""
     p = sub.add_parser("workbook", help="write or update your own copy of the lessons (blank exercises); "
                                         "never overwrites a notebook you changed")
-    p.add_argument("--dir", default=None, help="your workbook folder (default: $EFFITRAIN_WORKBOOK, else my-workbook/)")
+    p.add_argument("--dir", type=not_empty("--dir"), default=None, help="your workbook folder (default: $EFFITRAIN_WORKBOOK, else my-workbook/)")
     p.add_argument("--fresh", metavar="LESSON", default=None,
                    help="a fresh copy of one lesson (e.g. 2.2, or start); yours is kept, renamed *_mine-<time>")
-    p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")
+    p.add_argument("--source", type=not_empty("--source"), default=None,
+                   help="folder of solved notebooks (default: the workbook's notebooks/)")
     _add_lang(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=_workbook)
@@ -350,28 +365,30 @@ def add_learner_commands(sub) -> None:
                                    "WARNING: this runs the students' code on this machine with your permissions, "
                                    "as nbgrader and otter-grader do; grade untrusted submissions in a container "
                                    "or an account of their own.")
-    p.add_argument("submissions", metavar="SUBMISSIONS_DIR",
+    p.add_argument("submissions", metavar="SUBMISSIONS_DIR", type=not_empty("SUBMISSIONS_DIR"),
                    help="folder of submissions: NAME.ipynb per student, or one folder per student")
-    p.add_argument("--out", required=True, help="the CSV file to write (student, notebook, lesson, exercise, "
+    p.add_argument("--out", required=True, type=not_empty("--out"), help="the CSV file to write (student, notebook, lesson, exercise, "
                                                 "status, detail)")
-    p.add_argument("--timeout", type=_positive_seconds, default=300.0,
-                   help="seconds each notebook may run before its kernel is stopped (default 300)")
+    p.add_argument("--timeout", type=_grade_seconds, default=300.0,
+                   help="seconds each notebook may run before its kernel and everything it started are stopped: "
+                        "a number > 0 (fractions allowed), at most 86400 (default 300)")
     p.set_defaults(func=_grade)
 
 
 def add_classroom_commands(sub) -> None:
     """The instructor's commands: ``editions`` (student/instructor notebooks) and ``prefetch`` (offline kit)."""
     p = sub.add_parser("editions", help="write the student and instructor editions of the notebooks")
-    p.add_argument("--out", default=None, help="output folder (gets student/ and instructor/)")
+    p.add_argument("--out", type=not_empty("--out"), default=None, help="output folder (gets student/ and instructor/)")
     p.add_argument("--check", action="store_true", help="only check the exercise markers of the source notebooks")
     p.add_argument("--force", action="store_true", help="replace student/ and instructor/ in a non-empty --out")
     p.add_argument("--no-solutions", action="store_true", help="turn q.solution() off in the student edition (graded class)")
-    p.add_argument("--source", default=None, help="folder of solved notebooks (default: the workbook's notebooks/)")
+    p.add_argument("--source", type=not_empty("--source"), default=None,
+                   help="folder of solved notebooks (default: the workbook's notebooks/)")
     _add_lang(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=_editions)
     p = sub.add_parser("prefetch", help="download the real model, processors and GLUE MRPC into an offline kit")
-    p.add_argument("--dir", default=None, help="kit folder (default: $EFFITRAIN_KIT, else ~/.cache/effitrain/kit)")
+    p.add_argument("--dir", type=not_empty("--dir"), default=None, help="kit folder (default: $EFFITRAIN_KIT, else ~/.cache/effitrain/kit)")
     p.add_argument("--check", action="store_true", help="download nothing: say what the kit holds and if it is usable")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=_prefetch)
@@ -406,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON record: the checks, differences, samples/s")
     p.set_defaults(func=_ddp_check)
     p = sub.add_parser("model", help="which model the lessons would load, and why")
-    p.add_argument("name", nargs="?", default=None, help="a local folder or Hub id (default: the course's model)")
+    p.add_argument("name", nargs="?", type=not_empty("NAME"), default=None, help="a local folder or Hub id (default: the course's model)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_model)
     p = sub.add_parser("efficiency", help="chapter 3: accumulation, checkpointing, local SGD, bf16, measured vs theory")
@@ -440,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a file or folder the user named (or the cache) cannot be read or written
         print(f"effitrain {args.command}: error: {_os_error(err)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the launcher and grade have already ended what they started
+        print(tr("effitrain {command}: interrupted", command=args.command), file=sys.stderr)
+        return 130
 
 
 def _os_error(err: OSError) -> str:

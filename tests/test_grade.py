@@ -87,7 +87,7 @@ def _exit_code(argv) -> int:
     (["EMPTY", "--out", "g.csv"], "holds no .ipynb notebooks"),
     (["MISSING", "--out", "g.csv"], "is not a folder"),
     (["EMPTY", "--out", "nowhere/g.csv"], "does not exist"),
-    (["EMPTY", "--out", "g.csv", "--timeout", "-3"], "'-3' is not a time limit"),
+    (["EMPTY", "--out", "g.csv", "--timeout", "-3"], "--timeout=-3.0 must be a positive number"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, says):
     (tmp_path / "EMPTY").mkdir()

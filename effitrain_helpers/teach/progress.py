@@ -66,7 +66,11 @@ class LessonProgress:
 
 def progress(path: str | Path | None = None) -> list[LessonProgress]:
     """Every lesson's progress from the verdicts in ``path`` (default: this machine's verdicts file)."""
-    states = exercise_states(verdicts.read(path))
+    return progress_table(path)
+
+
+def _rows(records: list[dict]) -> list[LessonProgress]:
+    states = exercise_states(records)
     rows = []
     for lesson, exercises in lesson_exercises().items():
         mine = [states.get((lesson, name)) for name in exercises]
@@ -79,10 +83,14 @@ COLUMNS = ("lesson", "exercises", "correct", "attempted", "not attempted")
 # COLUMNS as the table shows them, in the learner's language (tr at display time)
 _HEADINGS = (msg("lesson"), msg("exercises"), msg("correct"), msg("attempted"), msg("not attempted"))
 _ALL = msg("all")  # the totals row
+_SKIPPED = msg("({n} lines of the verdicts file could not be read and were skipped)")
 
 
 class ProgressTable(list):
-    """A list of :class:`LessonProgress` that shows as a text table (terminal) or an HTML table (notebook)."""
+    """A list of :class:`LessonProgress` that shows as a text table (terminal) or an HTML table (notebook);
+    ``skipped`` counts the lines of the verdicts file that could not be read (they count for nothing)."""
+
+    skipped = 0
 
     def _cells(self) -> list[tuple]:
         rows = [(r.lesson, r.exercises, r.correct, r.attempted, r.not_attempted) for r in self]
@@ -94,7 +102,8 @@ class ProgressTable(list):
         widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
         lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
                  for row in cells]
-        return "\n".join(lines[:1] + ["-" * len(lines[0])] + lines[1:])
+        note = [tr(_SKIPPED, n=self.skipped)] if self.skipped else []
+        return "\n".join(lines[:1] + ["-" * len(lines[0])] + lines[1:] + note)
 
     def _repr_html_(self) -> str:
         # JupyterLab right-aligns the cells of HTML outputs; lesson names read better from the left
@@ -111,4 +120,7 @@ class ProgressTable(list):
 
 def progress_table(path: str | Path | None = None) -> ProgressTable:
     """:func:`progress` as a table that a notebook renders as HTML (the start page's progress cell)."""
-    return ProgressTable(progress(path))
+    records, skipped = verdicts.read_counted(path)
+    table = ProgressTable(_rows(records))
+    table.skipped = skipped
+    return table

@@ -4,7 +4,8 @@
 ``{"lesson": "1.1", "exercise": "q2", "name": ..., "status": "correct", "time": ISO 8601 UTC}`` to
 :func:`verdicts_file` and never raises: a notebook whose verdict cannot be written (read-only disk, full
 disk) still shows its verdict. Nothing leaves the machine. ``read()`` gives the lines back, skipping any
-that are not valid records (a half-written line from a crash).
+that are not valid records (a half-written line from a crash, bytes that are not UTF-8, fields of the wrong
+type); ``read_counted()`` also says how many it skipped.
 
 The file is ``$EFFITRAIN_PROGRESS`` when set (``effitrain grade`` points each submission's kernel at a file
 of its own this way), else ``progress.jsonl`` in the workbook's cache folder (``EFFITRAIN_CACHE``).
@@ -67,19 +68,35 @@ def record(exercise: Any, status: str) -> None:
         pass
 
 
-def read(path: str | Path | None = None) -> list[dict]:
-    """Every valid verdict in ``path`` (default :func:`verdicts_file`), oldest first; [] when there is none."""
+def _valid(rec) -> bool:
+    """A verdict record: a dict whose lesson, exercise and status are texts (anything else is a broken line)."""
+    return isinstance(rec, dict) and all(isinstance(rec.get(k), str) for k in ("lesson", "exercise", "status"))
+
+
+def read_counted(path: str | Path | None = None) -> tuple[list[dict], int]:
+    """``(records, skipped)``: every valid verdict in ``path`` (default :func:`verdicts_file`), oldest first, and
+    how many non-blank lines were not one (undecodable bytes, not JSON, fields missing or of the wrong type).
+    A bad line never hides the good ones around it; a file that cannot be read gives ``([], 0)``."""
     path = verdicts_file() if path is None else Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return []
-    records = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
+        data = path.read_bytes()
+    except OSError:
+        return [], 0
+    records, skipped = [], 0
+    for line in data.splitlines():
+        if not line.strip():
             continue
-        if isinstance(rec, dict) and {"lesson", "exercise", "status"} <= rec.keys():
+        try:
+            rec = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError included
+            rec = None
+        if _valid(rec):
             records.append(rec)
-    return records
+        else:
+            skipped += 1
+    return records, skipped
+
+
+def read(path: str | Path | None = None) -> list[dict]:
+    """Every valid verdict in ``path`` (default :func:`verdicts_file`), oldest first; [] when there is none."""
+    return read_counted(path)[0]

@@ -14,6 +14,12 @@ cells, no stored verdicts; ``q1.solution()`` works for a self-paced learner) int
   ``effitrain workbook --fresh 2.2`` renames theirs to ``<name>_mine-YYYYmmdd-HHMMSS.ipynb`` and writes a new
   copy beside it. A notebook in the folder that the workbook did not write is never touched either.
 
+Two runs on one folder at once (a double-click, two terminals) take turns: each holds the lock file
+``.effitrain-workbook.lock`` from reading the manifest to writing it, and the manifest is written to a
+temporary file and moved over the old one, so it is always whole. A copy the manifest does not list (the
+manifest was lost or broken) is the workbook's again when its bytes are exactly what the workbook writes now
+(its sha256 fingerprint matches): nothing of the learner's can be in it.
+
 ``--lang pt-BR`` (or ``EFFITRAIN_LANG=pt-BR make lab``) makes the copies from the translated lessons
 (``notebooks/pt-BR/``; a lesson not translated yet comes in English). Switching language is a lesson change
 like any other: untouched copies are replaced, the learner's own work is kept.
@@ -27,14 +33,18 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.editions import check_all, source_notebooks, default_source, make_edition
 
 WORKBOOK_ENV = "EFFITRAIN_WORKBOOK"
 MANIFEST = ".effitrain-workbook.json"
+LOCK = ".effitrain-workbook.lock"  # held by one run at a time (see the module docstring)
 # What a run did with each lesson (the ``action`` of a :class:`Copy`).
 NEW, UPDATED, UNCHANGED, KEPT, CHANGED, NOT_OURS, FRESH = (
     "new", "updated", "up to date", "yours (kept)", "yours (lesson changed)", "not written by the workbook",
@@ -96,18 +106,54 @@ class Workbook:
                              f"folder path (or set {WORKBOOK_ENV}).")
         self.notebooks = source_notebooks(source, lang)  # another language: its translated lessons
         self.manifest_path = self.folder / MANIFEST
+        self._editions: dict[str, bytes] = {}
+        self.manifest = self._read_manifest()
+
+    def _read_manifest(self) -> dict[str, dict]:
+        """``{notebook: {"written": sha256}}`` from the manifest ({} when it is missing or unreadable)."""
         try:
             manifest = json.loads(self.manifest_path.read_text())
         except (OSError, ValueError):
             manifest = {}
-        # {notebook: {"written": sha256}}; an unreadable manifest makes every copy count as the learner's own
-        self.manifest = {k: v for k, v in manifest.items() if isinstance(v, dict) and "written" in v} \
+        return {k: v for k, v in manifest.items() if isinstance(v, dict) and isinstance(v.get("written"), str)} \
             if isinstance(manifest, dict) else {}
+
+    def _recognise(self) -> None:
+        """Add to the manifest every copy it lacks whose bytes are exactly the lesson's edition now."""
+        for name in self.notebooks:
+            path = self.folder / name
+            if name not in self.manifest and path.is_file() and path.read_bytes() == self._edition_bytes(name):
+                self.manifest[name] = {"written": _sha(self._edition_bytes(name))}
+
+    @contextmanager
+    def _turn(self):
+        """This run's turn on the folder: the lock file held (waiting for another run, said once), the
+        manifest read afresh and the copies it lost recognised; the manifest is saved before the turn ends."""
+        import fcntl
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / LOCK, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(tr("another workbook run is updating {folder}; waiting for it to finish ...",
+                         folder=str(self.folder)), file=sys.stderr, flush=True)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self.manifest = self._read_manifest()
+                self._recognise()
+                yield
+                self._save_manifest()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _edition_bytes(self, name: str) -> bytes:
         import nbformat
 
-        return (nbformat.writes(make_edition(self.notebooks[name], name, "student", solutions=True)) + "\n").encode()
+        if name not in self._editions:
+            nb = make_edition(self.notebooks[name], name, "student", solutions=True)
+            self._editions[name] = (nbformat.writes(nb) + "\n").encode()
+        return self._editions[name]
 
     def _write(self, name: str, data: bytes, exclusive: bool) -> None:
         """Write a copy (``exclusive``: only if no file is there, so a learner's file is never replaced)."""
@@ -116,9 +162,15 @@ class Workbook:
         self.manifest[name] = {"written": _sha(data)}
 
     def _save_manifest(self) -> None:
-        tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, self.manifest_path)
+        """The manifest written to a temporary file of its own and moved over the old one (never half written)."""
+        fd, tmp = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".tmp", dir=self.folder)
+        try:
+            with open(fd, "w") as f:
+                f.write(json.dumps(self.manifest, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, self.manifest_path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def _touched(self, name: str) -> bool:
         """Whether the learner's copy differs from what the workbook wrote (or the workbook never wrote it)."""
@@ -128,25 +180,27 @@ class Workbook:
     def sync(self) -> list[Copy]:
         """Bring the folder up to date with the lessons, never touching the learner's work (module docstring)."""
         check_all(self.notebooks)  # a marker error stops the run before anything is written
-        self.folder.mkdir(parents=True, exist_ok=True)
         report = []
-        for name in self.notebooks:
-            path = self.folder / name
-            data = self._edition_bytes(name)
-            if not path.exists():
-                self._write(name, data, exclusive=True)
-                report.append(Copy(name, NEW))
-            elif name not in self.manifest:
-                report.append(Copy(name, NOT_OURS))
-            elif self.manifest[name]["written"] == _sha(data):
-                report.append(Copy(name, UNCHANGED if not self._touched(name) else KEPT))
-            elif not self._touched(name):
-                self._write(name, data, exclusive=False)
-                report.append(Copy(name, UPDATED))
-            else:
-                report.append(Copy(name, CHANGED))
-        self._save_manifest()
+        with self._turn():
+            for name in self.notebooks:
+                report.append(Copy(name, self._sync_one(name)))
         return report
+
+    def _sync_one(self, name: str) -> str:
+        """Bring one lesson's copy up to date; returns what was done (the ``action`` of its :class:`Copy`)."""
+        path = self.folder / name
+        data = self._edition_bytes(name)
+        if not path.exists():
+            self._write(name, data, exclusive=True)
+            return NEW
+        if name not in self.manifest:
+            return NOT_OURS
+        if self.manifest[name]["written"] == _sha(data):
+            return UNCHANGED if not self._touched(name) else KEPT
+        if not self._touched(name):
+            self._write(name, data, exclusive=False)
+            return UPDATED
+        return CHANGED
 
     def find(self, lesson: str) -> str:
         """The notebook of ``lesson`` (``"2.2"``, ``"start"`` or a notebook's file name)."""
@@ -160,16 +214,15 @@ class Workbook:
         """A fresh copy of ``lesson``; the learner's copy, if touched, is renamed (never deleted) first."""
         name = self.find(lesson)
         check_all({name: self.notebooks[name]})
-        self.folder.mkdir(parents=True, exist_ok=True)
         path, kept = self.folder / name, None
-        if path.exists() and self._touched(name):
-            target = path.with_name(f"{path.stem}_mine-{time.strftime('%Y%m%d-%H%M%S')}.ipynb")
-            while target.exists():  # two --fresh in the same second
-                target = target.with_name(target.stem + "-1.ipynb")
-            os.rename(path, target)
-            kept = target.name
-        self._write(name, self._edition_bytes(name), exclusive=not path.exists())
-        self._save_manifest()
+        with self._turn():
+            if path.exists() and self._touched(name):
+                target = path.with_name(f"{path.stem}_mine-{time.strftime('%Y%m%d-%H%M%S')}.ipynb")
+                while target.exists():  # two --fresh in the same second
+                    target = target.with_name(target.stem + "-1.ipynb")
+                os.rename(path, target)
+                kept = target.name
+            self._write(name, self._edition_bytes(name), exclusive=not path.exists())
         return Copy(name, FRESH, kept)
 
 

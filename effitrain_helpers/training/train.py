@@ -25,7 +25,7 @@ from dataclasses import asdict
 
 from effitrain_helpers.processes.group import cpu_group_requested
 from effitrain_helpers.training.runs import TrainConfig, build_data, learning_rate, weights_fingerprint
-from effitrain_helpers.core.arguments import OneLineParser
+from effitrain_helpers.core.arguments import OneLineParser, not_empty
 from effitrain_helpers.core.language import tr
 
 
@@ -202,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="effitrain train", description=__doc__.split("\n\n")[0])
     for name, value in asdict(TrainConfig()).items():
         kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # other None defaults: str
+        kind = not_empty("--model") if name == "model" else kind
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name)
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON summary")
     return parser
