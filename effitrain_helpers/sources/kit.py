@@ -126,6 +126,41 @@ def missing_files(folder: Path, item: KitItem) -> list[str]:
     return [" or ".join(group) for group in item.needs if not any((folder / f).is_file() for f in group)]
 
 
+def file_problem(path: Path) -> str | None:
+    """What makes a kit file that is there unusable (checked from its first and last bytes, never loaded
+    whole), or None: empty, a JSON file that is not a non-empty object (``config.json`` of ``{}``), a
+    safetensors file whose header is cut or not JSON, a parquet file without its ``PAR1`` marks."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return tr("empty (0 bytes)")
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if path.suffix == ".json":
+                f.seek(0)
+                data = json.loads(f.read().decode("utf-8"))
+                return None if isinstance(data, dict) and data else tr("not a JSON object with settings")
+            if path.suffix == ".safetensors":
+                header = int.from_bytes(head, "little") if len(head) == 8 else size
+                if 8 + header > size:
+                    return tr("cut short (its header says more bytes than the file has)")
+                if not isinstance(json.loads(f.read(header).decode("utf-8")), dict):
+                    raise ValueError
+            if path.suffix == ".parquet":
+                f.seek(max(0, size - 4))
+                if head[:4] != b"PAR1" or f.read(4) != b"PAR1":
+                    return tr("not a parquet file (cut short?)")
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError included
+        return tr("unreadable or not the format its name says")
+    return None
+
+
+def unusable_files(folder: Path, item: KitItem) -> list[str]:
+    """``"name (what is wrong)"`` for each file of ``item`` in ``folder`` that is there but unusable."""
+    found = [folder / f for group in item.needs for f in group if (folder / f).is_file()]
+    return [f"{path.name} ({problem})" for path in found if (problem := file_problem(path))]
+
+
 def kit_item(key: str) -> KitHit | None:
     """The kit's copy of item ``key`` (see ``ITEMS``), or None when there is no kit or it lacks the item.
 
@@ -146,6 +181,12 @@ def kit_item(key: str) -> KitHit | None:
         raise ValueError(f"offline kit {str(kit)!r} lists {item.repo_id} but {str(folder)!r} lacks "
                          f"{', '.join(missing)}: the copy is broken. Fix: copy the kit folder again, or re-run "
                          f"`effitrain prefetch --dir {kit}` on a machine with network.")
+    unusable = unusable_files(folder, item)
+    if unusable:
+        raise ValueError(tr("offline kit {kit!r} lists {repo_id} but these files of {folder!r} are unusable: {files}. "
+                            "Fix: copy the kit folder again, or re-run `effitrain prefetch --dir {kit}` on a machine "
+                            "with network.", kit=str(kit), repo_id=item.repo_id, folder=str(folder),
+                            files=", ".join(unusable)))
     _, why = kit_location()
     return KitHit(folder, tr("{repo_id} from the offline kit at {kit} ({why}), no network needed", repo_id=item.repo_id,
                              kit=kit, why=why))
@@ -168,7 +209,9 @@ def describe_kit(folder: str | Path | None = None) -> str:
             state = tr("not in this kit")
         else:
             missing = missing_files(kit / item.folder, item)
-            state = tr("BROKEN, lacks {files}", files=", ".join(missing)) if missing else tr("ready")
+            unusable = unusable_files(kit / item.folder, item)
+            state = (tr("BROKEN, lacks {files}", files=", ".join(missing)) if missing else
+                     tr("BROKEN, unusable {files}", files=", ".join(unusable)) if unusable else tr("ready"))
         lines.append("  " + tr("{repo_id:<30} lesson {lesson:<12} {state}", repo_id=item.repo_id,
                                lesson=item.lesson, state=state))
     return "\n".join(lines)

@@ -128,12 +128,12 @@ async def _execute(nb, workdir: Path, env: dict, limit: float) -> None:
     run = asyncio.ensure_future(client.async_execute(env=env, stderr=subprocess.DEVNULL, cleanup_kc=True))
     try:
         done, _ = await asyncio.wait({run}, timeout=limit)
-        if not done:  # cancelling kills the kernel; what nbclient raises then (kernel died) is not the news
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
+        if not done:
             raise TimeoutError
         run.result()
-    finally:
+    finally:  # past the limit or this run cancelled (Ctrl-C): cancelling kills the kernel, and what nbclient
+        run.cancel()  # raises then (kernel died) is not the news
+        await asyncio.gather(run, return_exceptions=True)
         if client.km is not None and await client.km.is_alive():  # the context manager's cleanup missed it
             await client.km.shutdown_kernel(now=True)
 
@@ -160,23 +160,28 @@ def end_processes(run: str) -> int:
 
 
 def _run_notebook(nb, workdir: Path, env: dict, limit: float) -> None:
-    """:func:`_execute` in a thread and event loop of its own (``asyncio.run`` refuses a thread whose loop already
-    runs: a Jupyter kernel, where an instructor may call grade(); a test session holding Playwright's loop).
-    Whatever interrupts the wait (Ctrl-C, SIGTERM), the notebook's processes are killed at once and the run is
+    """:func:`_execute` in a thread of its own (``asyncio.run`` refuses a thread whose event loop already runs:
+    a Jupyter kernel, where an instructor may call grade(); a test session holding Playwright's loop).
+    Whatever interrupts the wait (Ctrl-C, SIGTERM), the notebook's processes are killed at once and its run
     cancelled before the exception goes on."""
-    loop = asyncio.new_event_loop()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            future = pool.submit(loop.run_until_complete, _execute(nb, workdir, env, limit))
-            try:
-                future.result()
-            except BaseException:
-                if not future.done():
-                    end_processes(env[RUN_ENV])
-                    loop.call_soon_threadsafe(lambda: [task.cancel() for task in asyncio.all_tasks(loop)])
-                raise
-    finally:
-        loop.close()
+    running = {}
+
+    async def run() -> None:
+        running["loop"], running["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        await _execute(nb, workdir, env, limit)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(asyncio.run, run())
+        try:
+            future.result()
+        except BaseException:
+            if "loop" in running:
+                try:
+                    running["loop"].call_soon_threadsafe(running["task"].cancel)
+                except RuntimeError:  # the run ended meanwhile and its loop is closed
+                    pass
+            end_processes(env[RUN_ENV])
+            raise
 
 
 def grade_notebook(student: str, path: Path, limit: float) -> list[Row]:
