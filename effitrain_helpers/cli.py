@@ -149,14 +149,11 @@ def _ddp_check(args) -> int:
 
 def _efficiency(args) -> int:
     from effitrain_helpers.processes.launch import resolve_num_processes
-    from effitrain_helpers.training.efficiency import chapter_table, measure_chapter
+    from effitrain_helpers.training.efficiency import chapter_table, check_options, measure_chapter
     from effitrain_helpers.training.local_sgd import LOCAL_SGD_NEEDS
-    from effitrain_helpers.training.workload import check_steps
 
     n = resolve_num_processes(args.processes, minimum=2, name="--processes", why=LOCAL_SGD_NEEDS)
-    for name, value in (("--accumulation-steps", args.accumulation_steps), ("--local-sgd-steps", args.local_sgd_steps),
-                        ("--steps", args.steps)):
-        check_steps(name, value)
+    check_options(args.accumulation_steps, args.local_sgd_steps, args.steps)
     if not args.json:
         print(f"measuring the four techniques of chapter 3 ({n} processes for local SGD; about a minute) ...")
     records = measure_chapter(n, accumulation_steps=args.accumulation_steps, local_sgd_steps=args.local_sgd_steps,
@@ -204,7 +201,8 @@ def _add_fsdp_parser(sub) -> None:
     p = sub.add_parser("fsdp", help="chapter 5: bytes per rank and communication per step, DDP against FSDP")
     p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 3 small, 20 full)")
-    p.add_argument("--batch-size", type=int, default=None, help="samples per process and step (default: 8 small)")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per process and step (default: 8 small); "
+                   "a run that would need more memory than is available is refused before it starts")
     p.add_argument("--json", action="store_true", help="one JSON record: bytes, theory, communication, differences")
     p.set_defaults(func=_fsdp)
 
@@ -428,9 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_model)
     p = sub.add_parser("efficiency", help="chapter 3: accumulation, checkpointing, local SGD, bf16, measured vs theory")
     p.add_argument("--processes", type=int, default=None, help="processes for local SGD (default: every GPU, or 2)")
-    p.add_argument("--accumulation-steps", type=int, default=4, help="micro-batches per optimizer step (default 4)")
-    p.add_argument("--local-sgd-steps", type=int, default=4, help="steps between parameter averages (default 4)")
-    p.add_argument("--steps", type=int, default=16, help="optimizer steps of the local SGD runs (default 16)")
+    p.add_argument("--accumulation-steps", type=int, default=4,
+                   help="micro-batches per optimizer step, 1 to 64 (default 4)")
+    p.add_argument("--local-sgd-steps", type=int, default=4,
+                   help="steps between parameter averages, 1 to --steps (default 4)")
+    p.add_argument("--steps", type=int, default=16,
+                   help="optimizer steps of the local SGD runs, 1 to 256 (default 16; about a minute)")
     p.add_argument("--json", action="store_true", help="one JSON record per technique, measured and expected ratios")
     p.set_defaults(func=_efficiency)
     _add_optimizers_parser(sub)

@@ -164,6 +164,7 @@ def _unfinished(value: Any, depth: int = 0) -> str | None:
 
 EDITION_FILE = "effitrain-edition.json"  # what `effitrain editions` writes into an edition's folder
 _OFF = {"0", "off", "no", "false"}
+_ON = {"", "1", "on", "yes", "true"}
 
 
 def solutions_enabled() -> tuple[bool, str]:
@@ -171,10 +172,17 @@ def solutions_enabled() -> tuple[bool, str]:
 
     Off when ``EFFITRAIN_SOLUTIONS`` is ``off``/``0``/``no``/``false``, or when the notebook's folder holds an
     ``effitrain-edition.json`` with ``"solutions": false`` (written by ``effitrain editions --no-solutions``
-    into a graded class's student edition). Read at each call, so it follows the kernel's current folder.
+    into a graded class's student edition). Any other value than those and ``on``/``1``/``yes``/``true`` is
+    named, and counts as off (a misspelt ``of`` in a graded class must not turn solutions on). Read at each
+    call, so it follows the kernel's current folder.
     """
-    if os.environ.get("EFFITRAIN_SOLUTIONS", "").strip().lower() in _OFF:
+    value = os.environ.get("EFFITRAIN_SOLUTIONS", "").strip()
+    if value.lower() in _OFF:
         return False, tr("EFFITRAIN_SOLUTIONS is off on this machine")
+    if value.lower() not in _ON:
+        return False, tr("EFFITRAIN_SOLUTIONS={value!r} is neither on nor off, so solutions count as off; allowed: "
+                         "off, 0, no, false or on, 1, yes, true. Fix: export EFFITRAIN_SOLUTIONS=on (or off)",
+                         value=value)
     try:
         edition = json.loads((Path.cwd() / EDITION_FILE).read_text())
     except (OSError, ValueError):

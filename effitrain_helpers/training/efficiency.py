@@ -27,6 +27,22 @@ from effitrain_helpers.training.workload import check_steps
 from effitrain_helpers.training.techniques import Techniques, TechniquesRun
 
 
+# the most each option of ``effitrain efficiency`` may ask for: 16 steps take about a minute on 2 CPU cores,
+# so 256 about a quarter of an hour; accumulation cuts 8 * k rows into k micro-batches
+MOST = {"--accumulation-steps": 64, "--local-sgd-steps": 256, "--steps": 256}
+
+
+def check_options(accumulation_steps: int, local_sgd_steps: int, steps: int) -> None:
+    """The command line's step counts, each within :data:`MOST`, and local SGD averaging at least once
+    (``--local-sgd-steps`` at most ``--steps``); ``ValueError`` naming the option otherwise."""
+    for name, value in (("--accumulation-steps", accumulation_steps), ("--local-sgd-steps", local_sgd_steps),
+                        ("--steps", steps)):
+        check_steps(name, value, maximum=MOST[name])
+    if local_sgd_steps > steps:
+        raise ValueError(tr("--local-sgd-steps {k} is more than --steps {steps}: the processes would never average "
+                            "their parameters. Fix: --local-sgd-steps at most {steps}, e.g. 4.", k=local_sgd_steps,
+                            steps=steps))
+
 @dataclass
 class ChapterRow:
     """One technique: measured ratios "technique on / off" (lower is better) next to theory, and a verdict.

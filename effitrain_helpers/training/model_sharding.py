@@ -34,9 +34,10 @@ FLOAT32_BYTES = 4
 ADAMW_STATE_PER_VALUE = 2  # exp_avg and exp_avg_sq; plus a float32 0-d `step` tensor per parameter tensor
 STEP_TENSOR_BYTES = 4
 SHARDING_NEEDS = msg("; sharding across 1 process keeps everything whole: use 2 or more")
+SEQ_LEN, WIDTH, DEPTH, HEADS = 16, 64, 2, 4  # the lesson's tokens per sample and model shape
 
 
-def sharding_model(seed: int = 0, width: int = 64, depth: int = 2, vocab: int = 1000, classes: int = 3):
+def sharding_model(seed: int = 0, width: int = WIDTH, depth: int = DEPTH, vocab: int = 1000, classes: int = 3):
     """A small transformer classifier with its blocks in ``model.blocks`` (what lesson 5.1 shards block by
     block): an embedding, ``depth`` ``torch.nn.TransformerEncoderLayer`` s (dropout off, so runs compare
     step by step) and a linear head over the mean of the tokens. Weights depend only on ``seed``.
@@ -54,7 +55,7 @@ class ShardingClassifier(torch.nn.Module):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, width)
         self.blocks = torch.nn.ModuleList(
-            torch.nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=2 * width, dropout=0.0,
+            torch.nn.TransformerEncoderLayer(width, nhead=HEADS, dim_feedforward=2 * width, dropout=0.0,
                                              batch_first=True) for _ in range(depth))
         self.head = torch.nn.Linear(width, classes)
 
@@ -65,7 +66,7 @@ class ShardingClassifier(torch.nn.Module):
         return self.head(x.mean(dim=1))
 
 
-def sharding_batches(n_batches: int, batch_size: int, seq_len: int = 16, vocab: int = 1000, classes: int = 3,
+def sharding_batches(n_batches: int, batch_size: int, seq_len: int = SEQ_LEN, vocab: int = 1000, classes: int = 3,
                      seed: int = 0) -> list[tuple]:
     """``n_batches`` fixed ``(tokens, labels)`` batches: random token sequences labelled by the class of
     their first token (``token % classes``), the same every call with the same ``seed``."""
@@ -248,7 +249,31 @@ def sharding_arguments(processes: int | None = 2, steps: int | None = None,
     steps = positive_int("--steps", size.steps if steps is None else steps, example="--steps 3")
     batch_size = positive_int("--batch-size", size.batch_size if batch_size is None else batch_size,
                               example="--batch-size 8")
+    _check_memory(n, steps, batch_size)
     return n, steps, batch_size
+
+
+def estimated_bytes(processes: int, steps: int, batch_size: int) -> int:
+    """A rough estimate of the memory :func:`compare_ddp_fsdp` needs, made before anything is allocated: the
+    int64 token batches (built here, one copy sent to each rank) and, per rank, the float32 activations a
+    ``TransformerEncoderLayer`` keeps for the backward pass (about 13 values of the width per token, plus the
+    attention weights, per layer). Weights and optimizer state are a few hundred kB: left out."""
+    tokens = steps * batch_size * processes * SEQ_LEN
+    batches = tokens * 8 * (1 + processes)
+    per_token = DEPTH * (13 * WIDTH + HEADS * SEQ_LEN) * FLOAT32_BYTES
+    return batches + processes * batch_size * SEQ_LEN * per_token
+
+
+def _check_memory(processes: int, steps: int, batch_size: int) -> None:
+    """Refuse (one line) a run whose :func:`estimated_bytes` exceed the memory available now."""
+    import psutil
+
+    need, have = estimated_bytes(processes, steps, batch_size), psutil.virtual_memory().available
+    if need > have:
+        raise ValueError(tr("--batch-size {batch} with --steps {steps} and {n} processes would need about {need:.1f} "
+                            "GB of memory (the batches and each process's activations); this machine has {have:.1f} "
+                            "GB available. Fix: a smaller --batch-size or --steps, e.g. --batch-size 8.",
+                            batch=batch_size, steps=steps, n=processes, need=need / 1e9, have=have / 1e9))
 
 
 def compare_ddp_fsdp(processes: int | None = 2, steps: int | None = None,

@@ -12,11 +12,12 @@ from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import positive_int
 
 
-def check_steps(name: str, value) -> int:
-    """``value`` as a whole number >= 1, else ``ValueError`` naming ``name`` (e.g. ``gradient_accumulation_steps``)."""
+def check_steps(name: str, value, maximum: int | None = None) -> int:
+    """``value`` as a whole number >= 1 (and <= ``maximum``), else ``ValueError`` naming ``name`` (e.g.
+    ``gradient_accumulation_steps``)."""
     if name.endswith("_steps"):
-        return positive_int(name, value, hint=tr("e.g. {call} (1 means off)", call=f"{name}=4"))
-    return positive_int(name, value, example=f"{name}=4")
+        return positive_int(name, value, maximum=maximum, hint=tr("e.g. {call} (1 means off)", call=f"{name}=4"))
+    return positive_int(name, value, maximum=maximum, example=f"{name}=4")
 
 
 def lesson_rows(n: int, seq_len: int = 64, seed: int = 0) -> list[dict]:
