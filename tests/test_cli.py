@@ -62,8 +62,8 @@ def test_bench_text_and_best():
         (["ddp-check", "--processes", "1"], "--processes=1 must be a whole number from 2 to 64"),
         (["ddp-check", "--processes", "0"], "a data-parallel check needs at least 2 processes"),
         (["train", "--batch-size", "0"], "batch_size=0 must be a whole number"),
-        (["efficiency", "--local-sgd-steps", "0"], "--local-sgd-steps=0 must be a whole number >= 1"),
-        (["efficiency", "--accumulation-steps", "-1"], "--accumulation-steps=-1 must be a whole number >= 1"),
+        (["efficiency", "--local-sgd-steps", "0"], "--local-sgd-steps=0 must be a whole number from 1 to 256"),
+        (["efficiency", "--accumulation-steps", "-1"], "--accumulation-steps=-1 must be a whole number from 1 to 64"),
         (["efficiency", "--processes", "1"], "local SGD needs a group of at least 2"),
     ],
 )
