@@ -200,7 +200,7 @@ def _fsdp(args) -> int:
 def _add_fsdp_parser(sub) -> None:
     p = sub.add_parser("fsdp", help="chapter 5: bytes per rank and communication per step, DDP against FSDP")
     p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 3 small, 20 full)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps, 1 to 1000 (default: 3 small, 20 full)")
     p.add_argument("--batch-size", type=int, default=None, help="samples per process and step (default: 8 small); "
                    "a run that would need more memory than is available is refused before it starts")
     p.add_argument("--json", action="store_true", help="one JSON record: bytes, theory, communication, differences")
@@ -211,7 +211,8 @@ def _add_optimizers_parser(sub) -> None:
     p = sub.add_parser("optimizers", help="AdamW vs Adafactor vs 8-bit AdamW: state bytes, time per step, loss")
     p.add_argument("--optimizers", default="adamw,adafactor,adamw8bit",
                    help="comma-separated, from adamw, adafactor, adamw8bit (default: all three)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per optimizer (default: 150 small, 400 full)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps per optimizer, 1 to 4000 (default: 150 small, 400 full)")
     p.add_argument("--learning-rate", type=float, default=None, help="one rate for all (default: each one's default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the batch order (default 0)")
     p.add_argument("--plot", metavar="FILE.png", help="also save the comparison figure")
@@ -402,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default=None, help="comma-separated matrix sizes (default: each device's lesson sizes)")
     p.add_argument("--dtypes", default="float32", help="comma-separated: float32,bfloat16,float16")
     p.add_argument("--device", default="all", help="cpu, cuda, cuda:N, mps or all (default)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement, 1 to 1000 (default 5)")
     p.add_argument("--json", action="store_true", help="one JSON record per measurement")
     p.add_argument("--plot", metavar="FILE.png", help="also save a GFLOP/s plot")
     p.add_argument("--best", action="store_true", help="also sweep sizes for the best achievable rate")

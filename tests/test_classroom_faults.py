@@ -334,6 +334,9 @@ def test_bad_lines_are_skipped_counted_and_the_good_ones_kept(tmp_path, monkeypa
     (["efficiency", "--accumulation-steps", "99999999"], "from 1 to 64"),
     (["efficiency", "--local-sgd-steps", "20", "--steps", "16"], "would never average"),
     (["fsdp", "--batch-size", "100000000"], "GB of memory"),
+    (["fsdp", "--steps", "100000000"], "from 1 to 1000"),
+    (["optimizers", "--steps", "100000000"], "from 1 to 4000"),
+    (["bench", "--repeats", "100000000"], "from 1 to 1000"),
 ])
 def test_user_mistakes_are_one_line(capsys, argv, says):
     _one_line(capsys, argv, says)

@@ -160,7 +160,7 @@ def test_optimizers_text_table(tmp_path):
     (["optimizers", "--optimizers", "sgd"], "optimizer 'sgd' is not known; allowed: adamw, adafactor, adamw8bit"),
     (["optimizers", "--learning-rate", "0"], "learning_rate=0.0 must be a positive number"),
     (["optimizers", "--learning-rate=-1e-3"], "learning_rate=-0.001 must be a positive number"),
-    (["optimizers", "--steps", "0"], "steps=0 must be a whole number >= 1"),
+    (["optimizers", "--steps", "0"], "steps=0 must be a whole number from 1 to 4000"),
 ])
 def test_optimizers_bad_input_is_one_line_and_exit_code_2(args, words, capsys):
     test_bad_input_is_one_line_and_exit_code_2(args, words, capsys)
@@ -169,7 +169,7 @@ def test_optimizers_bad_input_is_one_line_and_exit_code_2(args, words, capsys):
 @pytest.mark.parametrize("args, words", [
     (["fsdp", "--processes", "1"], "--processes=1 must be a whole number from 2 to 64"),
     (["fsdp", "--processes", "0"], "sharding across 1 process keeps everything whole"),
-    (["fsdp", "--steps", "0"], "--steps=0 must be a whole number >= 1"),
+    (["fsdp", "--steps", "0"], "--steps=0 must be a whole number from 1 to 1000"),
     (["fsdp", "--batch-size", "-2"], "--batch-size=-2 must be a whole number >= 1"),
 ])
 def test_fsdp_bad_input_is_one_line_and_exit_code_2(args, words, capsys):

@@ -32,6 +32,7 @@ from effitrain_helpers.core.validate import positive_int
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICE_CHOICES = ("cpu", "cuda", "mps", "all")
 MAX_SIZE = 32768
+MOST_REPEATS = 1000  # timed repeats per measurement: more adds time, not precision
 TARGET_REPEAT_S = 0.1  # each repeat runs the product enough times to last about this long
 WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least twice)
 SPREAD_MAX = 0.10  # IQR / median of the repeats above this: the run is unreliable (torch.utils.benchmark warns at 0.1)
@@ -270,7 +271,7 @@ def _device_name(device: str) -> str:
 
 
 def _check_repeats(repeats: int) -> None:
-    positive_int("repeats", repeats, hint=msg("repeats=5 is a good default"))
+    positive_int("repeats", repeats, maximum=MOST_REPEATS, hint=msg("repeats=5 is a good default"))
 
 
 def _warm_product(size: int, dtype: str, device: str) -> tuple[Callable[[], object], int]:

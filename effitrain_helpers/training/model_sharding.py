@@ -35,6 +35,7 @@ ADAMW_STATE_PER_VALUE = 2  # exp_avg and exp_avg_sq; plus a float32 0-d `step` t
 STEP_TENSOR_BYTES = 4
 SHARDING_NEEDS = msg("; sharding across 1 process keeps everything whole: use 2 or more")
 SEQ_LEN, WIDTH, DEPTH, HEADS = 16, 64, 2, 4  # the lesson's tokens per sample and model shape
+MOST_STEPS = 1000  # fifty times the full lesson's 20
 
 
 def sharding_model(seed: int = 0, width: int = WIDTH, depth: int = DEPTH, vocab: int = 1000, classes: int = 3):
@@ -246,7 +247,7 @@ def sharding_arguments(processes: int | None = 2, steps: int | None = None,
 
     n = resolve_num_processes(processes, minimum=2, name="--processes", why=SHARDING_NEEDS)
     size = lesson_size("5.1")
-    steps = positive_int("--steps", size.steps if steps is None else steps, example="--steps 3")
+    steps = positive_int("--steps", size.steps if steps is None else steps, maximum=MOST_STEPS, example="--steps 3")
     batch_size = positive_int("--batch-size", size.batch_size if batch_size is None else batch_size,
                               example="--batch-size 8")
     _check_memory(n, steps, batch_size)

@@ -30,6 +30,8 @@ from effitrain_helpers.measure.optimizer_memory import OPTIMIZER_NAMES, check_op
     parameter_bytes, state_bytes
 from effitrain_helpers.training.runs import default_learning_rate, learning_rate_hint
 
+MOST_STEPS = 4000  # training steps per optimizer: ten times the full lesson's 400
+
 LABELS = {"adamw": "AdamW", "adafactor": "Adafactor", "adamw8bit": "AdamW8bit"}
 CLASSES = {"adamw": "torch.optim.AdamW", "adafactor": "transformers.Adafactor",
            "adamw8bit": "bitsandbytes.optim.AdamW8bit"}
@@ -353,7 +355,7 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
                             allowed=", ".join(OPTIMIZER_NAMES)))
     names = list(dict.fromkeys(names))
     steps = default_steps() if steps is None else steps
-    positive_int("steps", steps)
+    positive_int("steps", steps, maximum=MOST_STEPS)
     positive_int("batch_size", batch_size)
     whole_number("seed", seed, minimum=0)
     check_betas(betas)
