@@ -96,6 +96,43 @@ def fresh_command(notebook: str, folder: Path) -> str:
     return f"{_program()} workbook{where} --fresh {lesson_id(notebook)}"
 
 
+
+def _try_lock(lock, wait: bool = False) -> bool:
+    """Hold ``lock`` (an open file) exclusively: True when held; without ``wait``, False when another process
+    holds it. ``fcntl.flock`` on POSIX, ``msvcrt.locking`` of its first byte on Windows."""
+    if os.name == "nt":
+        import msvcrt
+
+        while True:
+            try:
+                lock.seek(0)
+                msvcrt.locking(lock.fileno(), msvcrt.LK_NBLCK, 1)
+                return True
+            except OSError:
+                if not wait:
+                    return False
+                time.sleep(0.1)
+    import fcntl
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _unlock(lock) -> None:
+    """Let go of a lock taken by :func:`_try_lock`."""
+    if os.name == "nt":
+        import msvcrt
+
+        lock.seek(0)
+        msvcrt.locking(lock.fileno(), msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
 class Workbook:
     """The learner's folder and its manifest; :meth:`sync` and :meth:`fresh` do the work."""
 
@@ -129,23 +166,19 @@ class Workbook:
     def _turn(self):
         """This run's turn on the folder: the lock file held (waiting for another run, said once), the
         manifest read afresh and the copies it lost recognised; the manifest is saved before the turn ends."""
-        import fcntl
-
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.folder / LOCK, "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _try_lock(lock):
                 print(tr("another workbook run is updating {folder}; waiting for it to finish ...",
                          folder=str(self.folder)), file=sys.stderr, flush=True)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+                _try_lock(lock, wait=True)
             try:
                 self.manifest = self._read_manifest()
                 self._recognise()
                 yield
                 self._save_manifest()
             finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                _unlock(lock)
 
     def _edition_bytes(self, name: str) -> bytes:
         import nbformat
