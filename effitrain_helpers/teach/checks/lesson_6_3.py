@@ -161,9 +161,9 @@ q1 = Exercise(
            "Keep a running total of values per rank; for each tensor, largest first (sorted(..., key=...)), "
            "pick the rank whose total is smallest (min(range(world_size), key=...)). "
            "ZeroRedundancyOptimizer._partition_parameters does the same.",
-           "def assign_owners(sizes, world_size):\n    loads, owners = [0] * world_size, [0] * len(sizes)\n"
+           "def assign_owners(sizes, world_size):\n    loads, owners = [0] * ____, [0] * len(sizes)\n"
            "    for i in sorted(range(len(sizes)), key=____):\n        rank = ____\n"
-           "        owners[i] = rank\n        loads[rank] += ____\n    return owners"],
+           "        owners[____] = rank\n        loads[rank] += ____\n    return ____"],
     solution_code=(
         "def assign_owners(sizes, world_size):\n    loads, owners = [0] * world_size, [0] * len(sizes)\n"
         "    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):\n"
@@ -178,12 +178,12 @@ q2 = Exercise(
     hints=["Every rank still holds every parameter and the averaged gradient; only the optimizer (and so its "
            "state) is split. After its own step, a rank's share is new and the others' is stale: each owner "
            "sends its tensors to everyone.",
-           "In __init__: self.params = list(params), owners from assign_owners (sizes: p.numel()), "
-           "self.optimizer = optimizer_class(my_params, **defaults). In step(): self.optimizer.step(), then "
-           "torch.distributed.broadcast(tensor, src=...) for each parameter (docs: torch.distributed).",
-           "def step(self):\n    self.optimizer.step()\n    for p, owner in zip(self.params, self.owners):\n"
-           "        dist.broadcast(____, src=____)\n\ndef zero_grad(self):\n    for p in ____:\n"
-           "        p.grad = ____"],
+           "In __init__: keep the parameters in a list (params may be a generator), give them owners with "
+           "assign_owners (sizes: p.numel()) and build optimizer_class(my_share, **defaults). In step(): the "
+           "inner optimizer's step, then torch.distributed.broadcast(tensor, src=...) for each parameter "
+           "(docs: torch.distributed).",
+           "# in step(), after the inner step:\nfor p, owner in zip(____, ____):\n"
+           "    dist.broadcast(____, src=____)\n\n# in zero_grad():\nfor p in ____:\n    p.grad = ____"],
     solution_code=(
         "class ShardedOptimizer:\n    def __init__(self, params, optimizer_class, **defaults):\n"
         "        self.params = list(params)\n"
