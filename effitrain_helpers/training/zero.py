@@ -9,7 +9,7 @@ each a few lines of ``torch.distributed`` (they run inside every rank of a group
 - :class:`ShardedOptimizer` (ZeRO-1): each rank builds the inner optimizer over its own tensors only, steps
   them, then broadcasts each updated tensor from its owner;
 - :class:`ReduceScatterOptimizer` (ZeRO-2): the gradients are reduce-scattered into each owner's flat buffer
-  instead of all-reduced, and the updated parameters all-gathered back;
+  (N equal slices of all the values) instead of all-reduced, and the updated slices all-gathered back;
 - :class:`GatheredUnits` (ZeRO-3): each unit's (block's) parameters live as 1/N flat shards; module hooks
   all-gather a unit just before its forward and its backward and free it after, and its gradients are
   reduce-scattered as soon as they are complete;
@@ -93,10 +93,6 @@ class ShardedOptimizer:
             p.grad = None
 
 
-def _shares(params: list, owners: list[int], world: int) -> list[list]:
-    return [[p for p, owner in zip(params, owners) if owner == r] for r in range(world)]
-
-
 def _pack(tensors: Iterable[torch.Tensor], length: int) -> torch.Tensor:
     """``tensors`` flattened one after the other into a zero-padded float32 vector of ``length`` values."""
     flat = torch.zeros(length)
@@ -116,44 +112,50 @@ def _unpack(flat: torch.Tensor, like: Iterable[torch.Tensor]) -> list[torch.Tens
     return views
 
 
-class ReduceScatterOptimizer(ShardedOptimizer):
-    """ZeRO-2 by hand: the owners of :class:`ShardedOptimizer`, but after backward call
-    :meth:`reduce_gradients` *instead of* averaging every gradient: each rank's gradients are packed into
-    N owner buffers (padded to the largest share) and reduce-scattered, so each rank receives the sum of
-    only its own share, into one flat buffer, and drops every other gradient. ``step()`` steps the share
-    and all-gathers the owners' flat parameters back (a reduce-scatter + an all-gather: the two halves of a
-    ring all-reduce)."""
+class ReduceScatterOptimizer:
+    """ZeRO-2 by hand: ``ReduceScatterOptimizer(params, torch.optim.AdamW, lr=1e-3)``.
+
+    All the parameters, flattened one after the other and padded, are cut into N equal slices; rank r owns
+    slice r (a flat ``torch.nn.Parameter``, ``self.slice``, the only thing its inner optimizer steps). After
+    backward, call :meth:`reduce_gradients` *instead of* averaging every gradient: the gradients, packed the
+    same way, are reduce-scattered, so each rank receives the sum of only its own slice, into one flat buffer,
+    and drops every other gradient. ``step()`` steps the slice and all-gathers the slices back into every
+    parameter: a reduce-scatter + an all-gather, the two halves of a ring all-reduce, so it sends what an
+    all-reduce sends. Equal slices (tensors cut where they fall, as DeepSpeed's stage 2 does) keep the
+    padding below N values; ZeRO-1's whole tensors would pad every owner's buffer to the largest share.
+    """
 
     def __init__(self, params, optimizer_class, **defaults):
         import torch.distributed as dist
 
-        super().__init__(params, optimizer_class, **defaults)
+        self.params = list(params)
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
-        self.shares = _shares(self.params, self.owners, self.world)
-        self.length = max(sum(p.numel() for p in share) for share in self.shares)  # padded share length
-        self.flat_grad = torch.zeros(self.length)
+        self.chunk = math.ceil(sum(p.numel() for p in self.params) / self.world)
+        flat = _pack((p.detach() for p in self.params), self.world * self.chunk)
+        self.slice = torch.nn.Parameter(flat[self.rank * self.chunk:(self.rank + 1) * self.chunk].clone())
+        self.optimizer = optimizer_class([self.slice], **defaults)
 
     def reduce_gradients(self):
         import torch.distributed as dist
 
-        packed = torch.cat([_pack((p.grad for p in share), self.length) for share in self.shares])
-        dist.reduce_scatter_single(self.flat_grad, packed)
-        self.flat_grad /= self.world
+        packed = _pack((p.grad for p in self.params), self.world * self.chunk)
+        mine = torch.empty(self.chunk)
+        dist.reduce_scatter_single(mine, packed)
+        self.slice.grad = mine / self.world
         for p in self.params:
             p.grad = None
-        for p, view in zip(self.shares[self.rank], _unpack(self.flat_grad, self.shares[self.rank])):
-            p.grad = view
 
     def step(self):
         import torch.distributed as dist
 
         self.optimizer.step()
-        gathered = torch.empty(self.world * self.length)
-        dist.all_gather_single(gathered, _pack((p.detach() for p in self.shares[self.rank]), self.length))
-        for r, share in enumerate(self.shares):
-            flat = gathered[r * self.length:(r + 1) * self.length]
-            for p, value in zip(share, _unpack(flat, share)):
-                p.data.copy_(value)
+        gathered = torch.empty(self.world * self.chunk)
+        dist.all_gather_single(gathered, self.slice.detach())
+        for p, value in zip(self.params, _unpack(gathered, self.params)):
+            p.data.copy_(value)
+
+    def zero_grad(self):
+        self.slice.grad = None
 
 
 class GatheredUnits:
@@ -312,7 +314,7 @@ def zero_stages(batches: list[tuple], seed: int = 0) -> dict[str, Any]:
 
     def zero2(model):
         opt = ReduceScatterOptimizer(model.parameters(), torch.optim.AdamW, lr=LEARNING_RATE)
-        return (opt, lambda: (opt.reduce_gradients(), _grad_bytes(model.parameters()))[1],
+        return (opt, lambda: (opt.reduce_gradients(), _grad_bytes([opt.slice]))[1],
                 lambda m, o: replicated(m, o, o.optimizer))
 
     def zero3(model):
