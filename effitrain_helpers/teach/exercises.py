@@ -13,7 +13,7 @@ records its verdict for ``effitrain progress``. Everything they show is in the l
 (:func:`~effitrain_helpers.core.language.tr`: verdict words, the exercise's name, its hints and the checker's
 messages); the statuses and the recorded verdicts stay in English.
 ``____`` is the blank that starter code leaves for the learner to fill in: an answer that is ``____`` (or
-``...``), holds one (``(____, ____)``), or a function whose code still uses ``____`` is *not attempted*.
+``...``), holds one (``(____, ____)``), or a function or class whose code still uses ``____`` is *not attempted*.
 """
 
 from __future__ import annotations
@@ -154,6 +154,10 @@ def _unfinished(value: Any, depth: int = 0) -> str | None:
         value = value.__func__
     if isinstance(value, types.FunctionType) and _uses_blank(value.__code__):
         return tr("your function {name}() still contains ____: write its code, then run the cell again.",
+                  name=value.__name__)
+    if isinstance(value, type) and any(isinstance(f, types.FunctionType) and _uses_blank(f.__code__)
+                                       for f in vars(value).values()):
+        return tr("your class {name} still contains ____: write its methods, then run the cell again.",
                   name=value.__name__)
     if depth < 3 and isinstance(value, (tuple, list, set, frozenset, dict)):
         items = list(value.keys()) + list(value.values()) if isinstance(value, dict) else list(value)

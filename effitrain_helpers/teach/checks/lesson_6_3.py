@@ -1,0 +1,197 @@
+"""Exercises of lesson 6.3 (ZeRO by hand: shard the optimizer state, the gradients, the parameters).
+
+q1 assigns whole tensors to ranks, balanced by size (checked here, in this process); q2 is ZeRO-1,
+``ShardedOptimizer(params, optimizer_class, **defaults)``, run in 2 and then 3 real processes against plain
+``torch.optim.AdamW`` on every rank, after averaged gradients. Both judge a function or class defined in a
+notebook or in a script (``q2.evaluate(MyClass)``): the class travels to the workers by value.
+"""
+
+from __future__ import annotations
+
+import re
+
+from effitrain_helpers.core.language import tr
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, run_learner_in_processes
+
+WORLDS = (2, 3)  # q2 runs in 2, then in 3 processes
+STEPS, BATCH = 3, 6  # AdamW steps; samples per step in all (split among the ranks)
+TOLERANCE = 1e-6  # largest weight difference allowed against plain AdamW on every rank
+TIMEOUT = 90.0  # seconds for one launch of q2; a stuck rank (a broadcast nobody answers) is named after it
+
+# q1's cases: (sizes, world_size); each wrong version a learner writes fails at least one of them
+BALANCE_CASES = (
+    ([100, 1] * 4, 2),        # round-robin puts every big tensor on rank 0
+    ([1] * 6 + [50] * 4, 2),  # cutting the list in halves by count puts every big one on rank 1
+    ([64000, 12288, 8192, 8192, 4096, 192, 128, 64, 64, 3], 3),  # lesson 5.1's model, roughly
+    ([5, 5, 5, 5, 5], 4),     # more ranks than pairs: nobody may be left empty
+)
+
+
+def _check_owners(assign) -> None:
+    if not callable(assign):
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=assign))
+    for sizes, world in BALANCE_CASES:
+        owners = assign(list(sizes), world)
+        try:
+            owners = [int(o) for o in owners]
+        except (TypeError, ValueError):
+            raise Incorrect(tr("return a list with one rank (an int) per tensor; for sizes={sizes} you returned "
+                               "{owners!r}.", sizes=sizes, owners=owners)) from None
+        if len(owners) != len(sizes):
+            raise Incorrect(tr("return one owner per tensor: {n} sizes gave {m} owners.", n=len(sizes),
+                               m=len(owners)))
+        bad = [o for o in owners if not 0 <= o < world]
+        if bad:
+            raise Incorrect(tr("rank {rank} does not exist among {world} ranks: owners go from 0 to {last}.",
+                               rank=bad[0], world=world, last=world - 1))
+        loads = [sum(s for s, o in zip(sizes, owners) if o == r) for r in range(world)]
+        empty = [r for r in range(world) if r not in owners]
+        if empty:
+            raise Incorrect(tr("with {n} tensors and {world} ranks, rank {rank} owns nothing (loads {loads}): its "
+                               "optimizer would get an empty parameter list.", n=len(sizes), world=world,
+                               rank=empty[0], loads=loads))
+        bound = sum(sizes) / world + max(sizes)
+        if max(loads) > bound:
+            raise Incorrect(tr("sizes={sizes} among {world} ranks: the ranks hold {loads} values, unbalanced "
+                               "(the largest should be at most {bound:g}: the mean plus the largest tensor). "
+                               "Give each tensor to the rank that holds the fewest values so far.",
+                               sizes=sizes, world=world, loads=loads, bound=bound))
+
+
+def _run_learner(cls, steps: int, batch: int) -> dict:
+    """In each rank: lesson 5.1's model trained ``steps`` AdamW steps with the learner's ``cls`` and, beside
+    it, the same model with plain ``torch.optim.AdamW``; both average their gradients first. Returns which
+    parameters the inner optimizer holds, its state bytes and AdamW's, gradients left by ``zero_grad`` and
+    the weights after the first and the last step."""
+    import torch
+    import torch.distributed as dist
+
+    from effitrain_helpers.training.model_sharding import sharding_batches, sharding_model
+    from effitrain_helpers.training.zero import LEARNING_RATE, average_gradients, state_bytes
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, reference = sharding_model(), sharding_model()
+    params = list(model.parameters())
+    optimizer = cls(model.parameters(), torch.optim.AdamW, lr=LEARNING_RATE)
+    plain = torch.optim.AdamW(reference.parameters(), lr=LEARNING_RATE)
+    def flat(m):
+        return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    after_first, left = None, []
+    for tokens, labels in sharding_batches(steps, batch):
+        for m, opt in ((model, optimizer), (reference, plain)):
+            torch.nn.functional.cross_entropy(m(tokens.chunk(world)[rank]), labels.chunk(world)[rank]).backward()
+            average_gradients(m.parameters())
+            opt.step()
+            opt.zero_grad()
+        left += [i for i, p in enumerate(params) if p.grad is not None and bool(p.grad.any())]
+        after_first = flat(model) if after_first is None else after_first
+    inner = getattr(optimizer, "optimizer", None)
+    if inner is None or not hasattr(inner, "param_groups"):
+        raise AttributeError(tr("keep the inner optimizer as self.optimizer (the checker reads its "
+                                "param_groups and state)"))
+    held = {id(p) for group in inner.param_groups for p in group["params"]}
+    return {"owned": [i for i, p in enumerate(params) if id(p) in held], "state": state_bytes(inner),
+            "adamw_state": state_bytes(plain), "left": sorted(set(left)), "after_first": after_first,
+            "weights": flat(model), "reference": flat(reference),
+            "names": [name for name, _ in model.named_parameters()],
+            "state_per_tensor": [p.numel() * 8 + 4 for p in params]}
+
+
+def _check_sharded_optimizer(cls) -> None:
+    if not isinstance(cls, type):
+        raise Incorrect(tr("pass your class itself (ShardedOptimizer, not ShardedOptimizer(...)); you gave "
+                           "{fn!r}.", fn=cls))
+    for world in WORLDS:
+        try:
+            ranks = run_learner_in_processes(_run_learner, cls, STEPS, BATCH, processes=world, timeout=TIMEOUT)
+        except TimeoutError as err:
+            stuck = re.search(r"still running: ranks \[[^\]]*\]", str(err))
+            raise Incorrect(tr("in {world} processes nothing came back within {timeout:g} s ({stuck}); they were "
+                               "ended. A collective that one rank calls and another does not waits forever: "
+                               "every rank must call broadcast for every parameter, in the same order.",
+                               world=world, timeout=TIMEOUT, stuck=stuck.group(0) if stuck else "?")) from None
+        _judge(ranks, world)
+
+
+def _judge(ranks: list[dict], world: int) -> None:
+    names, adamw = ranks[0]["names"], ranks[0]["adamw_state"]
+    owners = [[r for r, rank in enumerate(ranks) if i in rank["owned"]] for i in range(len(names))]
+    if all(len(o) == world for o in owners):
+        raise Incorrect(tr("in {world} processes every rank steps every parameter: no memory is saved (each "
+                           "rank's state is {state:,} bytes, AdamW's {adamw:,}). Build the inner optimizer "
+                           "over this rank's share only.", world=world, state=ranks[0]["state"], adamw=adamw))
+    shared = [i for i, o in enumerate(owners) if len(o) > 1]
+    if shared:
+        raise Incorrect(tr("in {world} processes the shares overlap: {name} is stepped by ranks {ranks}. Each "
+                           "tensor must have exactly one owner.", world=world, name=names[shared[0]],
+                           ranks=owners[shared[0]]))
+    orphans = [i for i, o in enumerate(owners) if not o]
+    if orphans:
+        raise Incorrect(tr("in {world} processes {n} parameter(s) are in no rank's share (e.g. {name}): they "
+                           "are never updated. Every tensor needs an owner.", world=world, n=len(orphans),
+                           name=names[orphans[0]]))
+    left = sorted({i for rank in ranks for i in rank["left"]})
+    if left:
+        raise Incorrect(tr("after zero_grad(), {name} still has a gradient: clear every parameter's gradient, "
+                           "not only this rank's share.", name=names[left[0]]))
+    spread = max(float((r["after_first"] - ranks[0]["after_first"]).abs().max()) for r in ranks)
+    if spread > 0:
+        raise Incorrect(tr("in {world} processes the ranks' weights differ after step 1 (by up to {gap:.1e}): "
+                           "each rank updated only its share. After stepping, broadcast every parameter from "
+                           "its owner.", world=world, gap=spread))
+    gap = max(float((r["weights"] - r["reference"]).abs().max()) for r in ranks)
+    if gap > TOLERANCE:
+        raise Incorrect(tr("in {world} processes the weights differ from plain AdamW's by {gap:.1e} after "
+                           "{steps} steps (allowed {allowed:g}): pass optimizer_class and **defaults on to "
+                           "the inner optimizer unchanged.", world=world, gap=gap, steps=STEPS, allowed=TOLERANCE))
+    states = [r["state"] for r in ranks]
+    bound = adamw / world + max(ranks[0]["state_per_tensor"])
+    if sum(states) != adamw or max(states) > bound:
+        raise Incorrect(tr("in {world} processes the ranks keep {states} bytes of state for AdamW's {adamw:,}: "
+                           "the largest should be at most {bound:,.0f} (1/N plus the largest tensor's). Balance "
+                           "the shares by size.", world=world, states=states, adamw=adamw, bound=bound))
+
+
+q1 = Exercise(
+    "6.3 q1: give each tensor an owner, balanced by size",
+    _check_owners,
+    usage="q1.check(assign_owners)",
+    hints=["Whole tensors go to ranks, so the shares cannot be exactly equal; aim for the largest share to be "
+           "as small as possible. Placing the big tensors first leaves the small ones to even things out.",
+           "Keep a running total of values per rank; for each tensor, largest first (sorted(..., key=...)), "
+           "pick the rank whose total is smallest (min(range(world_size), key=...)). "
+           "ZeroRedundancyOptimizer._partition_parameters does the same.",
+           "def assign_owners(sizes, world_size):\n    loads, owners = [0] * ____, [0] * len(sizes)\n"
+           "    for i in sorted(range(len(sizes)), key=____):\n        rank = ____\n"
+           "        owners[____] = rank\n        loads[rank] += ____\n    return ____"],
+    solution_code=(
+        "def assign_owners(sizes, world_size):\n    loads, owners = [0] * world_size, [0] * len(sizes)\n"
+        "    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):\n"
+        "        rank = min(range(world_size), key=lambda r: loads[r])\n        owners[i] = rank\n"
+        "        loads[rank] += sizes[i]\n    return owners\n\nq1.check(assign_owners)"
+    ),
+)
+q2 = Exercise(
+    "6.3 q2: ZeRO-1, ShardedOptimizer, in 2 and 3 processes",
+    _check_sharded_optimizer,
+    usage="q2.check(ShardedOptimizer)",
+    hints=["Every rank still holds every parameter and the averaged gradient; only the optimizer (and so its "
+           "state) is split. After its own step, a rank's share is new and the others' is stale: each owner "
+           "sends its tensors to everyone.",
+           "In __init__: keep the parameters in a list (params may be a generator), give them owners with "
+           "assign_owners (sizes: p.numel()) and build optimizer_class(my_share, **defaults). In step(): the "
+           "inner optimizer's step, then torch.distributed.broadcast(tensor, src=...) for each parameter "
+           "(docs: torch.distributed).",
+           "# in step(), after the inner step:\nfor p, owner in zip(____, ____):\n"
+           "    dist.broadcast(____, src=____)\n\n# in zero_grad():\nfor p in ____:\n    p.grad = ____"],
+    solution_code=(
+        "class ShardedOptimizer:\n    def __init__(self, params, optimizer_class, **defaults):\n"
+        "        self.params = list(params)\n"
+        "        self.owners = assign_owners([p.numel() for p in self.params], dist.get_world_size())\n"
+        "        mine = [p for p, o in zip(self.params, self.owners) if o == dist.get_rank()]\n"
+        "        self.optimizer = optimizer_class(mine, **defaults)\n\n    def step(self):\n"
+        "        self.optimizer.step()\n        for p, owner in zip(self.params, self.owners):\n"
+        "            dist.broadcast(p.data, src=owner)\n\n    def zero_grad(self):\n"
+        "        for p in self.params:\n            p.grad = None\n\n\nq2.check(ShardedOptimizer)"
+    ),
+)
