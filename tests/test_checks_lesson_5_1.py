@@ -85,8 +85,8 @@ def _sgd(model):
     (_blocks_only, "fully_shard(model) on the root takes the ones no block took"),
     (_ddp, "every rank still holds every parameter whole"),
     (_optimizer_first, "it was created before fully_shard"),
-    (_model_only, "return the pair (model, optimizer)"),
-    (_sgd, "the optimizer is SGD with lr=0.001"),
+    pytest.param(_model_only, "return the pair (model, optimizer)", marks=pytest.mark.exhaustive),
+    pytest.param(_sgd, "the optimizer is SGD with lr=0.001", marks=pytest.mark.exhaustive),
 ])
 def test_q1_judges_the_sharding_by_what_it_does(shard, words):
     result = q1.evaluate(shard)
