@@ -11,6 +11,8 @@
     effitrain optimizers [--optimizers adamw,adafactor,adamw8bit] [--steps N] [--learning-rate LR] [--seed S]
                          [--plot FILE.png] [--json]
     effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
+    effitrain memory --parameters P [--devices N] [--optimizer mixed|fp32|8bit]
+                     [--layers L --hidden H --heads A --sequence S --micro-batch B] [--json]
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
@@ -205,6 +207,33 @@ def _add_fsdp_parser(sub) -> None:
                    "a run that would need more memory than is available is refused before it starts")
     p.add_argument("--json", action="store_true", help="one JSON record: bytes, theory, communication, differences")
     p.set_defaults(func=_fsdp)
+
+
+def _memory(args) -> int:
+    """Will it fit? Bytes per device under DDP and ZeRO 1-3, with the formulas (lesson 5.1)."""
+    from effitrain_helpers.measure.memory_estimate import fit_table, will_it_fit
+
+    shape = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "sequence", "micro_batch")}
+    given = [k for k, v in shape.items() if v is not None]
+    if given and len(given) < len(shape):
+        missing = ", ".join("--" + k.replace("_", "-") for k, v in shape.items() if v is None)
+        raise ValueError(tr("the transformer's shape needs all five of --layers, --hidden, --heads, --sequence, "
+                            "--micro-batch; missing: {missing}. Fix: give them all, or none.", missing=missing))
+    report = will_it_fit(args.parameters, args.devices, args.optimizer, shape if given else None)
+    print(json.dumps(report) if args.json else fit_table(report))
+    return 0
+
+
+def _add_memory_parser(sub) -> None:
+    p = sub.add_parser("memory", help="will it fit? bytes per device under DDP and ZeRO 1-3, with the formulas")
+    p.add_argument("--parameters", required=True, help="number of parameters, e.g. 7.5e9")
+    p.add_argument("--devices", type=int, default=1, help="number of devices (data-parallel ranks, default 1)")
+    p.add_argument("--optimizer", default="mixed", help="mixed (2+2+12 bytes), fp32 (4+4+8) or 8bit (default mixed)")
+    for flag, what in (("--layers", "transformer layers"), ("--hidden", "hidden size"), ("--heads", "attention heads"),
+                       ("--sequence", "sequence length"), ("--micro-batch", "sequences per device and step")):
+        p.add_argument(flag, type=int, default=None, help=f"{what} (with the other four: activations)")
+    p.add_argument("--json", action="store_true", help="one JSON record: bytes per device by stage and kind, formulas")
+    p.set_defaults(func=_memory)
 
 
 def _add_optimizers_parser(sub) -> None:
@@ -437,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_efficiency)
     _add_optimizers_parser(sub)
     _add_fsdp_parser(sub)
+    _add_memory_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)
     return parser

@@ -2,7 +2,7 @@
 
 import pytest
 
-from effitrain_helpers.teach.checks.lesson_5_1 import q1, q2, q3
+from effitrain_helpers.teach.checks.lesson_5_1 import q1, q2, q3, q4
 
 
 def test_q2_bytes_per_gpu():
@@ -20,10 +20,17 @@ def test_q3_communication_ratio():
     assert q3.evaluate(3).status == "incorrect"
 
 
+def _optimized(model):
+    import torch
+
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
 def _root_only(model):
     from torch.distributed.fsdp import fully_shard
 
     fully_shard(model)
+    return _optimized(model)
 
 
 def _blocks_only(model):
@@ -31,13 +38,13 @@ def _blocks_only(model):
 
     for block in model.blocks:
         fully_shard(block)
-    return model
+    return _optimized(model)
 
 
 def _ddp(model):
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(model)
+    return _optimized(DistributedDataParallel(model))
 
 
 def _right(model):
@@ -46,7 +53,29 @@ def _right(model):
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-    return model
+    return _optimized(model)
+
+
+def _optimizer_first(model):
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return model, optimizer
+
+
+def _model_only(model):
+    return _right(model)[0]
+
+
+def _sgd(model):
+    import torch
+
+    model, _ = _right(model)
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3)
 
 
 @pytest.mark.slow
@@ -55,6 +84,9 @@ def _right(model):
     (_root_only, "call fully_shard on each of the 2 blocks first"),
     (_blocks_only, "fully_shard(model) on the root takes the ones no block took"),
     (_ddp, "every rank still holds every parameter whole"),
+    (_optimizer_first, "it was created before fully_shard"),
+    pytest.param(_model_only, "return the pair (model, optimizer)", marks=pytest.mark.exhaustive),
+    pytest.param(_sgd, "the optimizer is SGD with lr=0.001", marks=pytest.mark.exhaustive),
 ])
 def test_q1_judges_the_sharding_by_what_it_does(shard, words):
     result = q1.evaluate(shard)
@@ -66,3 +98,12 @@ def test_q1_judges_the_sharding_by_what_it_does(shard, words):
 
 def test_q1_refuses_what_is_not_a_function():
     assert "pass your function itself" in q1.evaluate("shard").message
+
+
+def test_q4_zero2_row():
+    assert q4.evaluate(16.64).status == "correct"
+    assert "ZeRO-1's row" in q4.evaluate(31.41).message
+    assert "ZeRO-3's row" in q4.evaluate(1.875).message
+    assert "DDP's row" in q4.evaluate(120).message
+    assert "in bytes" in q4.evaluate(16.64e9).message
+    assert "divided among the 64 devices" in q4.evaluate(15).message

@@ -87,3 +87,35 @@ def test_summarize_reads_rank_results():
     report = summarize([{"DDP": rank(r, False), "FSDP": rank(r, True)} for r in range(2)])
     assert report["parameters"] == 6 and report["max_weight_difference"] == 0.0
     assert report["ratio"]["parameters"] == 4 / 6  # rank 0 keeps 2 of the 3 rows
+
+
+class _MemoryEvent:
+    def __init__(self, start, nbytes, name="[memory]"):
+        self._start, self._nbytes, self._name = start, nbytes, name
+
+    def start_ns(self):
+        return self._start
+
+    def nbytes(self):
+        return self._nbytes
+
+    def name(self):
+        return self._name
+
+
+def test_allocation_peak_is_the_largest_running_sum_in_time_order():
+    from effitrain_helpers.training.model_sharding import allocation_peak
+
+    events = [_MemoryEvent(3, -100), _MemoryEvent(1, 100), _MemoryEvent(2, 50), _MemoryEvent(4, 80),
+              _MemoryEvent(5, 999, name="aten::mm")]  # only [memory] events count
+    assert allocation_peak(events) == 150
+    assert allocation_peak([]) == 0
+
+
+def test_peak_strategies_refuse_an_unknown_one():
+    import pytest
+
+    from effitrain_helpers.training.model_sharding import _wrap_for_peak, sharding_model
+
+    with pytest.raises(ValueError, match="strategy='ZeRO-2' is not one of DDP, ZeRO-1, FSDP"):
+        _wrap_for_peak("ZeRO-2", sharding_model())

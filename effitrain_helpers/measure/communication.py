@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass, field
 
 # collective -> the argument whose tensor is its payload (the whole tensor it works on)
-COUNTED = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input"}
+COUNTED = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input",
+           "broadcast": "tensor"}  # broadcast: ZeroRedundancyOptimizer's parameters after its step (lesson 5.1)
 
 
 @dataclass

@@ -162,11 +162,13 @@ def fsdp_groups(model) -> list[list[tuple]]:
     return groups
 
 
-def train_steps(model, batches: list[tuple], learning_rate: float = 1e-3, after_backward: Callable | None = None):
+def train_steps(model, batches: list[tuple], learning_rate: float = 1e-3, after_backward: Callable | None = None,
+                optimizer=None):
     """Train ``model`` one AdamW step per batch of :func:`sharding_batches`; returns ``(losses, optimizer)``.
 
-    ``after_backward(model, optimizer)`` runs after each backward, before the step (to measure gradients)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    ``after_backward(model, optimizer)`` runs after each backward, before the step (to measure gradients);
+    ``optimizer``: one made by the caller (after the wrap), else AdamW at ``learning_rate``."""
+    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=learning_rate)
     losses = []
     for tokens, labels in batches:
         loss = torch.nn.functional.cross_entropy(model(tokens), labels)
@@ -347,3 +349,118 @@ def report_table(report: dict[str, Any]) -> str:
     lines += ["", tr("DDP vs FSDP: largest loss difference {loss:.2e}, largest weight difference {weight:.2e}",
                      loss=report["max_loss_difference"], weight=report["max_weight_difference"])]
     return "\n".join(lines)
+
+
+# --- Memory where it peaks: one step of DDP, ZeRO-1 and FSDP measured inside, per rank (lesson 5.1) ---
+
+PEAK_STRATEGIES = ("DDP", "ZeRO-1", "FSDP", "FSDP, reshard_after_forward=False")
+
+
+def _wrap_for_peak(strategy: str, model):
+    """``model`` wrapped for ``strategy`` (:data:`PEAK_STRATEGIES`) and its optimizer, created *after* the wrap
+    (``fully_shard`` replaces the module's parameters by sharded ``DTensor`` s)."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    if strategy not in PEAK_STRATEGIES:
+        raise ValueError(tr("strategy={value!r} is not one of {allowed}.", value=strategy,
+                            allowed=", ".join(PEAK_STRATEGIES)))
+    if strategy in ("DDP", "ZeRO-1"):
+        model = _wrap_ddp(model)
+    else:
+        options = {} if strategy == "FSDP" else {"reshard_after_forward": False}
+        for block in model.blocks:
+            fully_shard(block, **options)
+        fully_shard(model, **options)  # default for the root: it keeps its parameters from forward to backward
+    if strategy == "ZeRO-1":
+        return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+class FullParameterWatch:
+    """Records, at every forward and backward of every leaf module, the bytes of FSDP groups whose full
+    parameters exist on this rank: gathered and registered (``is_unsharded``) or being gathered (a prefetch:
+    ``_all_gather_result`` pending), read from torch 2.13's ``FSDPParamGroup`` (``_fsdp_param_group.py``).
+    ``peak_bytes`` is the largest such sum, ``peak_groups`` the names of the groups full at that moment."""
+
+    def __init__(self, model):
+        from torch.distributed.fsdp import FSDPModule
+
+        self.groups = {name or "root": module._get_fsdp_state()._fsdp_param_group
+                       for name, module in model.named_modules() if isinstance(module, FSDPModule)}
+        self.group_bytes = {name: sum(p.padded_sharded_param_size.numel() for p in g.fsdp_params) * FLOAT32_BYTES
+                            * g.mesh_info.shard_mesh_size for name, g in self.groups.items()}
+        self.peak_bytes, self.peak_groups = 0, []
+        leaves = [m for m in model.modules() if not list(m.children())]
+        self._handles = [h for m in leaves for h in (
+            m.register_forward_pre_hook(lambda *_: self.sample()), m.register_forward_hook(lambda *_: self.sample()),
+            m.register_full_backward_pre_hook(lambda *_: self.sample()))]
+
+    def sample(self) -> None:
+        full = [n for n, g in self.groups.items() if g.is_unsharded or g._all_gather_result is not None]
+        held = sum(self.group_bytes[n] for n in full)
+        if held > self.peak_bytes:
+            self.peak_bytes, self.peak_groups = held, full
+
+    def stop(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def allocation_peak(events) -> int:
+    """The largest sum of allocations minus frees, in time order, of the profiler's ``[memory]`` events
+    (``prof.profiler.kineto_results.events()``): bytes allocated above the level at the start of the record."""
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    level = peak = 0
+    for _, nbytes in memory:
+        level += nbytes
+        peak = max(peak, level)
+    return peak
+
+
+def peak_run(strategy: str, batches: list[tuple], seed: int = 0) -> dict[str, Any]:
+    """In each rank of a group: :func:`sharding_model` wrapped for ``strategy``, one warm-up AdamW step (the
+    optimizer state exists from then on), then one step recorded by ``torch.profiler`` with
+    ``profile_memory=True`` while counting collectives and (FSDP) the full groups.
+
+    Returns ``rest`` (:func:`rank_bytes` between steps: parameters and optimizer state, no gradients),
+    ``in_step`` (the profiler's allocation peak above that level: gradients, activations, gathered
+    parameters, buffers), ``full_parameters`` and ``full_groups`` (FSDP's most full-parameter bytes at once, and
+    which groups), ``communication`` (payload bytes by collective in the recorded step) and ``world``."""
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    from effitrain_helpers.measure.communication import CommunicationCounter
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, optimizer = _wrap_for_peak(strategy, sharding_model(seed))
+    mine = [(t.chunk(world)[rank], y.chunk(world)[rank]) for t, y in batches[:2]]
+
+    def step(tokens, labels):
+        torch.nn.functional.cross_entropy(model(tokens), labels).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    counter = CommunicationCounter().watch(model)  # DDP's comm hook must come before its first backward
+    try:
+        step(*mine[0])
+        warm_up = dict(counter.summary().bytes_by_collective)
+        rest = rank_bytes(model, getattr(optimizer, "optim", optimizer))  # ZeroRedundancyOptimizer: local part
+        watch = FullParameterWatch(model) if strategy.startswith("FSDP") else None
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step(*mine[1])
+        if watch is not None:
+            watch.stop()
+    finally:
+        counter.stop()
+    recorded = {k: b - warm_up.get(k, 0) for k, b in counter.summary().bytes_by_collective.items()}
+    return {"rank": rank, "world": world, "strategy": strategy, "rest": rest,
+            "in_step": allocation_peak(prof.profiler.kineto_results.events()),
+            "full_parameters": watch.peak_bytes if watch else rest["parameters"],
+            "full_groups": watch.peak_groups if watch else [], "group_bytes": watch.group_bytes if watch else {},
+            "communication": recorded}
+
+
+def peak_runs(batches: list[tuple]) -> dict[str, dict]:
+    """:func:`peak_run` for every strategy of :data:`PEAK_STRATEGIES`, one after the other in this group."""
+    return {strategy: peak_run(strategy, batches) for strategy in PEAK_STRATEGIES}

@@ -7,12 +7,14 @@ from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, ru
 
 PROCESSES, STEPS, BATCH = 2, 2, 8  # q1's run: 2 processes, 2 AdamW steps on batches of 8 (4 per process)
 TOLERANCE = 1e-6  # largest weight difference allowed against DDP on the same batches
+LEARNING_RATE = 1e-3  # train_steps' default: the DDP reference run's AdamW
 
 
 def _run_learner(shard_fn) -> dict:
     """In each rank: the lesson model sharded by the learner's ``shard_fn(model)`` and trained, then the same
     model replicated with DDP and trained on the same batches. Returns the local shard of every parameter
     before training, the FSDP groups, and both runs' final weights (gathered whole)."""
+    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -22,14 +24,22 @@ def _run_learner(shard_fn) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = sharding_model()
     returned = shard_fn(model)
-    model = model if returned is None else returned
+    if not (isinstance(returned, tuple) and len(returned) == 2 and isinstance(returned[1], torch.optim.Optimizer)):
+        return {"returned": type(returned).__name__}
+    model, optimizer = returned
     shards = {name.removeprefix("module."): local_part(p).detach().clone() for name, p in model.named_parameters()}
+    in_model = {id(p) for p in model.parameters()}
+    optimized = [p for group in optimizer.param_groups for p in group["params"]]
+    seen = {"returned": "pair", "optimizer": type(optimizer).__name__, "lr": optimizer.param_groups[0]["lr"],
+            "optimizes_model": sum(id(p) in in_model for p in optimized), "optimized": len(optimized),
+            "shards": shards, "groups": fsdp_groups(model)}
+    if seen["optimizes_model"] < len(in_model):
+        return seen  # training would not move the model: nothing more to compare
     mine = [(t.chunk(world)[rank], y.chunk(world)[rank]) for t, y in sharding_batches(STEPS, BATCH)]
-    train_steps(model, mine)
+    train_steps(model, mine, optimizer=optimizer)
     ddp = DistributedDataParallel(sharding_model())
     train_steps(ddp, mine)
-    return {"shards": shards, "groups": fsdp_groups(model), "weights": full_state(model),
-            "ddp_weights": full_state(ddp)}
+    return {**seen, "weights": full_state(model), "ddp_weights": full_state(ddp)}
 
 
 def _check_sharding(shard_fn) -> None:
@@ -38,6 +48,10 @@ def _check_sharding(shard_fn) -> None:
     from effitrain_helpers.training.model_sharding import sharding_model
 
     ranks = run_learner_in_processes(_run_learner, shard_fn, processes=PROCESSES)
+    first = ranks[0]
+    if first["returned"] != "pair":
+        raise Incorrect(tr("shard returned {got}: return the pair (model, optimizer), the optimizer created "
+                           "after fully_shard.", got=first["returned"]))
     whole = dict(sharding_model().named_parameters())
     names = list(ranks[0]["shards"])
     unsharded = [n for n in names if ranks[0]["shards"][n].shape == whole[n].shape and whole[n].shape[0] > 1]
@@ -47,6 +61,17 @@ def _check_sharding(shard_fn) -> None:
         raise Incorrect(tr("{n} of {total} parameters are still whole on every rank (e.g. {name}): "
                            "fully_shard(model) on the root takes the ones no block took.",
                            n=len(unsharded), total=len(names), name=unsharded[0]))
+    if first["optimizes_model"] == 0:
+        raise Incorrect(tr("the optimizer holds none of the model's parameters: it was created before fully_shard, "
+                           "which replaces every parameter with a sharded DTensor, so its steps would change "
+                           "nothing the model uses. Create the optimizer after sharding."))
+    if first["optimizes_model"] < len(names):
+        raise Incorrect(tr("the optimizer holds {n} of the model's {total} parameters: create it after every "
+                           "fully_shard call (each one replaces the parameters it shards).",
+                           n=first["optimizes_model"], total=len(names)))
+    if first["optimizer"] != "AdamW" or first["lr"] != LEARNING_RATE:
+        raise Incorrect(tr("the optimizer is {name} with lr={lr!r}: DDP's reference run uses torch.optim.AdamW "
+                           "with lr={want:g}.", name=first["optimizer"], lr=first["lr"], want=LEARNING_RATE))
     groups = ranks[0]["groups"]
     blocks = len(sharding_model().blocks)
     if len(groups) < blocks + 1:
@@ -102,19 +127,22 @@ def _check_communication_ratio(answer) -> None:
 
 
 q1 = Exercise(
-    "5.1 q1: shard the model with fully_shard, in 2 processes",
+    "5.1 q1: shard the model with fully_shard, then make its optimizer, in 2 processes",
     _check_sharding,
     usage="q1.check(shard)",
     hints=["FSDP2 shards a module's parameters when you call fully_shard on it. Call it bottom-up: each "
-           "transformer block gets its own group (gathered only while that block runs), then the root takes "
-           "what is left (the embedding and the head).",
-           "torch.distributed.fsdp.fully_shard(module) works in place and returns the module; the blocks are in "
-           "model.blocks (a ModuleList). The fully_shard docstring says to call it on sub-modules first.",
+           "transformer layer of the ModuleList gets its own group (gathered only while that layer runs), then "
+           "the root takes what is left (the embedding and the head). The optimizer comes last: fully_shard "
+           "replaces the module's tensors with sharded ones, and an optimizer keeps the tensors it was given.",
+           "torch.distributed.fsdp.fully_shard(module) works in place and returns the module; the layers are in "
+           "model.blocks. The fully_shard docstring says to call it on sub-modules first. The optimizer is "
+           "torch.optim.AdamW (its documentation: pytorch.org/docs, torch.optim).",
            "def shard(model):\n    for ____ in model.blocks:\n        fully_shard(____)\n    ____\n"
-           "    return model"],
+           "    optimizer = torch.optim.AdamW(____, ____)\n    return model, optimizer"],
     solution_code=(
         "def shard(model):\n    for block in model.blocks:\n        fully_shard(block)\n"
-        "    fully_shard(model)\n    return model\n\nq1.check(shard)"
+        "    fully_shard(model)\n    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "    return model, optimizer\n\nq1.check(shard)"
     ),
 )
 q2 = Exercise(
@@ -138,4 +166,40 @@ q3 = Exercise(
            "an all-gather in forward, another in backward, and a reduce-scatter of the gradients.",
            "fsdp_over_ddp = (____ + ____ + ____) / (2 * ____)   # units: (N-1)/N x the model's bytes"],
     solution_code="fsdp_over_ddp = (1 + 1 + 1) / 2\nq3.check(fsdp_over_ddp)",
+)
+
+
+FIT_PARAMETERS, FIT_DEVICES = 7.5e9, 64  # q4: the ZeRO paper's example, mixed-precision Adam (2 + 2 + 12 bytes)
+
+
+def _check_zero2_row(answer) -> None:
+    from effitrain_helpers.measure.memory_estimate import STAGES, stage_bytes
+
+    got = as_number(answer)
+    want = {stage: stage_bytes(FIT_PARAMETERS, FIT_DEVICES, stage)["total"] / GB for stage in STAGES}
+    if abs(got - want["ZeRO-2"]) <= 0.01 * want["ZeRO-2"]:
+        return
+    if abs(got / GB - want["ZeRO-2"]) <= 0.01 * want["ZeRO-2"]:
+        raise Incorrect(tr("{got:g} is in bytes: answer in GB, 1 GB = 1e9 bytes.", got=got))
+    mistakes = {"DDP": msg("nothing is sharded there"), "ZeRO-1": msg("only the optimizer state is sharded there: "
+                                                                   "ZeRO-2 shards the gradients too"),
+                "ZeRO-3": msg("the parameters are sharded there too: ZeRO-2 keeps the 16-bit parameters whole")}
+    for stage, why in mistakes.items():
+        if abs(got - want[stage]) <= 0.01 * want[stage]:
+            raise Incorrect(tr("{got:g} GB is {stage}'s row ({why}).", got=got, stage=stage, why=tr(why)))
+    raise Incorrect(tr("{got:g} GB: count 2 bytes of parameter per value on every device, and the 2 of gradient "
+                       "plus the 12 of optimizer state divided among the {devices} devices.",
+                       got=got, devices=FIT_DEVICES))
+
+
+q4 = Exercise(
+    "5.1 q4: will it fit? ZeRO-2's bytes per device for 7.5B parameters on 64 devices",
+    _check_zero2_row,
+    usage="q4.check(zero2_gb)",
+    hints=["ZeRO-2 shards the gradients and the optimizer state among the devices; every device keeps the "
+           "whole 16-bit parameters.",
+           "The ZeRO paper's accounting, in effitrain_helpers/measure/memory_estimate.py (or `effitrain memory "
+           "--help`): ZeRO-2 keeps p·Ψ + (g + K)·Ψ/N bytes per device; here p = g = 2 bytes.",
+           "zero2_gb = (____ * 7.5e9 + (____ + ____) * 7.5e9 / ____) / 1e9"],
+    solution_code="zero2_gb = (2 * 7.5e9 + (2 + 12) * 7.5e9 / 64) / 1e9\nq4.check(zero2_gb)",
 )
