@@ -5,7 +5,10 @@ optimizer steps done when it was saved) under one root. This module answers the 
 never the loop itself:
 
 - :func:`checkpoint_folder`, :func:`steps_done`: the one home of that naming;
-- :func:`latest_checkpoint`: the newest *complete* checkpoint (every file ``save_state`` writes, for every rank);
+- :func:`save_checkpoint` (:func:`partial_folder`, :func:`seal`): an atomic checkpoint, whole or absent;
+- :func:`checkpoint_problem`, :func:`latest_checkpoint`: the newest checkpoint that is whole, passing over the others
+  with one line saying why;
+- :class:`LoaderGenerator`: a data loader's own random generator, saved with the checkpoint;
 - :func:`lost_steps`: the steps a crash throws away when checkpoints come every ``save_every`` steps;
 - :func:`state_differences`: how far two runs' final weights and AdamW states are apart (0.0: bit-identical);
 - :func:`checkpoint_files`, :func:`expected_checkpoint_bytes`: what a checkpoint holds on disk, next to theory.
@@ -13,14 +16,21 @@ never the loop itself:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
 from pathlib import Path
 
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import positive_int, whole_number
 
 PREFIX = "step_"
-# What accelerate 1.x's save_accelerator_state (accelerate/checkpointing.py) writes for one model, optimizer,
-# scheduler and data loader; random_states_<rank>.pkl is written by every rank, the rest by the main process.
+PARTIAL = ".partial"  # a checkpoint still being written: .step_<n>.partial, renamed to step_<n> when sealed
+MARKER = "complete.json"  # written last, by the main process: every file's size and SHA-256
+# What accelerate 1.x's save_accelerator_state and save_custom_state (accelerate/checkpointing.py) write for one
+# model, optimizer, scheduler, data loader and registered object under DDP; random_states_<rank>.pkl is written by
+# every rank, the rest by the main process (after fully_shard, each rank would hold a shard instead).
 WHAT_FILES_HOLD = {
     "model.safetensors": msg("model weights (safetensors)"),
     "pytorch_model.bin": msg("model weights (pickle, safe_serialization=False)"),
@@ -30,8 +40,10 @@ WHAT_FILES_HOLD = {
     "sampler.bin": msg("the data sampler (an iterable dataset's seedable sampler only)"),
     "dl_state_dict.bin": msg("a StatefulDataLoader's position"),
     "scaler.pt": msg("the fp16 GradScaler"),
+    "custom_checkpoint_0.pkl": msg("the first object given to register_for_checkpointing (here: the loader's "
+                                   "generator)"),
+    MARKER: msg("written last by the main process: each file's size and SHA-256 (save_checkpoint)"),
 }
-SHARED_FILES = ("model.safetensors", "optimizer.bin", "scheduler.bin")
 
 
 def checkpoint_folder(root, step: int) -> Path:
@@ -49,22 +61,156 @@ def steps_done(folder) -> int:
     return int(number)
 
 
-def is_complete(folder, world_size: int) -> bool:
-    """Whether ``folder`` holds the shared files and one ``random_states_<rank>.pkl`` per rank."""
+def partial_folder(root, step: int) -> Path:
+    """Where the checkpoint of ``step`` is written before it is sealed: ``root/.step_<step>.partial`` (a name
+    :func:`latest_checkpoint` never resumes from)."""
+    final = checkpoint_folder(root, step)
+    return final.with_name(f".{final.name}{PARTIAL}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or, where the system allows, a folder) to the disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # a folder on Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def seal(folder, world_size: int) -> Path:
+    """Make the checkpoint written into ``partial_folder(root, step)`` a complete one; main process only, after
+    a barrier that every rank reached once its own files were written.
+
+    Checks that every rank's ``random_states_<rank>.pkl`` is there, writes :data:`MARKER` (each file's size and
+    SHA-256) last, flushed to disk, then renames the folder to ``step_<n>``: a rename on one file system is
+    atomic, so ``step_<n>`` appears whole or not at all. Returns the sealed folder."""
     folder = Path(folder)
-    names = [*SHARED_FILES, *(f"random_states_{r}.pkl" for r in range(world_size))]
-    return all((folder / name).is_file() for name in names)
+    world_size = positive_int("world_size", world_size, hint=msg("e.g. world_size=2 (the processes that saved)"))
+    if not folder.name.endswith(PARTIAL) or not folder.is_dir():
+        raise ValueError(f"{str(folder)!r} is not a checkpoint being written. Fix: seal the folder that "
+                         "partial_folder(root, step) names, after save_state wrote into it.")
+    missing = [f"random_states_{r}.pkl" for r in range(world_size) if not (folder / f"random_states_{r}.pkl").is_file()]
+    if missing:
+        raise ValueError(tr("{missing} missing from {folder}: every process must call save_state (each writes its "
+                            "own random state), then wait at a barrier before the main process seals.",
+                            missing=", ".join(missing), folder=folder.name))
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(folder.iterdir()) if p.is_file() and p.name != MARKER}
+    for name in files:
+        _fsync(folder / name)
+    marker = folder / MARKER
+    marker.with_suffix(".tmp").write_text(json.dumps({"world_size": world_size, "files": files}, indent=1))
+    _fsync(marker.with_suffix(".tmp"))
+    os.replace(marker.with_suffix(".tmp"), marker)
+    final = folder.with_name(folder.name[1:-len(PARTIAL)])
+    if final.exists():  # a resumed run saving the same step again: the new copy replaces the old
+        shutil.rmtree(final)
+    os.replace(folder, final)
+    _fsync(final.parent)
+    return final
 
 
-def latest_checkpoint(root, world_size: int) -> Path | None:
-    """The complete checkpoint under ``root`` with the most steps, or None when there is none.
+def save_checkpoint(accelerator, root, step: int) -> Path:
+    """Save an atomic checkpoint of every prepared object after ``step`` optimizer steps; call it on every process.
 
-    A folder a crash interrupted while it was being written lacks files: it is passed over, not resumed from.
+    1. every rank calls ``save_state`` into the partial folder (the main process writes the model, optimizer,
+       scheduler and registered objects, each rank its random state);
+    2. a barrier: when it opens, no rank is still writing;
+    3. the main process seals it (:func:`seal`): marker last, then the rename to ``step_<n>``.
+    A crash before 3 ends leaves no ``step_<n>``; a file damaged later no longer matches the marker."""
+    folder = partial_folder(root, step)
+    accelerator.save_state(folder)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        seal(folder, accelerator.num_processes)
+    return checkpoint_folder(root, step)
+
+
+def checkpoint_problem(folder) -> str | None:
+    """Why ``folder`` cannot be resumed from (one line), or None when it is whole: sealed, every file it lists
+    there with its size and SHA-256."""
+    folder = Path(folder)
+    if folder.name.endswith(PARTIAL):
+        return tr("never sealed: the save did not finish")
+    marker = folder / MARKER
+    if not marker.is_file():
+        return tr("no {marker}: not sealed by the main process (a crash mid-save, or not saved with "
+                  "save_checkpoint)", marker=MARKER)
+    try:
+        files = json.loads(marker.read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return tr("{marker} cannot be read", marker=MARKER)
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file():
+            return tr("{file} is missing", file=name)
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            return tr("{file} has {size:,} bytes, {expected:,} when saved (truncated?)", file=name, size=size,
+                      expected=expected["bytes"])
+        if _sha256(path) != expected["sha256"]:
+            return tr("{file} changed since it was saved (SHA-256 differs)", file=name)
+    return None
+
+
+def latest_checkpoint(root, report=print) -> Path | None:
+    """The newest whole checkpoint under ``root`` (most steps), or None when there is none.
+
+    Newer folders that are not whole (:func:`checkpoint_problem`: never sealed, truncated, changed) are passed
+    over, each with one line given to ``report`` (``print`` by default; None: silent)."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = []
+    for folder in root.iterdir():
+        name = folder.name[1:-len(PARTIAL)] if folder.name.endswith(PARTIAL) else folder.name
+        if folder.is_dir() and name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
+            found.append((int(name[len(PREFIX):]), not folder.name.endswith(PARTIAL), folder))
+    for _, _, folder in sorted(found, key=lambda f: f[:2], reverse=True):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder
+        if report is not None:
+            report(tr("passing over {folder}: {problem}", folder=folder.name, problem=problem))
+    return None
+
+
+class LoaderGenerator:
+    """A data loader's own ``torch.Generator``, which ``accelerator.save_state`` saves when registered.
+
+    Each ``iter(DataLoader)`` draws a base seed (for its workers) from ``DataLoader(generator=...)``, or from
+    torch's global generator when none is given (torch's ``_BaseDataLoaderIter.__init__``): a run that restores
+    the global generator and then starts a fresh iterator is one draw ahead of the uninterrupted run, and its
+    dropout masks differ. With a generator of its own, the loader leaves the global one alone::
+
+        generator = LoaderGenerator(seed)
+        loader = DataLoader(rows, ..., generator=generator.generator)
+        accelerator.register_for_checkpointing(generator)  # saved as custom_checkpoint_0.pkl
     """
-    positive_int("world_size", world_size, hint=msg("e.g. world_size=2 (the processes that saved)"))
-    folders = [f for f in Path(root).glob(f"{PREFIX}*") if f.name[len(PREFIX):].isdigit()]
-    complete = [f for f in folders if is_complete(f, world_size)]
-    return max(complete, key=steps_done, default=None)
+
+    def __init__(self, seed: int):
+        import torch
+
+        self.generator = torch.Generator().manual_seed(whole_number("seed", seed, minimum=0, example="seed=0"))
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
 
 
 def lost_steps(completed: int, save_every: int, start: int = 0) -> int:
@@ -125,3 +271,119 @@ def expected_checkpoint_bytes(model) -> dict[str, int]:
     from effitrain_helpers.measure.optimizer_memory import adamw_state_bytes, parameter_bytes
 
     return {"weights": parameter_bytes(model), "optimizer": adamw_state_bytes(model)}
+
+
+# ---- the lesson's experiment from a terminal (effitrain resume)
+
+def _build(model, rows, steps: int, batch_size: int, seed: int, own_generator: bool = True):
+    """Lesson 5.3's set-up: Accelerator, prepared model, AdamW, shuffled loader (its own generator, registered
+    for checkpointing, unless ``own_generator`` is False) and a linear schedule with warm-up."""
+    import copy
+
+    import torch
+    from accelerate import Accelerator, DataLoaderConfiguration
+    from torch.utils.data import DataLoader
+    from transformers import get_linear_schedule_with_warmup, set_seed
+
+    set_seed(seed)
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    model = copy.deepcopy(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    generator = LoaderGenerator(seed)
+    loader = DataLoader(rows, batch_size=batch_size, shuffle=True,
+                        generator=generator.generator if own_generator else None)
+    if own_generator:
+        accelerator.register_for_checkpointing(generator)
+    n = accelerator.num_processes
+    scheduler = get_linear_schedule_with_warmup(optimizer, 2 * n, n * steps)
+    return accelerator, *accelerator.prepare(model, optimizer, loader, scheduler)
+
+
+def train_with_checkpoints(model, rows, root, *, steps: int, save_every: int, batch_size: int, seed: int = 0,
+                           crash_at: int | None = None, resume: bool = False, own_generator: bool = True) -> dict:
+    """In each process: lesson 5.3's loop, saving with :func:`save_checkpoint` every ``save_every`` steps into
+    ``root``; ``resume``: from :func:`latest_checkpoint` of ``root`` first; ``crash_at``: rank 1 kills itself
+    (SIGKILL) after that many steps. Returns rank 0's final state (see :func:`state_differences`)."""
+    import copy
+    import signal
+
+    accelerator, model, optimizer, loader, scheduler = _build(model, rows, steps, batch_size, seed, own_generator)
+    done, resumed_from = 0, None
+    if resume:
+        folder = latest_checkpoint(root, report=print if accelerator.is_main_process else None)
+        if folder is not None:
+            accelerator.load_state(folder)
+            done = resumed_from = steps_done(folder)
+    while done < steps:
+        epoch, seen = divmod(done, len(loader))
+        loader.set_epoch(epoch)
+        for batch in accelerator.skip_first_batches(loader, seen):
+            if done == crash_at and accelerator.process_index == 1:
+                os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+            accelerator.backward(model(**batch).loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            done += 1
+            if done % save_every == 0:
+                save_checkpoint(accelerator, root, done)
+            if done == steps:
+                break
+    unwrapped = accelerator.unwrap_model(model)
+    return {"world_size": accelerator.num_processes, "resumed_from": resumed_from,
+            "model": {k: v.detach().clone() for k, v in unwrapped.state_dict().items()},
+            "optimizer": copy.deepcopy(optimizer.state_dict()), "lr": scheduler.get_last_lr()[0]}
+
+
+def resume_arguments(processes: int, dropout: float, crash_at: int, steps: int, save_every: int) -> None:
+    """One-line ``ValueError`` for options :func:`resume_experiment` cannot run with, before any work."""
+    whole_number("--processes", processes, minimum=2, hint=msg("a crash needs a rank 1 to kill: e.g. --processes 2"))
+    if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+        raise ValueError(tr("--dropout must be a probability in [0, 1), got {value!r}. Fix: e.g. --dropout 0.1.",
+                            value=dropout))
+    positive_int("--steps", steps, example="--steps 16")
+    positive_int("--save-every", save_every, maximum=steps, hint=msg("at most --steps, e.g. --save-every 3"))
+    positive_int("--crash-at", crash_at, maximum=steps - 1,
+                 hint=tr("a step before the last ({steps}), e.g. --crash-at {example}", steps=steps,
+                         example=min(steps - 1, save_every + 1)))
+
+
+def resume_experiment(processes: int = 2, dropout: float = 0.1, crash_at: int | None = None,
+                      checkpoints=None, steps: int | None = None, save_every: int | None = None) -> dict:
+    """An uninterrupted run, a run whose rank 1 is killed after ``crash_at`` steps, and its resume in fresh
+    processes; returns ``{"max_difference", "differences", "resumed_from", ...}`` (0.0: bit-identical).
+
+    ``checkpoints``: a folder (new or empty) to keep the checkpoints in; by default a temporary one, removed."""
+    import tempfile
+
+    from effitrain_helpers.core.sizes import lesson_size
+    from effitrain_helpers.processes.launch import RankFailed, launch
+    from effitrain_helpers.training.workload import lesson_model, lesson_rows
+
+    size = lesson_size("5.3")
+    steps = size.steps if steps is None else steps
+    save_every = size.save_every if save_every is None else save_every
+    crash_at = size.crash_at if crash_at is None else crash_at
+    resume_arguments(processes, dropout, crash_at, steps, save_every)
+    if checkpoints is not None:
+        keep = Path(checkpoints)
+        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+            raise ValueError(tr("--checkpoints {path} exists and is not an empty folder: nothing in it is "
+                                "overwritten. Fix: name a new or empty folder.", path=str(keep)))
+    model, rows = lesson_model(0, dropout=dropout), lesson_rows(size.n_rows, seq_len=size.seq_len)
+    run = {"steps": steps, "save_every": save_every, "batch_size": size.batch_size, "num_processes": processes,
+           "cpu": True, "quiet": True}
+    with tempfile.TemporaryDirectory(prefix="effitrain-resume-") as tmp:
+        root = Path(checkpoints) if checkpoints is not None else Path(tmp)
+        reference = launch(train_with_checkpoints, model, rows, root / "uninterrupted", **run)[0]
+        try:
+            launch(train_with_checkpoints, model, rows, root / "crashed", crash_at=crash_at, **run)
+            crash = None
+        except RankFailed as err:
+            crash = str(err).splitlines()[0]
+        resumed = launch(train_with_checkpoints, model, rows, root / "crashed", resume=True, **run)[0]
+    differences = state_differences(reference, resumed)
+    return {"processes": processes, "dropout": dropout, "steps": steps, "save_every": save_every,
+            "crash_at": crash_at, "crash": crash, "resumed_from": resumed["resumed_from"],
+            "lost_steps": lost_steps(crash_at, save_every), "max_difference": differences["model"],
+            "differences": differences, "checkpoints": str(checkpoints) if checkpoints is not None else None}
