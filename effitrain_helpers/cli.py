@@ -11,6 +11,8 @@
     effitrain optimizers [--optimizers adamw,adafactor,adamw8bit] [--steps N] [--learning-rate LR] [--seed S]
                          [--plot FILE.png] [--json]
     effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
+    effitrain resume [--processes N] [--dropout P] [--crash-at STEP] [--checkpoints DIR] [--json]
+    effitrain resume --latest DIR
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
@@ -201,6 +203,53 @@ def _add_fsdp_parser(sub) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="samples per process and step (default: 8 small)")
     p.add_argument("--json", action="store_true", help="one JSON record: bytes, theory, communication, differences")
     p.set_defaults(func=_fsdp)
+
+
+def _resume(args) -> int:
+    """Chapter 5, lesson 5.3: crash a run, resume it, compare it with an uninterrupted one; or find the newest
+    whole checkpoint under a folder (``--latest``)."""
+    from pathlib import Path
+
+    from effitrain_helpers.training.resume import latest_checkpoint, resume_experiment
+
+    if args.latest is not None:
+        if not Path(args.latest).is_dir():
+            raise ValueError(tr("--latest {path} is not a folder. Fix: name the folder that holds the step_<n> "
+                                "checkpoints.", path=args.latest))
+        folder = latest_checkpoint(args.latest, report=lambda line: print(line, file=sys.stderr))
+        print(json.dumps({"latest": str(folder) if folder else None}) if args.json
+              else folder or tr("no whole checkpoint under {path}", path=args.latest))
+        return 0 if folder else 1
+    if not args.json:
+        print(tr("an uninterrupted run, a run whose rank 1 is killed, and its resume, in {n} CPU processes each ...",
+                 n=args.processes))
+    result = resume_experiment(args.processes, args.dropout, args.crash_at, args.checkpoints,
+                               report=lambda line: print(line, file=sys.stderr))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(tr("rank 1 killed after {crash_at} steps; resumed from step {start} ({lost} step(s) lost); "
+             "largest difference from the uninterrupted run after {steps} steps: weights {model:.1e}, AdamW "
+             "exp_avg {avg:.1e}, exp_avg_sq {sq:.1e} (dropout {dropout})", crash_at=result["crash_at"],
+             start=result["resumed_from"], lost=result["lost_steps"], steps=result["steps"],
+             model=result["max_difference"], avg=result["differences"]["exp_avg"],
+             sq=result["differences"]["exp_avg_sq"], dropout=result["dropout"]))
+    if args.checkpoints:
+        print(tr("checkpoints kept in {path}", path=args.checkpoints))
+    return 0
+
+
+def _add_resume_parser(sub) -> None:
+    p = sub.add_parser("resume", help="chapter 5: kill a rank, resume from the newest whole checkpoint, compare")
+    p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
+    p.add_argument("--dropout", type=float, default=0.1, help="dropout probability in [0, 1) (default 0.1)")
+    p.add_argument("--crash-at", type=int, default=None, help="rank 1 is killed after this step (default 14 small)")
+    p.add_argument("--checkpoints", metavar="DIR", default=None,
+                   help="a new or empty folder to keep the checkpoints in (default: a temporary one, removed)")
+    p.add_argument("--latest", metavar="DIR", default=None,
+                   help="only print the newest whole checkpoint under DIR, saying why others are passed over")
+    p.add_argument("--json", action="store_true", help="one JSON record, with max_difference (0.0: bit-identical)")
+    p.set_defaults(func=_resume)
 
 
 def _add_optimizers_parser(sub) -> None:
@@ -418,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_efficiency)
     _add_optimizers_parser(sub)
     _add_fsdp_parser(sub)
+    _add_resume_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)
     return parser

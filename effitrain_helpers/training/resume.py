@@ -300,20 +300,18 @@ def _build(model, rows, steps: int, batch_size: int, seed: int, own_generator: b
 
 
 def train_with_checkpoints(model, rows, root, *, steps: int, save_every: int, batch_size: int, seed: int = 0,
-                           crash_at: int | None = None, resume: bool = False, own_generator: bool = True) -> dict:
+                           crash_at: int | None = None, resume=None, own_generator: bool = True) -> dict:
     """In each process: lesson 5.3's loop, saving with :func:`save_checkpoint` every ``save_every`` steps into
-    ``root``; ``resume``: from :func:`latest_checkpoint` of ``root`` first; ``crash_at``: rank 1 kills itself
-    (SIGKILL) after that many steps. Returns rank 0's final state (see :func:`state_differences`)."""
+    ``root``; ``resume``: a checkpoint folder to load first; ``crash_at``: rank 1 kills itself (SIGKILL) after
+    that many steps. Returns the final state (see :func:`state_differences`)."""
     import copy
     import signal
 
     accelerator, model, optimizer, loader, scheduler = _build(model, rows, steps, batch_size, seed, own_generator)
     done, resumed_from = 0, None
-    if resume:
-        folder = latest_checkpoint(root, report=print if accelerator.is_main_process else None)
-        if folder is not None:
-            accelerator.load_state(folder)
-            done = resumed_from = steps_done(folder)
+    if resume is not None:
+        accelerator.load_state(resume)
+        done = resumed_from = steps_done(resume)
     while done < steps:
         epoch, seen = divmod(done, len(loader))
         loader.set_epoch(epoch)
@@ -349,11 +347,13 @@ def resume_arguments(processes: int, dropout: float, crash_at: int, steps: int, 
 
 
 def resume_experiment(processes: int = 2, dropout: float = 0.1, crash_at: int | None = None,
-                      checkpoints=None, steps: int | None = None, save_every: int | None = None) -> dict:
+                      checkpoints=None, steps: int | None = None, save_every: int | None = None,
+                      report=print) -> dict:
     """An uninterrupted run, a run whose rank 1 is killed after ``crash_at`` steps, and its resume in fresh
     processes; returns ``{"max_difference", "differences", "resumed_from", ...}`` (0.0: bit-identical).
 
-    ``checkpoints``: a folder (new or empty) to keep the checkpoints in; by default a temporary one, removed."""
+    ``checkpoints``: a folder (new or empty) to keep the checkpoints in; by default a temporary one, removed.
+    ``report`` gets one line for each checkpoint passed over."""
     import tempfile
 
     from effitrain_helpers.core.sizes import lesson_size
@@ -381,9 +381,11 @@ def resume_experiment(processes: int = 2, dropout: float = 0.1, crash_at: int | 
             crash = None
         except RankFailed as err:
             crash = str(err).splitlines()[0]
-        resumed = launch(train_with_checkpoints, model, rows, root / "crashed", resume=True, **run)[0]
+        passed_over = []
+        folder = latest_checkpoint(root / "crashed", report=lambda line: (passed_over.append(line), report(line)))
+        resumed = launch(train_with_checkpoints, model, rows, root / "crashed", resume=folder, **run)[0]
     differences = state_differences(reference, resumed)
     return {"processes": processes, "dropout": dropout, "steps": steps, "save_every": save_every,
-            "crash_at": crash_at, "crash": crash, "resumed_from": resumed["resumed_from"],
+            "crash_at": crash_at, "crash": crash, "resumed_from": resumed["resumed_from"], "passed_over": passed_over,
             "lost_steps": lost_steps(crash_at, save_every), "max_difference": differences["model"],
             "differences": differences, "checkpoints": str(checkpoints) if checkpoints is not None else None}
