@@ -291,3 +291,58 @@ def test_5_3_q4_loader_generator(make_loader, status, words):
     result = l53.q4.evaluate(make_loader)
     assert result.status == status, result.message
     assert words in result.message
+
+
+# ---- effitrain resume
+
+def test_cli_resume_latest_passes_over_a_truncated_checkpoint(tmp_path, capsys):
+    from effitrain_helpers.cli import main
+
+    _fake_checkpoint(tmp_path, 3)
+    (_fake_checkpoint(tmp_path, 6) / "optimizer.bin").write_bytes(b"x")
+    assert main(["resume", "--latest", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(tmp_path / "step_3")
+    assert err.strip() == "passing over step_6: optimizer.bin has 1 bytes, 10 when saved (truncated?)"
+    (tmp_path / "step_3" / "complete.json").unlink()
+    assert main(["resume", "--latest", str(tmp_path)]) == 1
+    assert "no whole checkpoint" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--processes", "1"], "--processes=1"),
+    (["--dropout", "1.5"], "--dropout must be a probability"),
+    (["--crash-at", "99"], "--crash-at=99"),
+    (["--latest", "nowhere-at-all"], "--latest nowhere-at-all is not a folder"),
+], ids=["one process", "dropout", "crash after the end", "latest"])
+def test_cli_resume_rejects_bad_options_in_one_line(argv, words, capsys):
+    from effitrain_helpers.cli import main
+
+    assert main(["resume", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_cli_resume_keeps_what_is_in_a_folder(tmp_path, capsys):
+    from effitrain_helpers.cli import main
+
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert main(["resume", "--checkpoints", str(tmp_path)]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_cli_resume_with_dropout_is_bit_identical(tmp_path, capsys):
+    import json
+
+    from effitrain_helpers.cli import main
+
+    keep = tmp_path / "kept"
+    assert main(["resume", "--processes", "2", "--dropout", "0.1", "--crash-at", "5", "--checkpoints", str(keep),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["max_difference"] == 0.0 and set(result["differences"].values()) == {0.0}
+    assert result["resumed_from"] == 3 and result["lost_steps"] == 2 and "rank 1" in result["crash"]
+    assert resume.latest_checkpoint(keep / "crashed", report=None).name == "step_15"
+    assert resume.latest_checkpoint(keep / "uninterrupted", report=None).name == "step_15"

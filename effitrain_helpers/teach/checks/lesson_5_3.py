@@ -161,10 +161,10 @@ def _check_resume(save, resume) -> None:
                            timeout=TIMEOUT)
         except RankFailed as err:
             error = str(err).splitlines()[0]
-            failed = Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal on "
-                                  "the main process only (if accelerator.is_main_process).")
-                               if "is not a checkpoint being written" in error else
-                               tr("in {processes} processes, {error}", processes=PROCESSES, error=error))
+            failed = Incorrect(tr("in {processes} processes, {error}", processes=PROCESSES, error=error))
+            if "is not a checkpoint being written" in error:
+                failed = Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
+                                      "on the main process only (if accelerator.is_main_process)."))
         except TimeoutError:
             failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
                                   "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
@@ -223,9 +223,9 @@ q1 = Exercise(
            "Accelerator.save_state(folder) and Accelerator.load_state(folder) (Accelerate docs: 'Checkpointing'); "
            "the workbook's partial_folder, seal, latest_checkpoint and steps_done name, seal and find the "
            "folders; Accelerator.skip_first_batches(loader, n) moves the data position.",
-           "save: folder = partial_folder(root, step); accelerator.____(folder); a barrier; then, on the main "
+           "save: folder = ____(root, step); accelerator.____(folder); a barrier; then, on the main "
            "process only, seal(folder, ____)\n"
-           "resume: folder = latest_checkpoint(root); accelerator.____(folder); "
+           "resume: folder = ____(root); accelerator.____(folder); "
            "return steps_done(folder), accelerator.skip_first_batches(____, ____)"],
     solution_code=(
         "def save(accelerator, root, step):\n"
