@@ -12,6 +12,7 @@
                          [--plot FILE.png] [--json]
     effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
     effitrain resume [--processes N] [--dropout P] [--crash-at STEP] [--checkpoints DIR] [--json]
+    effitrain resume --fsdp [--processes N] [--resume-processes M] [--crash-at STEP] [--checkpoints DIR] [--json]
     effitrain resume --latest DIR
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
@@ -210,7 +211,7 @@ def _resume(args) -> int:
     whole checkpoint under a folder (``--latest``)."""
     from pathlib import Path
 
-    from effitrain_helpers.training.resume import latest_checkpoint, resume_experiment
+    from effitrain_helpers.training.resume import latest_checkpoint, resume_experiment, resume_sharded
 
     if args.latest is not None:
         if not Path(args.latest).is_dir():
@@ -223,10 +224,28 @@ def _resume(args) -> int:
     if not args.json:
         print(tr("an uninterrupted run, a run whose rank 1 is killed, and its resume, in {n} CPU processes each ...",
                  n=args.processes))
-    result = resume_experiment(args.processes, args.dropout, args.crash_at, args.checkpoints,
-                               report=lambda line: print(line, file=sys.stderr))
+    say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    if args.fsdp:
+        if args.dropout is not None:
+            raise ValueError(tr("--dropout applies to the DDP run; --fsdp trains lesson 5.1's model, which has "
+                                "none. Fix: leave out --dropout."))
+        result = resume_sharded(args.processes, 1 if args.resume_processes is None else args.resume_processes,
+                                args.crash_at, args.checkpoints, report=say)
+    elif args.resume_processes is not None:
+        raise ValueError(tr("--resume-processes needs --fsdp: the DDP experiment resumes at the world size that "
+                            "saved it (each rank's batches and random state are its own). Fix: add --fsdp."))
+    else:
+        result = resume_experiment(args.processes, 0.1 if args.dropout is None else args.dropout, args.crash_at,
+                                   args.checkpoints, report=say)
     if args.json:
         print(json.dumps(result))
+        return 0
+    if args.fsdp:
+        print(tr("sharded on {n}, rank 1 killed after {crash_at} steps, resumed on {m} from step {start}: largest "
+                 "weight difference from the uninterrupted run {got:.1e}; between uninterrupted runs on {n} and "
+                 "{m} (the tolerance) {floor:.1e}: {verdict}", n=result["processes"], m=result["resume_processes"],
+                 crash_at=result["crash_at"], start=result["resumed_from"], got=result["max_difference"],
+                 floor=result["tolerance"], verdict=tr("within") if result["within_tolerance"] else tr("beyond")))
         return 0
     print(tr("rank 1 killed after {crash_at} steps; resumed from step {start} ({lost} step(s) lost); "
              "largest difference from the uninterrupted run after {steps} steps: weights {model:.1e}, AdamW "
@@ -242,8 +261,11 @@ def _resume(args) -> int:
 def _add_resume_parser(sub) -> None:
     p = sub.add_parser("resume", help="chapter 5: kill a rank, resume from the newest whole checkpoint, compare")
     p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
-    p.add_argument("--dropout", type=float, default=0.1, help="dropout probability in [0, 1) (default 0.1)")
+    p.add_argument("--dropout", type=float, default=None, help="dropout probability in [0, 1) (default 0.1)")
     p.add_argument("--crash-at", type=int, default=None, help="rank 1 is killed after this step (default 14 small)")
+    p.add_argument("--fsdp", action="store_true", help="shard with fully_shard, save with torch.distributed.checkpoint")
+    p.add_argument("--resume-processes", type=int, default=None,
+                   help="with --fsdp: resume at this world size (default 1)")
     p.add_argument("--checkpoints", metavar="DIR", default=None,
                    help="a new or empty folder to keep the checkpoints in (default: a temporary one, removed)")
     p.add_argument("--latest", metavar="DIR", default=None,

@@ -50,6 +50,17 @@ def test_seal_refuses_a_checkpoint_a_rank_did_not_write(tmp_path):
         resume.seal(tmp_path / "elsewhere", 1)
 
 
+def test_seal_checks_each_ranks_own_file_by_its_pattern(tmp_path):
+    folder = resume.partial_folder(tmp_path, 4)
+    folder.mkdir()
+    (folder / ".metadata").write_bytes(b"m")
+    (folder / "__0_0.distcp").write_bytes(b"0")
+    with pytest.raises(ValueError, match="__1_0.distcp missing"):
+        resume.seal(folder, 2, per_rank=resume.SHARD_FILE)
+    (folder / "__1_0.distcp").write_bytes(b"1")
+    assert resume.checkpoint_problem(resume.seal(folder, 2, per_rank=resume.SHARD_FILE)) is None
+
+
 def test_latest_checkpoint_passes_over_damaged_folders_saying_why(tmp_path):
     lines = []
     assert resume.latest_checkpoint(tmp_path, report=lines.append) is None and lines == []
@@ -314,7 +325,11 @@ def test_cli_resume_latest_passes_over_a_truncated_checkpoint(tmp_path, capsys):
     (["--dropout", "1.5"], "--dropout must be a probability"),
     (["--crash-at", "99"], "--crash-at=99"),
     (["--latest", "nowhere-at-all"], "--latest nowhere-at-all is not a folder"),
-], ids=["one process", "dropout", "crash after the end", "latest"])
+    (["--resume-processes", "1"], "--resume-processes needs --fsdp"),
+    (["--fsdp", "--dropout", "0.1"], "--dropout applies to the DDP run"),
+    (["--fsdp", "--resume-processes", "5"], "must both divide the global batch of 12"),
+], ids=["one process", "dropout", "crash after the end", "latest", "world size without fsdp", "fsdp dropout",
+        "world size not dividing"])
 def test_cli_resume_rejects_bad_options_in_one_line(argv, words, capsys):
     from effitrain_helpers.cli import main
 
@@ -346,3 +361,15 @@ def test_cli_resume_with_dropout_is_bit_identical(tmp_path, capsys):
     assert result["resumed_from"] == 3 and result["lost_steps"] == 2 and "rank 1" in result["crash"]
     assert resume.latest_checkpoint(keep / "crashed", report=None).name == "step_15"
     assert resume.latest_checkpoint(keep / "uninterrupted", report=None).name == "step_15"
+
+
+@pytest.mark.slow
+def test_cli_resume_sharded_at_another_world_size_is_within_the_measured_tolerance(capsys):
+    import json
+
+    from effitrain_helpers.cli import main
+
+    assert main(["resume", "--processes", "2", "--fsdp", "--resume-processes", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["within_tolerance"] and 0 < result["tolerance"] < 1e-3, result
+    assert result["resumed_from"] == 12 and result["differences"]["step"] == 0.0

@@ -90,11 +90,12 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def seal(folder, world_size: int) -> Path:
+def seal(folder, world_size: int, per_rank: str = "random_states_{rank}.pkl") -> Path:
     """Make the checkpoint written into ``partial_folder(root, step)`` a complete one; main process only, after
     a barrier that every rank reached once its own files were written.
 
-    Checks that every rank's ``random_states_<rank>.pkl`` is there, writes :data:`MARKER` (each file's size and
+    Checks that every rank's own file is there (``per_rank``: ``save_state`` 's random states, or
+    ``"__{rank}_0.distcp"`` for ``torch.distributed.checkpoint`` 's shards), writes :data:`MARKER` (each file's size and
     SHA-256) last, flushed to disk, then renames the folder to ``step_<n>``: a rename on one file system is
     atomic, so ``step_<n>`` appears whole or not at all. Returns the sealed folder."""
     folder = Path(folder)
@@ -102,7 +103,7 @@ def seal(folder, world_size: int) -> Path:
     if not folder.name.endswith(PARTIAL) or not folder.is_dir():
         raise ValueError(f"{str(folder)!r} is not a checkpoint being written. Fix: seal the folder that "
                          "partial_folder(root, step) names, after save_state wrote into it.")
-    missing = [f"random_states_{r}.pkl" for r in range(world_size) if not (folder / f"random_states_{r}.pkl").is_file()]
+    missing = [per_rank.format(rank=r) for r in range(world_size) if not (folder / per_rank.format(rank=r)).is_file()]
     if missing:
         raise ValueError(tr("{missing} missing from {folder}: every process must call save_state (each writes its "
                             "own random state), then wait at a barrier before the main process seals.",
@@ -346,6 +347,24 @@ def resume_arguments(processes: int, dropout: float, crash_at: int, steps: int, 
                          example=min(steps - 1, save_every + 1)))
 
 
+def _check_empty(checkpoints) -> None:
+    """One-line ``ValueError`` unless ``checkpoints`` is None, a new folder or an empty one (nothing is lost)."""
+    if checkpoints is not None:
+        keep = Path(checkpoints)
+        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+            raise ValueError(tr("--checkpoints {path} exists and is not an empty folder: nothing in it is "
+                                "overwritten. Fix: name a new or empty folder.", path=str(keep)))
+
+
+def _crash(launch, RankFailed, fn, *args, **kwargs) -> str | None:
+    """Launch the run meant to crash; the first line of its ``RankFailed`` (None if it did not crash)."""
+    try:
+        launch(fn, *args, **kwargs)
+    except RankFailed as err:
+        return str(err).splitlines()[0]
+    return None
+
+
 def resume_experiment(processes: int = 2, dropout: float = 0.1, crash_at: int | None = None,
                       checkpoints=None, steps: int | None = None, save_every: int | None = None,
                       report=print) -> dict:
@@ -365,22 +384,15 @@ def resume_experiment(processes: int = 2, dropout: float = 0.1, crash_at: int | 
     save_every = size.save_every if save_every is None else save_every
     crash_at = size.crash_at if crash_at is None else crash_at
     resume_arguments(processes, dropout, crash_at, steps, save_every)
-    if checkpoints is not None:
-        keep = Path(checkpoints)
-        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
-            raise ValueError(tr("--checkpoints {path} exists and is not an empty folder: nothing in it is "
-                                "overwritten. Fix: name a new or empty folder.", path=str(keep)))
+    _check_empty(checkpoints)
     model, rows = lesson_model(0, dropout=dropout), lesson_rows(size.n_rows, seq_len=size.seq_len)
     run = {"steps": steps, "save_every": save_every, "batch_size": size.batch_size, "num_processes": processes,
            "cpu": True, "quiet": True}
     with tempfile.TemporaryDirectory(prefix="effitrain-resume-") as tmp:
         root = Path(checkpoints) if checkpoints is not None else Path(tmp)
         reference = launch(train_with_checkpoints, model, rows, root / "uninterrupted", **run)[0]
-        try:
-            launch(train_with_checkpoints, model, rows, root / "crashed", crash_at=crash_at, **run)
-            crash = None
-        except RankFailed as err:
-            crash = str(err).splitlines()[0]
+        crash = _crash(launch, RankFailed, train_with_checkpoints, model, rows, root / "crashed", crash_at=crash_at,
+                       **run)
         passed_over = []
         folder = latest_checkpoint(root / "crashed", report=lambda line: (passed_over.append(line), report(line)))
         resumed = launch(train_with_checkpoints, model, rows, root / "crashed", resume=folder, **run)[0]
@@ -389,3 +401,136 @@ def resume_experiment(processes: int = 2, dropout: float = 0.1, crash_at: int | 
             "crash_at": crash_at, "crash": crash, "resumed_from": resumed["resumed_from"], "passed_over": passed_over,
             "lost_steps": lost_steps(crash_at, save_every), "max_difference": differences["model"],
             "differences": differences, "checkpoints": str(checkpoints) if checkpoints is not None else None}
+
+
+# ---- sharded checkpoints (fully_shard + torch.distributed.checkpoint), resumed at another world size
+
+SHARD_FILE = "__{rank}_0.distcp"  # what dcp.save's FileSystemWriter writes for each rank (one thread)
+SHARDED_BATCH = 12  # global batch: 1, 2, 3, 4 or 6 ranks each take an equal part of it
+# Resumed at another world size, the same sums are added in another order (the gradients' reduce-scatter, the
+# sharded AdamW update): float32 rounding, which AdamW can magnify (it divides by sqrt(exp_avg_sq), small for
+# small gradients). So the tolerance is measured, not guessed: the difference between two uninterrupted runs at
+# the two world sizes (the floor). A resume at another world size is right when it differs from the
+# uninterrupted run by no more than that floor: it adds nothing to what changing the world size costs anyway.
+
+
+def _sharded_model():
+    from effitrain_helpers.training.model_sharding import _wrap_fsdp, sharding_model
+
+    return _wrap_fsdp(sharding_model(0))  # every block, then the root, sharded with fully_shard
+
+
+def _full_states(model, optimizer) -> dict:
+    """Model and AdamW state gathered in full on every rank (every rank must call it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    return {"model": {k: v.detach().clone() for k, v in model_state.items()}, "optimizer": optim_state,
+            "lr": optimizer.param_groups[0]["lr"]}
+
+
+def save_sharded(model, optimizer, root, step: int) -> Path:
+    """An atomic sharded checkpoint: every rank writes its own shard with ``dcp.save`` into the partial folder,
+    a barrier, then rank 0 seals it (every rank's shard file must be there). Call it on every rank."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    folder = partial_folder(root, step)
+    model_state, optim_state = get_state_dict(model, optimizer)  # this rank's shards (DTensors)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=folder)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        seal(folder, dist.get_world_size(), per_rank=SHARD_FILE)
+    return checkpoint_folder(root, step)
+
+
+def load_sharded(model, optimizer, folder) -> int:
+    """Load a checkpoint of :func:`save_sharded` into a model already sharded with ``fully_shard`` (at any
+    world size: ``dcp.load`` reads the parts of the saved shards each rank needs now) and its optimizer;
+    returns the steps it holds."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optim_state}
+    dcp.load(state, checkpoint_id=folder)  # fills the tensors in place, this rank's part only
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return steps_done(folder)
+
+
+def train_sharded(batches: list, root, *, save_every: int, crash_at: int | None = None, resume=None,
+                  reference: bool = False) -> dict:
+    """In each rank: lesson 5.1's model sharded with ``fully_shard``, AdamW created after it, one step per
+    global batch of ``batches`` (each rank its equal part), a :func:`save_sharded` checkpoint every
+    ``save_every`` steps; ``resume``: a folder to load first; ``crash_at``: rank 1 kills itself after that many
+    steps. ``reference``: also an uninterrupted run first, at this world size. Returns the full final states."""
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    out = {"world_size": dist.get_world_size()}
+    if reference:
+        out["reference"] = train_sharded(batches, Path(root) / "reference", save_every=len(batches) + 1)["final"]
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = _sharded_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # after fully_shard: it holds the shards
+    done = 0 if resume is None else load_sharded(model, optimizer, resume)
+    for tokens, labels in batches[done:]:
+        if done == crash_at and rank == 1:
+            os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+        loss = torch.nn.functional.cross_entropy(model(tokens.chunk(world)[rank]), labels.chunk(world)[rank])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        done += 1
+        if done % save_every == 0:
+            save_sharded(model, optimizer, root, done)
+    out["final"] = _full_states(model, optimizer)
+    return out
+
+
+def resume_sharded(processes: int = 2, resume_processes: int = 1, crash_at: int | None = None, checkpoints=None,
+                   steps: int | None = None, save_every: int | None = None, report=print) -> dict:
+    """A sharded run in ``processes`` ranks, uninterrupted; the same run whose rank 1 is killed after
+    ``crash_at`` steps; then, in ``resume_processes`` fresh ranks, an uninterrupted run (the rounding floor)
+    and the resume from the newest whole checkpoint. ``max_difference``: the largest weight difference, resumed
+    against uninterrupted; ``tolerance``: the same between the two uninterrupted runs (see above)."""
+    import tempfile
+
+    from effitrain_helpers.core.sizes import lesson_size
+    from effitrain_helpers.processes.launch import RankFailed, launch
+    from effitrain_helpers.training.model_sharding import sharding_batches
+
+    size = lesson_size("5.3")
+    steps = size.steps if steps is None else steps
+    save_every = size.save_every if save_every is None else save_every
+    crash_at = size.crash_at if crash_at is None else crash_at
+    resume_arguments(processes, 0.0, crash_at, steps, save_every)
+    if SHARDED_BATCH % processes or SHARDED_BATCH % whole_number(
+            "--resume-processes", resume_processes, minimum=1, maximum=SHARDED_BATCH,
+            hint=msg("e.g. --resume-processes 1")):
+        raise ValueError(tr("--processes {n} and --resume-processes {m} must both divide the global batch of "
+                            "{batch}. Fix: choose from 1, 2, 3, 4, 6.", n=processes, m=resume_processes,
+                            batch=SHARDED_BATCH))
+    _check_empty(checkpoints)
+    batches = sharding_batches(steps, SHARDED_BATCH)
+    with tempfile.TemporaryDirectory(prefix="effitrain-resume-") as tmp:
+        root = Path(checkpoints) if checkpoints is not None else Path(tmp)
+        reference = launch(train_sharded, batches, root / "uninterrupted", save_every=save_every,
+                           num_processes=processes, cpu=True, quiet=True)[0]["final"]
+        crash = _crash(launch, RankFailed, train_sharded, batches, root / "crashed", save_every=save_every,
+                       crash_at=crash_at, num_processes=processes, cpu=True, quiet=True)
+        passed_over = []
+        folder = latest_checkpoint(root / "crashed", report=lambda line: (passed_over.append(line), report(line)))
+        resumed = launch(train_sharded, batches, root / f"resumed on {resume_processes}", save_every=save_every,
+                         resume=folder, reference=True, num_processes=resume_processes, cpu=True, quiet=True)[0]
+    differences = state_differences(reference, resumed["final"])
+    floor = state_differences(reference, resumed["reference"])["model"]
+    return {"processes": processes, "resume_processes": resume_processes, "fsdp": True, "steps": steps,
+            "save_every": save_every, "crash_at": crash_at, "crash": crash,
+            "resumed_from": steps_done(folder) if folder else None, "passed_over": passed_over,
+            "lost_steps": lost_steps(crash_at, save_every), "max_difference": differences["model"],
+            "differences": differences, "tolerance": floor, "within_tolerance": differences["model"] <= floor,
+            "checkpoints": str(checkpoints) if checkpoints is not None else None}
