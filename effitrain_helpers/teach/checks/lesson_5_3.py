@@ -99,15 +99,15 @@ def _judge_files(files: dict[str, set[str]]) -> None:
     if not files:
         raise Incorrect(tr("nothing was written under root: save should call accelerator.save_state(folder) "
                            "with folder = partial_folder(root, step)."))
-    if len(files) < len(SAVES):
-        raise Incorrect(tr("save was called {calls} times but wrote {folders} folder(s): give each step "
-                           "its own folder (put the step in its name), or the newest overwrites the others.",
-                           calls=len(SAVES), folders=len(files)))
     lonely = [f for f, names in files.items() if "random_states_0.pkl" in names and "random_states_1.pkl" not in names]
     if lonely:
         raise Incorrect(tr("rank 1's random state is missing from the checkpoint: call save_state in EVERY "
                            "process (it writes the shared files on the main process only, and each rank's own "
                            "state)."))
+    if len(files) < len(SAVES):
+        raise Incorrect(tr("save was called {calls} times but wrote {folders} folder(s): give each step "
+                           "its own folder (put the step in its name), or the newest overwrites the others.",
+                           calls=len(SAVES), folders=len(files)))
     if not any(MARKER in names for names in files.values()):
         raise Incorrect(tr("no checkpoint was sealed, so there is nothing to resume from: after the barrier, "
                            "the main process should call seal(folder, accelerator.num_processes)."))
@@ -150,6 +150,7 @@ def _check_resume(save, resume) -> None:
     import tempfile
 
     from effitrain_helpers.processes.launch import RankFailed, launch
+    from effitrain_helpers.training.resume import PARTIAL
 
     for fn, name in ((save, "save"), (resume, "resume")):
         if not callable(fn):
@@ -162,9 +163,11 @@ def _check_resume(save, resume) -> None:
         except RankFailed as err:
             error = str(err).splitlines()[0]
             failed = Incorrect(tr("in {processes} processes, {error}", processes=PROCESSES, error=error))
-            if "is not a checkpoint being written" in error:
-                failed = Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
-                                      "on the main process only (if accelerator.is_main_process)."))
+            sealed_twice = "is not a checkpoint being written" in error or (
+                "FileNotFoundError" in error and PARTIAL in error)  # two ranks renaming the same folder
+            if sealed_twice:  # named before the files, which it leaves half renamed
+                raise Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
+                                   "on the main process only (if accelerator.is_main_process).")) from None
         except TimeoutError:
             failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
                                   "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
