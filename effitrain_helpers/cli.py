@@ -13,6 +13,7 @@
     effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
     effitrain resume [--processes N] [--dropout P] [--crash-at STEP] [--checkpoints DIR] [--json]
     effitrain resume --fsdp [--processes N] [--resume-processes M] [--crash-at STEP] [--checkpoints DIR] [--json]
+    effitrain resume --torchrun [--processes N] [--dropout P] [--crash-at STEP] [--json]
     effitrain resume --latest DIR
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
@@ -211,7 +212,8 @@ def _resume(args) -> int:
     whole checkpoint under a folder (``--latest``)."""
     from pathlib import Path
 
-    from effitrain_helpers.training.resume import latest_checkpoint, resume_experiment, resume_sharded
+    from effitrain_helpers.training.resume import (latest_checkpoint, restart_experiment, resume_experiment,
+                                                   resume_sharded)
 
     if args.latest is not None:
         if not Path(args.latest).is_dir():
@@ -225,6 +227,17 @@ def _resume(args) -> int:
         print(tr("an uninterrupted run, a run whose rank 1 is killed, and its resume, in {n} CPU processes each ...",
                  n=args.processes))
     say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    if args.torchrun:
+        if args.fsdp or args.resume_processes is not None or args.checkpoints is not None:
+            raise ValueError(tr("--torchrun runs the DDP experiment in temporary folders: leave out --fsdp, "
+                                "--resume-processes and --checkpoints."))
+        result = restart_experiment(args.processes, args.crash_at, 0.1 if args.dropout is None else args.dropout)
+        print(json.dumps(result) if args.json else tr(
+            "torchrun --max-restarts 1: rank 1 killed after {crash_at} steps, the group restarted ({attempts} "
+            "attempts) and resumed from step {start} by itself; largest weight difference from an uninterrupted "
+            "torchrun run: {got:.1e}", crash_at=result["crash_at"], attempts=result["attempts"],
+            start=result["resumed_from"], got=result["max_difference"]))
+        return 0
     if args.fsdp:
         if args.dropout is not None:
             raise ValueError(tr("--dropout applies to the DDP run; --fsdp trains lesson 5.1's model, which has "
@@ -264,6 +277,8 @@ def _add_resume_parser(sub) -> None:
     p.add_argument("--dropout", type=float, default=None, help="dropout probability in [0, 1) (default 0.1)")
     p.add_argument("--crash-at", type=int, default=None, help="rank 1 is killed after this step (default 14 small)")
     p.add_argument("--fsdp", action="store_true", help="shard with fully_shard, save with torch.distributed.checkpoint")
+    p.add_argument("--torchrun", action="store_true",
+                   help="run under torchrun --max-restarts 1: the group restarts and resumes by itself")
     p.add_argument("--resume-processes", type=int, default=None,
                    help="with --fsdp: resume at this world size (default 1)")
     p.add_argument("--checkpoints", metavar="DIR", default=None,

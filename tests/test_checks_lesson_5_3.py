@@ -328,8 +328,9 @@ def test_cli_resume_latest_passes_over_a_truncated_checkpoint(tmp_path, capsys):
     (["--resume-processes", "1"], "--resume-processes needs --fsdp"),
     (["--fsdp", "--dropout", "0.1"], "--dropout applies to the DDP run"),
     (["--fsdp", "--resume-processes", "5"], "must both divide the global batch of 12"),
+    (["--torchrun", "--fsdp"], "--torchrun runs the DDP experiment"),
 ], ids=["one process", "dropout", "crash after the end", "latest", "world size without fsdp", "fsdp dropout",
-        "world size not dividing"])
+        "world size not dividing", "torchrun fsdp"])
 def test_cli_resume_rejects_bad_options_in_one_line(argv, words, capsys):
     from effitrain_helpers.cli import main
 
@@ -373,3 +374,10 @@ def test_cli_resume_sharded_at_another_world_size_is_within_the_measured_toleran
     result = json.loads(capsys.readouterr().out)
     assert result["within_tolerance"] and 0 < result["tolerance"] < 1e-3, result
     assert result["resumed_from"] == 12 and result["differences"]["step"] == 0.0
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_the_group_which_resumes_by_itself():
+    result = resume.restart_experiment(2, crash_at=5)
+    assert result["attempts"] == 2 and result["resumed_from"] == 3
+    assert set(result["differences"].values()) == {0.0}

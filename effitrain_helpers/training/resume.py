@@ -534,3 +534,79 @@ def resume_sharded(processes: int = 2, resume_processes: int = 1, crash_at: int 
             "lost_steps": lost_steps(crash_at, save_every), "max_difference": differences["model"],
             "differences": differences, "tolerance": floor, "within_tolerance": differences["model"] <= floor,
             "checkpoints": str(checkpoints) if checkpoints is not None else None}
+
+
+# ---- restarts without a human: torchrun --max-restarts
+
+def restarted_run(checkpoints, out, crash_at: int, dropout: float = 0.1) -> None:
+    """One rank of a run under ``torchrun --max-restarts 1``: resume from the newest whole checkpoint in
+    ``checkpoints`` if there is one, train to the end; on the first attempt only
+    (``TORCHELASTIC_RESTART_COUNT`` 0) rank 1 kills itself after ``crash_at`` steps, torchrun ends the other
+    rank and starts the group again. Rank 0 saves the final state to ``out`` (``torch.save``)."""
+    import torch
+
+    from effitrain_helpers.core.sizes import lesson_size
+    from effitrain_helpers.training.workload import lesson_model, lesson_rows
+
+    size = lesson_size("5.3")
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    folder = latest_checkpoint(checkpoints, report=print if os.environ.get("RANK") == "0" else None)
+    state = train_with_checkpoints(lesson_model(0, dropout=dropout), lesson_rows(size.n_rows, seq_len=size.seq_len),
+                                   checkpoints, steps=size.steps, save_every=size.save_every,
+                                   batch_size=size.batch_size, crash_at=crash_at if attempt == 0 else None,
+                                   resume=folder)
+    if os.environ.get("RANK") == "0":
+        torch.save({**state, "attempt": attempt}, out)
+
+
+def _torchrun(checkpoints, out, crash_at: int, processes: int, timeout: float = 300.0) -> dict:
+    """``torchrun --standalone --max-restarts 1 --nproc_per_node N -m effitrain_helpers.training.resume ...`` on
+    the CPU; rank 0's saved final state."""
+    import signal
+    import subprocess
+    import sys
+
+    import torch
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts", "1",
+               "--nproc-per-node", str(processes), "-m", "effitrain_helpers.training.resume",
+               str(checkpoints), str(out), str(crash_at)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1"}
+    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and the ranks it started
+        proc.communicate()
+        raise
+    if not Path(out).is_file():
+        raise RuntimeError(f"torchrun exited with {proc.returncode} and no result:\n{stderr[-2000:]}")
+    return {**torch.load(out, weights_only=False), "log": stdout + stderr}
+
+
+def restart_experiment(processes: int = 2, crash_at: int | None = None, dropout: float = 0.1) -> dict:
+    """Two runs under ``torchrun --max-restarts 1``: one whose rank 1 is killed on the first attempt (torchrun
+    restarts the group, which resumes by itself), one never killed; ``max_difference`` between their final
+    weights (0.0: the restarted run ended where the uninterrupted one did)."""
+    import tempfile
+
+    from effitrain_helpers.core.sizes import lesson_size
+
+    size = lesson_size("5.3")
+    crash_at = size.crash_at if crash_at is None else crash_at
+    resume_arguments(processes, dropout, crash_at, size.steps, size.save_every)
+    with tempfile.TemporaryDirectory(prefix="effitrain-restart-") as tmp:
+        root = Path(tmp)
+        restarted = _torchrun(root / "restarted", root / "restarted.pt", crash_at, processes)
+        reference = _torchrun(root / "uninterrupted", root / "uninterrupted.pt", size.steps + 1, processes)
+    differences = state_differences(reference, restarted)
+    return {"processes": processes, "crash_at": crash_at, "attempts": restarted["attempt"] + 1,
+            "resumed_from": restarted["resumed_from"], "max_difference": differences["model"],
+            "differences": differences}
+
+
+if __name__ == "__main__":  # a rank under torchrun: checkpoints folder, result file, crash step
+    import sys
+
+    restarted_run(sys.argv[1], sys.argv[2], int(sys.argv[3]))
