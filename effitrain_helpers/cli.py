@@ -13,6 +13,10 @@
     effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
     effitrain memory --parameters P [--devices N] [--optimizer mixed|fp32|8bit]
                      [--layers L --hidden H --heads A --sequence S --micro-batch B] [--json]
+    effitrain resume [--processes N] [--dropout P] [--crash-at STEP] [--checkpoints DIR] [--json]
+    effitrain resume --fsdp [--processes N] [--resume-processes M] [--crash-at STEP] [--checkpoints DIR] [--json]
+    effitrain resume --torchrun [--processes N] [--dropout P] [--crash-at STEP] [--json]
+    effitrain resume --latest DIR
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
@@ -234,6 +238,88 @@ def _add_memory_parser(sub) -> None:
         p.add_argument(flag, type=int, default=None, help=f"{what} (with the other four: activations)")
     p.add_argument("--json", action="store_true", help="one JSON record: bytes per device by stage and kind, formulas")
     p.set_defaults(func=_memory)
+
+
+def _resume(args) -> int:
+    """Chapter 5, lesson 5.3: crash a run, resume it, compare it with an uninterrupted one; or find the newest
+    whole checkpoint under a folder (``--latest``)."""
+    from pathlib import Path
+
+    from effitrain_helpers.training.resume import (latest_checkpoint, restart_experiment, resume_experiment,
+                                                   resume_sharded)
+
+    if args.latest is not None:
+        if not Path(args.latest).is_dir():
+            raise ValueError(tr("--latest {path} is not a folder. Fix: name the folder that holds the step_<n> "
+                                "checkpoints.", path=args.latest))
+        folder = latest_checkpoint(args.latest, report=lambda line: print(line, file=sys.stderr))
+        print(json.dumps({"latest": str(folder) if folder else None}) if args.json
+              else folder or tr("no whole checkpoint under {path}", path=args.latest))
+        return 0 if folder else 1
+    if not args.json:
+        print(tr("an uninterrupted run, a run whose rank 1 is killed, and its resume, in {n} CPU processes each ...",
+                 n=args.processes))
+    say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    if args.torchrun:
+        if args.fsdp or args.resume_processes is not None or args.checkpoints is not None:
+            raise ValueError(tr("--torchrun runs the DDP experiment in temporary folders: leave out --fsdp, "
+                                "--resume-processes and --checkpoints."))
+        result = restart_experiment(args.processes, args.crash_at, 0.1 if args.dropout is None else args.dropout)
+        print(json.dumps(result) if args.json else tr(
+            "torchrun --max-restarts 1: rank 1 killed after {crash_at} steps, the group restarted ({attempts} "
+            "attempts) and resumed from step {start} by itself; largest weight difference from an uninterrupted "
+            "torchrun run: {got:.1e}", crash_at=result["crash_at"], attempts=result["attempts"],
+            start=result["resumed_from"], got=result["max_difference"]))
+        return 0
+    if args.fsdp:
+        if args.dropout is not None:
+            raise ValueError(tr("--dropout applies to the DDP run; --fsdp trains lesson 5.1's model, which has "
+                                "none. Fix: leave out --dropout."))
+        result = resume_sharded(args.processes, 1 if args.resume_processes is None else args.resume_processes,
+                                args.crash_at, args.checkpoints, report=say)
+    elif args.resume_processes is not None:
+        raise ValueError(tr("--resume-processes needs --fsdp: the DDP experiment resumes at the world size that "
+                            "saved it (each rank's batches and random state are its own). Fix: add --fsdp."))
+    else:
+        result = resume_experiment(args.processes, 0.1 if args.dropout is None else args.dropout, args.crash_at,
+                                   args.checkpoints, report=say)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    if args.fsdp:
+        print(tr("sharded on {n}, rank 1 killed after {crash_at} steps, resumed on {m} from step {start}: largest "
+                 "weight difference from the uninterrupted run {got:.1e}; between uninterrupted runs on {n} and "
+                 "{m} (the tolerance) {floor:.1e}: {verdict}", n=result["processes"], m=result["resume_processes"],
+                 crash_at=result["crash_at"], start=result["resumed_from"], got=result["max_difference"],
+                 floor=result["tolerance"], verdict=tr("within") if result["within_tolerance"] else tr("beyond")))
+        return 0
+    print(tr("rank 1 killed after {crash_at} steps; resumed from step {start} ({lost} step(s) lost); "
+             "largest difference from the uninterrupted run after {steps} steps: weights {model:.1e}, AdamW "
+             "exp_avg {avg:.1e}, exp_avg_sq {sq:.1e} (dropout {dropout})", crash_at=result["crash_at"],
+             start=result["resumed_from"], lost=result["lost_steps"], steps=result["steps"],
+             model=result["max_difference"], avg=result["differences"]["exp_avg"],
+             sq=result["differences"]["exp_avg_sq"], dropout=result["dropout"]))
+    if args.checkpoints:
+        print(tr("checkpoints kept in {path}", path=args.checkpoints))
+    return 0
+
+
+def _add_resume_parser(sub) -> None:
+    p = sub.add_parser("resume", help="chapter 5: kill a rank, resume from the newest whole checkpoint, compare")
+    p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
+    p.add_argument("--dropout", type=float, default=None, help="dropout probability in [0, 1) (default 0.1)")
+    p.add_argument("--crash-at", type=int, default=None, help="rank 1 is killed after this step (default 14 small)")
+    p.add_argument("--fsdp", action="store_true", help="shard with fully_shard, save with torch.distributed.checkpoint")
+    p.add_argument("--torchrun", action="store_true",
+                   help="run under torchrun --max-restarts 1: the group restarts and resumes by itself")
+    p.add_argument("--resume-processes", type=int, default=None,
+                   help="with --fsdp: resume at this world size (default 1)")
+    p.add_argument("--checkpoints", metavar="DIR", default=None,
+                   help="a new or empty folder to keep the checkpoints in (default: a temporary one, removed)")
+    p.add_argument("--latest", metavar="DIR", default=None,
+                   help="only print the newest whole checkpoint under DIR, saying why others are passed over")
+    p.add_argument("--json", action="store_true", help="one JSON record, with max_difference (0.0: bit-identical)")
+    p.set_defaults(func=_resume)
 
 
 def _add_optimizers_parser(sub) -> None:
@@ -467,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optimizers_parser(sub)
     _add_fsdp_parser(sub)
     _add_memory_parser(sub)
+    _add_resume_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)
     return parser

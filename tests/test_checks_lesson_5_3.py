@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from effitrain_helpers.teach import plots
 from effitrain_helpers.teach.checks import lesson_5_3 as l53
@@ -23,25 +24,89 @@ def test_checkpoint_folder_and_steps_done_round_trip(tmp_path):
         resume.checkpoint_folder(tmp_path, -1)
 
 
-def _fake_checkpoint(root, step, ranks=(0, 1), shared=resume.SHARED_FILES):
-    folder = resume.checkpoint_folder(root, step)
+def _fake_checkpoint(root, step, ranks=(0, 1), sealed=True):
+    """A checkpoint folder written as save_checkpoint would (files of 10 bytes), sealed unless told."""
+    folder = resume.partial_folder(root, step)
     folder.mkdir(parents=True)
-    for name in (*shared, *(f"random_states_{r}.pkl" for r in ranks)):
+    for name in ("model.safetensors", "optimizer.bin", "scheduler.bin", *(f"random_states_{r}.pkl" for r in ranks)):
         (folder / name).write_bytes(b"x" * 10)
-    return folder
+    return resume.seal(folder, len(ranks)) if sealed else folder
 
 
-def test_latest_checkpoint_passes_over_incomplete_folders(tmp_path):
-    assert resume.latest_checkpoint(tmp_path, 2) is None
+def test_seal_writes_the_marker_last_and_renames(tmp_path):
+    folder = _fake_checkpoint(tmp_path, 3)
+    assert folder == tmp_path / "step_3" and not resume.partial_folder(tmp_path, 3).exists()
+    assert (folder / resume.MARKER).is_file() and resume.checkpoint_problem(folder) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_3"]  # no partial, no temporary marker
+    again = _fake_checkpoint(tmp_path, 3)  # the same step saved again replaces the old copy
+    assert again == folder and resume.checkpoint_problem(again) is None
+
+
+def test_seal_refuses_a_checkpoint_a_rank_did_not_write(tmp_path):
+    folder = _fake_checkpoint(tmp_path, 3, ranks=(0,), sealed=False)
+    with pytest.raises(ValueError, match="random_states_1.pkl missing.*every process"):
+        resume.seal(folder, 2)
+    with pytest.raises(ValueError, match="not a checkpoint being written"):
+        resume.seal(tmp_path / "elsewhere", 1)
+
+
+def test_seal_checks_each_ranks_own_file_by_its_pattern(tmp_path):
+    folder = resume.partial_folder(tmp_path, 4)
+    folder.mkdir()
+    (folder / ".metadata").write_bytes(b"m")
+    (folder / "__0_0.distcp").write_bytes(b"0")
+    with pytest.raises(ValueError, match="__1_0.distcp missing"):
+        resume.seal(folder, 2, per_rank=resume.SHARD_FILE)
+    (folder / "__1_0.distcp").write_bytes(b"1")
+    assert resume.checkpoint_problem(resume.seal(folder, 2, per_rank=resume.SHARD_FILE)) is None
+
+
+def test_latest_checkpoint_passes_over_damaged_folders_saying_why(tmp_path):
+    lines = []
+    assert resume.latest_checkpoint(tmp_path, report=lines.append) is None and lines == []
     _fake_checkpoint(tmp_path, 3)
     nine = _fake_checkpoint(tmp_path, 9)
-    _fake_checkpoint(tmp_path, 12, ranks=(0,))  # rank 1 never wrote its random state
-    _fake_checkpoint(tmp_path, 15, shared=("model.safetensors",))  # the main process died mid-save
+    twelve = _fake_checkpoint(tmp_path, 12)
+    (twelve / "optimizer.bin").write_bytes(b"x" * 4)  # truncated
+    fifteen = _fake_checkpoint(tmp_path, 15)
+    (fifteen / resume.MARKER).unlink()  # never sealed (or saved by save_state alone)
+    eighteen = _fake_checkpoint(tmp_path, 18)
+    (eighteen / "model.safetensors").write_bytes(b"y" * 10)  # same size, other bytes
+    _fake_checkpoint(tmp_path, 21, sealed=False)  # a crash before the seal
     (tmp_path / "step_notes").mkdir()
-    assert resume.latest_checkpoint(tmp_path, 2) == nine
-    assert resume.latest_checkpoint(tmp_path, 1).name == "step_12"
-    with pytest.raises(ValueError, match="world_size"):
-        resume.latest_checkpoint(tmp_path, 0)
+    assert resume.latest_checkpoint(tmp_path, report=lines.append) == nine
+    assert [line.split(":")[0] for line in lines] == [
+        "passing over .step_21.partial", "passing over step_18", "passing over step_15", "passing over step_12"]
+    assert "never sealed" in lines[0] and "SHA-256" in lines[1] and "complete.json" in lines[2]
+    assert "optimizer.bin has 4 bytes, 10 when saved (truncated?)" in lines[3]
+    (nine / "scheduler.bin").unlink()
+    assert "scheduler.bin is missing" in resume.checkpoint_problem(nine)
+    assert resume.latest_checkpoint(tmp_path, report=None).name == "step_3"
+    assert resume.latest_checkpoint(tmp_path / "nowhere") is None
+
+
+def test_loader_generator_keeps_the_global_generator_still_and_round_trips():
+    from torch.utils.data import DataLoader
+
+    before = torch.get_rng_state()
+    iter(DataLoader(range(8), batch_size=2))
+    assert not torch.equal(before, torch.get_rng_state()), "torch's _BaseDataLoaderIter draws a base seed"
+    generator = resume.LoaderGenerator(0)
+    loader = DataLoader(range(8), batch_size=2, shuffle=True, generator=generator.generator)
+    saved = generator.state_dict()
+    before = torch.get_rng_state()
+    first = list(loader)
+    assert torch.equal(before, torch.get_rng_state())
+    generator.load_state_dict(saved)
+    assert [b.tolist() for b in loader] == [b.tolist() for b in first]
+
+
+def test_resume_arguments_reject_bad_options():
+    for kwargs, words in (({"processes": 1}, "--processes"), ({"dropout": 1.0}, "--dropout"),
+                          ({"crash_at": 16}, "--crash-at"), ({"save_every": 0}, "--save-every")):
+        values = {"processes": 2, "dropout": 0.1, "crash_at": 5, "steps": 16, "save_every": 3} | kwargs
+        with pytest.raises(ValueError, match=words):
+            resume.resume_arguments(**values)
 
 
 @pytest.mark.parametrize("completed, every, start, lost", [
@@ -80,6 +145,7 @@ def test_state_differences_zero_for_identical_runs_and_positive_otherwise():
 
 def test_checkpoint_files_and_theory(tmp_path):
     folder = _fake_checkpoint(tmp_path, 3)
+    assert "SHA-256" in {r["file"]: r for r in resume.checkpoint_files(folder)}[resume.MARKER]["holds"]
     rows = {r["file"]: r for r in resume.checkpoint_files(folder)}
     assert rows["optimizer.bin"]["bytes"] == 10 and "exp_avg" in rows["optimizer.bin"]["holds"]
     assert "rank 1" in rows["random_states_1.pkl"]["holds"]
@@ -120,31 +186,49 @@ def test_5_3_q3_young_interval():
 
 
 def save(accelerator, root, step):
-    accelerator.save_state(resume.checkpoint_folder(root, step))
+    folder = resume.partial_folder(root, step)
+    accelerator.save_state(folder)
     accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        resume.seal(folder, accelerator.num_processes)
 
 
 def save_on_main_only(accelerator, root, step):
+    folder = resume.partial_folder(root, step)
     if accelerator.is_main_process:
-        accelerator.save_state(resume.checkpoint_folder(root, step))
+        accelerator.save_state(folder)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        resume.seal(folder, accelerator.num_processes)
+
+
+def save_without_seal(accelerator, root, step):
+    accelerator.save_state(resume.partial_folder(root, step))
     accelerator.wait_for_everyone()
 
 
+def seal_on_every_rank(accelerator, root, step):
+    folder = resume.partial_folder(root, step)
+    accelerator.save_state(folder)
+    accelerator.wait_for_everyone()
+    resume.seal(folder, accelerator.num_processes)
+
+
 def right_resume(accelerator, loader, root):
-    folder = resume.latest_checkpoint(root, accelerator.num_processes)
+    folder = resume.latest_checkpoint(root)
     accelerator.load_state(folder)
     done = resume.steps_done(folder)
     return done, accelerator.skip_first_batches(loader, done)
 
 
 def resume_without_skip(accelerator, loader, root):
-    folder = resume.latest_checkpoint(root, accelerator.num_processes)
+    folder = resume.latest_checkpoint(root)
     accelerator.load_state(folder)
     return resume.steps_done(folder), loader
 
 
 def resume_without_loading(accelerator, loader, root):
-    done = resume.steps_done(resume.latest_checkpoint(root, accelerator.num_processes))
+    done = resume.steps_done(resume.latest_checkpoint(root))
     return done, accelerator.skip_first_batches(loader, done)
 
 
@@ -152,9 +236,11 @@ def resume_without_loading(accelerator, loader, root):
 @pytest.mark.parametrize("save_fn, resume_fn, status, words", [
     (save, right_resume, "correct", ""),
     (save_on_main_only, right_resume, "incorrect", "EVERY process"),
+    (save_without_seal, right_resume, "incorrect", "seal(folder"),
+    (seal_on_every_rank, right_resume, "incorrect", "main process only"),
     (save, resume_without_skip, "incorrect", "skip_first_batches"),
     (save, resume_without_loading, "incorrect", "load_state"),
-], ids=["right", "main-only save", "no skip", "no load"])
+], ids=["right", "main-only save", "no seal", "seal everywhere", "no skip", "no load"])
 def test_5_3_q1_runs_save_and_resume_in_two_processes(save_fn, resume_fn, status, words):
     result = l53.q1.evaluate(save_fn, resume_fn)
     assert result.status == status, result.message
@@ -168,10 +254,130 @@ def test_5_3_q1_rejects_what_is_not_a_function():
 @pytest.mark.parametrize("files, words", [
     ({}, "nothing was written"),
     ({"one": {"model.safetensors", "random_states_0.pkl", "random_states_1.pkl"}}, "its own folder"),
-    ({f"step_{s}": {"model.safetensors", "random_states_0.pkl"} for s in (2, 4)}, "EVERY process"),
-], ids=["nothing", "one folder", "main only"])
+    ({f".step_{s}.partial": {"model.safetensors", "random_states_0.pkl"} for s in (2, 4)}, "EVERY process"),
+    ({f".step_{s}.partial": {"model.safetensors", "random_states_0.pkl", "random_states_1.pkl"} for s in (2, 4)},
+     "sealed"),
+], ids=["nothing", "one folder", "main only", "not sealed"])
 def test_5_3_q1_judges_what_save_wrote(files, words):
     with pytest.raises(l53.Incorrect, match=words):
         l53._judge_files(files)
-    l53._judge_files({f"step_{s}": {"model.safetensors", "random_states_0.pkl", "random_states_1.pkl"}
-                      for s in (2, 4)})  # a checkpoint of both ranks at each step passes
+    l53._judge_files({f"step_{s}": {"model.safetensors", "random_states_0.pkl", "random_states_1.pkl",
+                                    "complete.json"} for s in (2, 4)})  # a sealed checkpoint at each step passes
+
+
+def _loader_right(accelerator, rows, seed):
+    generator = resume.LoaderGenerator(seed)
+    accelerator.register_for_checkpointing(generator)
+    return DataLoader(rows, batch_size=4, shuffle=True, generator=generator.generator)
+
+
+def _loader_global(accelerator, rows, seed):
+    return DataLoader(rows, batch_size=4, shuffle=True)
+
+
+def _loader_unsaved(accelerator, rows, seed):
+    return DataLoader(rows, batch_size=4, shuffle=True, generator=resume.LoaderGenerator(seed).generator)
+
+
+def _loader_other_generator(accelerator, rows, seed):
+    accelerator.register_for_checkpointing(resume.LoaderGenerator(seed))
+    return DataLoader(rows, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(seed))
+
+
+def _loader_in_order(accelerator, rows, seed):
+    generator = resume.LoaderGenerator(seed)
+    accelerator.register_for_checkpointing(generator)
+    return DataLoader(rows, batch_size=4, generator=generator.generator)
+
+
+@pytest.mark.parametrize("make_loader, status, words", [
+    (_loader_right, "correct", ""),
+    (_loader_global, "incorrect", "global generator"),
+    (_loader_unsaved, "incorrect", "not saved"),
+    (_loader_other_generator, "incorrect", "not saved"),
+    (_loader_in_order, "incorrect", "shuffle"),
+    (lambda accelerator, rows, seed: rows, "incorrect", "DataLoader"),
+], ids=["right", "global generator", "not registered", "another generator registered", "no shuffle", "rows"])
+def test_5_3_q4_loader_generator(make_loader, status, words):
+    result = l53.q4.evaluate(make_loader)
+    assert result.status == status, result.message
+    assert words in result.message
+
+
+# ---- effitrain resume
+
+def test_cli_resume_latest_passes_over_a_truncated_checkpoint(tmp_path, capsys):
+    from effitrain_helpers.cli import main
+
+    _fake_checkpoint(tmp_path, 3)
+    (_fake_checkpoint(tmp_path, 6) / "optimizer.bin").write_bytes(b"x")
+    assert main(["resume", "--latest", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(tmp_path / "step_3")
+    assert err.strip() == "passing over step_6: optimizer.bin has 1 bytes, 10 when saved (truncated?)"
+    (tmp_path / "step_3" / "complete.json").unlink()
+    assert main(["resume", "--latest", str(tmp_path)]) == 1
+    assert "no whole checkpoint" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--processes", "1"], "--processes=1"),
+    (["--dropout", "1.5"], "--dropout must be a probability"),
+    (["--crash-at", "99"], "--crash-at=99"),
+    (["--latest", "nowhere-at-all"], "--latest nowhere-at-all is not a folder"),
+    (["--resume-processes", "1"], "--resume-processes needs --fsdp"),
+    (["--fsdp", "--dropout", "0.1"], "--dropout applies to the DDP run"),
+    (["--fsdp", "--resume-processes", "5"], "must both divide the global batch of 12"),
+    (["--torchrun", "--fsdp"], "--torchrun runs the DDP experiment"),
+], ids=["one process", "dropout", "crash after the end", "latest", "world size without fsdp", "fsdp dropout",
+        "world size not dividing", "torchrun fsdp"])
+def test_cli_resume_rejects_bad_options_in_one_line(argv, words, capsys):
+    from effitrain_helpers.cli import main
+
+    assert main(["resume", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_cli_resume_keeps_what_is_in_a_folder(tmp_path, capsys):
+    from effitrain_helpers.cli import main
+
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert main(["resume", "--checkpoints", str(tmp_path)]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_cli_resume_with_dropout_is_bit_identical(tmp_path, capsys):
+    import json
+
+    from effitrain_helpers.cli import main
+
+    keep = tmp_path / "kept"
+    assert main(["resume", "--processes", "2", "--dropout", "0.1", "--crash-at", "5", "--checkpoints", str(keep),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["max_difference"] == 0.0 and set(result["differences"].values()) == {0.0}
+    assert result["resumed_from"] == 3 and result["lost_steps"] == 2 and "rank 1" in result["crash"]
+    assert resume.latest_checkpoint(keep / "crashed", report=None).name == "step_15"
+    assert resume.latest_checkpoint(keep / "uninterrupted", report=None).name == "step_15"
+
+
+@pytest.mark.slow
+def test_cli_resume_sharded_at_another_world_size_is_within_the_measured_tolerance(capsys):
+    import json
+
+    from effitrain_helpers.cli import main
+
+    assert main(["resume", "--processes", "2", "--fsdp", "--resume-processes", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["within_tolerance"] and 0 < result["tolerance"] < 1e-3, result
+    assert result["resumed_from"] == 12 and result["differences"]["step"] == 0.0
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_the_group_which_resumes_by_itself():
+    result = resume.restart_experiment(2, crash_at=5)
+    assert result["attempts"] == 2 and result["resumed_from"] == 3
+    assert set(result["differences"].values()) == {0.0}

@@ -60,25 +60,27 @@ def lesson_batches(n_batches: int, batch_size: int, seq_len: int = 64, seed: int
             for i in range(0, len(rows), batch_size)]
 
 
-def lesson_model(seed: int = 0):
+def lesson_model(seed: int = 0, dropout: float = 0.0):
     """The lesson model (the course's DistilBERT classifier, or the workbook's own offline), in training mode,
-    with weights that depend only on ``seed`` and dropout switched off: chapter 3 compares runs step by step,
-    and dropout would draw different random masks for a batch and for its micro-batches (the workbook's
-    offline model has none anyway)."""
+    with weights that depend only on ``seed`` and every dropout rate set to ``dropout``: off by default, since
+    chapter 3 compares runs step by step, and dropout would draw different random masks for a batch and for its
+    micro-batches; lesson 5.3 turns it on to show what a resume must restore."""
     import torch
     from transformers import set_seed
 
     from effitrain_helpers.sources.models import load_classifier
 
+    if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}. Fix: e.g. dropout=0.1.")
     set_seed(seed)
     model, _ = load_classifier(verbose=False)
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+            module.p = float(dropout)
     for name in ("dropout", "attention_dropout", "seq_classif_dropout", "hidden_dropout_prob",
                  "attention_probs_dropout_prob"):
         if isinstance(getattr(model.config, name, None), float):
-            setattr(model.config, name, 0.0)  # attention kernels read the rate from the config
+            setattr(model.config, name, float(dropout))  # attention kernels read the rate from the config
     return model.train()
 
 

@@ -93,19 +93,24 @@ def _saved_files(root) -> dict[str, set[str]]:
 
 
 def _judge_files(files: dict[str, set[str]]) -> None:
-    """Incorrect when what ``save`` wrote cannot be a checkpoint of every rank at each step."""
+    """Incorrect when what ``save`` wrote cannot be a sealed checkpoint of every rank at each step."""
+    from effitrain_helpers.training.resume import MARKER
+
     if not files:
         raise Incorrect(tr("nothing was written under root: save should call accelerator.save_state(folder) "
-                           "with a folder inside root."))
-    if len(files) < len(SAVES):
-        raise Incorrect(tr("save was called {calls} times but wrote {folders} folder(s): give each step "
-                           "its own folder (put the step in its name), or the newest overwrites the others.",
-                           calls=len(SAVES), folders=len(files)))
+                           "with folder = partial_folder(root, step)."))
     lonely = [f for f, names in files.items() if "random_states_0.pkl" in names and "random_states_1.pkl" not in names]
     if lonely:
         raise Incorrect(tr("rank 1's random state is missing from the checkpoint: call save_state in EVERY "
                            "process (it writes the shared files on the main process only, and each rank's own "
                            "state)."))
+    if len(files) < len(SAVES):
+        raise Incorrect(tr("save was called {calls} times but wrote {folders} folder(s): give each step "
+                           "its own folder (put the step in its name), or the newest overwrites the others.",
+                           calls=len(SAVES), folders=len(files)))
+    if not any(MARKER in names for names in files.values()):
+        raise Incorrect(tr("no checkpoint was sealed, so there is nothing to resume from: after the barrier, "
+                           "the main process should call seal(folder, accelerator.num_processes)."))
 
 
 def _judge(rank: dict) -> None:
@@ -145,6 +150,7 @@ def _check_resume(save, resume) -> None:
     import tempfile
 
     from effitrain_helpers.processes.launch import RankFailed, launch
+    from effitrain_helpers.training.resume import PARTIAL
 
     for fn, name in ((save, "save"), (resume, "resume")):
         if not callable(fn):
@@ -155,8 +161,13 @@ def _check_resume(save, resume) -> None:
             ranks = launch(_run_learner, save, resume, root, num_processes=PROCESSES, cpu=True, quiet=True,
                            timeout=TIMEOUT)
         except RankFailed as err:
-            failed = Incorrect(tr("in {processes} processes, {error}", processes=PROCESSES,
-                                  error=str(err).splitlines()[0]))
+            error = str(err).splitlines()[0]
+            failed = Incorrect(tr("in {processes} processes, {error}", processes=PROCESSES, error=error))
+            sealed_twice = "is not a checkpoint being written" in error or (
+                "FileNotFoundError" in error and PARTIAL in error)  # two ranks renaming the same folder
+            if sealed_twice:  # named before the files, which it leaves half renamed
+                raise Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
+                                   "on the main process only (if accelerator.is_main_process).")) from None
         except TimeoutError:
             failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
                                   "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
@@ -208,27 +219,62 @@ q1 = Exercise(
     "5.3 q1: save and resume, in 2 processes",
     _check_resume,
     usage="q1.check(save, resume)",
-    hints=["save writes everything a run needs into a folder of its own under root, named after the step; every "
-           "process must call it. resume finds the newest checkpoint, loads it into the prepared objects, and "
-           "returns the steps done with a loader that starts where the run stopped.",
+    hints=["save: every process writes everything a run needs into a folder of its own for that step, all wait "
+           "until every rank has written, then a single process seals the folder. resume finds the newest "
+           "whole checkpoint, loads it into the prepared objects, and returns the steps done with a loader that "
+           "starts where the run stopped.",
            "Accelerator.save_state(folder) and Accelerator.load_state(folder) (Accelerate docs: 'Checkpointing'); "
-           "the workbook's checkpoint_folder, latest_checkpoint and steps_done name and find the folders; "
-           "Accelerator.skip_first_batches(loader, n) moves the data position.",
-           "save: accelerator.____(checkpoint_folder(root, step)), then a barrier for every process\n"
-           "resume: folder = latest_checkpoint(root, ____); accelerator.____(folder); "
+           "the workbook's partial_folder, seal, latest_checkpoint and steps_done name, seal and find the "
+           "folders; Accelerator.skip_first_batches(loader, n) moves the data position.",
+           "save: folder = ____(root, step); accelerator.____(folder); a barrier; then, on the main "
+           "process only, seal(folder, ____)\n"
+           "resume: folder = ____(root); accelerator.____(folder); "
            "return steps_done(folder), accelerator.skip_first_batches(____, ____)"],
     solution_code=(
         "def save(accelerator, root, step):\n"
-        "    accelerator.save_state(checkpoint_folder(root, step))\n"
-        "    accelerator.wait_for_everyone()\n\n\n"
+        "    folder = partial_folder(root, step)\n"
+        "    accelerator.save_state(folder)\n"
+        "    accelerator.wait_for_everyone()\n"
+        "    if accelerator.is_main_process:\n"
+        "        seal(folder, accelerator.num_processes)\n\n\n"
         "def resume(accelerator, loader, root):\n"
-        "    folder = latest_checkpoint(root, accelerator.num_processes)\n"
+        "    folder = latest_checkpoint(root)\n"
         "    accelerator.load_state(folder)\n"
         "    done = steps_done(folder)\n"
         "    return done, accelerator.skip_first_batches(loader, done)\n\n\n"
         "q1.check(save, resume)"
     ),
 )
+def _check_loader(make_loader) -> None:
+    """Calls ``make_loader`` with a fresh Accelerator: a shuffled loader in batches of 4, whose iterators leave
+    torch's global generator alone, with a generator that is registered for checkpointing."""
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader, RandomSampler
+
+    if not callable(make_loader):
+        raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name="make_loader", fn=make_loader))
+    accelerator = Accelerator(cpu=True)
+    loader = make_loader(accelerator, list(range(16)), 0)
+    if not isinstance(loader, DataLoader):
+        raise Incorrect(tr("make_loader should return a torch DataLoader; yours returned {got}.",
+                           got=type(loader).__name__))
+    if loader.batch_size != 4 or not isinstance(loader.sampler, RandomSampler):
+        raise Incorrect(tr("the loader should shuffle (shuffle=True) in batches of 4."))
+    before = torch.get_rng_state()
+    next(iter(loader))
+    if not torch.equal(before, torch.get_rng_state()) or loader.generator is None:
+        raise Incorrect(tr("iter(loader) drew from torch's global generator: give the DataLoader a generator "
+                           "of its own (its generator= argument)."))
+    state = loader.generator.get_state()
+    saved = [obj for obj in getattr(accelerator, "_custom_objects", [])
+             if any(isinstance(v, torch.Tensor) and torch.equal(v, state) for v in obj.state_dict().values())]
+    if not saved:
+        raise Incorrect(tr("the loader's generator is not saved with the checkpoint: save_state only saves the "
+                           "prepared objects and those registered for checkpointing (Accelerate docs, "
+                           "'Checkpointing')."))
+
+
 q2 = Exercise(
     "5.3 q2: steps lost in a crash",
     _check_lost_steps,
@@ -250,4 +296,21 @@ q3 = Exercise(
            "job_mtbf = 5 * 365 * 24 * 3600 / ____\ninterval_seconds = math.sqrt(2 * ____ * job_mtbf)"],
     solution_code=("job_mtbf = 5 * 365 * 24 * 3600 / 512\n"
                    "interval_seconds = math.sqrt(2 * 30 * job_mtbf)\nq3.check(interval_seconds)"),
+)
+q4 = Exercise(
+    "5.3 q4: a data loader with a generator of its own",
+    _check_loader,
+    usage="q4.check(make_loader)",
+    hints=["Give the loader a random generator of its own, so that starting an iterator leaves torch's global "
+           "one alone, and make that generator part of what save_state writes.",
+           "DataLoader's generator argument (torch.utils.data docs); this lesson's LoaderGenerator(seed) holds a "
+           "torch.Generator in .generator, with state_dict and load_state_dict; Accelerate's 'Checkpointing' "
+           "guide shows how save_state saves an object of your own.",
+           "generator = LoaderGenerator(____)\naccelerator.____(generator)\n"
+           "return DataLoader(rows, batch_size=4, shuffle=True, generator=____)"],
+    solution_code=("def make_loader(accelerator, rows, seed):\n"
+                   "    generator = LoaderGenerator(seed)\n"
+                   "    accelerator.register_for_checkpointing(generator)\n"
+                   "    return DataLoader(rows, batch_size=4, shuffle=True, generator=generator.generator)\n\n\n"
+                   "q4.check(make_loader)"),
 )
