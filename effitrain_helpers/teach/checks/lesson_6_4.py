@@ -207,7 +207,7 @@ def _check_one_f_one_b(one_f_one_b, timeout: float = 60.0) -> None:
     for r, ops in zip(ranks, orders):
         bound = PP_STAGES - r["stage"]
         if r["in_flight"] > bound:
-            kind = (tr(" That is all-forward-all-backward: every forward before any backward.")
+            kind = (" " + tr("That is all-forward-all-backward: every forward before any backward.")
                     if ops[:PP_MICRO_BATCHES] == [("F", i) for i in range(PP_MICRO_BATCHES)] else "")
             raise Incorrect(tr("right loss, but stage {stage} held the activations of {held} micro-batches at "
                                "once; 1F1B holds at most stages - stage = {bound}.{kind}", stage=r["stage"],
@@ -224,8 +224,8 @@ q1 = Exercise(
            "nn.Linear stores weight as (out_features, in_features): the first layer's rows, the second layer's "
            "columns. Copy the slices into new layers under torch.no_grad() (or build them from the slices with "
            "nn.Parameter); the second layer's bias is added once after the sum, not by each rank.",
-           "k = mlp[0].out_features // world\nrows = slice(rank * k, (rank + 1) * k)\n"
-           "up = nn.Linear(mlp[0].in_features, k)\ndown = nn.Linear(k, mlp[2].out_features, bias=____)\n"
+           "k = ____ // world\nrows = slice(rank * k, ____)\n"
+           "up = nn.Linear(____, k)\ndown = nn.Linear(k, mlp[2].out_features, bias=____)\n"
            "with torch.no_grad():\n    up.weight.copy_(mlp[0].weight[____])\n    up.bias.copy_(____)\n"
            "    down.weight.copy_(mlp[2].weight[____])"],
     solution_code=(
@@ -285,7 +285,7 @@ q4 = Exercise(
            "The order is a list of (\"F\", i) and (\"B\", i) pairs. The number of filling forwards falls by one "
            "per stage and is 0 for the last stage (which can start each backward at once); min() keeps it at "
            "most m.",
-           "warm = min(____, m)\norder = [(\"F\", i) for i in range(warm)]\nfor i in range(m - warm):\n"
+           "warm = min(____, m)\norder = [(\"F\", i) for i in range(____)]\nfor i in range(____):\n"
            "    order += [(\"F\", ____), (\"B\", i)]\nreturn order + [(\"B\", i) for i in range(____, m)]"],
     solution_code=(
         "def one_f_one_b(stage, stages, m):\n"
