@@ -66,8 +66,7 @@ def test_starters_are_not_attempted():
 
         @staticmethod
         def backward(ctx, grad):
-            grad = ____
-            return grad
+            return ____  # the starter of a region that assigns grad: grad = ____
 
     assert q2.evaluate(Starter).status == "not attempted"
     assert q4.evaluate(lambda stage, stages, m: ____).status == "not attempted"
