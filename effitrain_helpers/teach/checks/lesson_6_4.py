@@ -226,7 +226,7 @@ q1 = Exercise(
            "nn.Parameter); the second layer's bias is added once after the sum, not by each rank.",
            "k = ____ // world\nrows = slice(rank * k, ____)\n"
            "up = nn.Linear(____, k)\ndown = nn.Linear(k, mlp[2].out_features, bias=____)\n"
-           "with torch.no_grad():\n    up.weight.copy_(mlp[0].weight[____])\n    up.bias.copy_(____)\n"
+           "with ____:\n    up.weight.copy_(mlp[0].weight[____])\n    up.bias.copy_(____)\n"
            "    down.weight.copy_(mlp[2].weight[____])"],
     solution_code=(
         "def split_mlp(mlp, rank, world):\n"
