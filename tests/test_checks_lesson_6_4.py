@@ -123,7 +123,8 @@ def test_q2_q3_refuse_what_is_not_an_autograd_function():
     (q2, CopyNoReduce, "the input gradient is partial on every rank"),
     (q3, SumFromRanks, None),
     (q3, SumNoReduce, "the outputs are partial sums"),
-    (q3, SumReducedTwice, "SumFromRanks.backward returns it as it is"),
+    pytest.param(q3, SumReducedTwice, "SumFromRanks.backward returns the gradient as it is",
+                 marks=pytest.mark.exhaustive),
 ], ids=["q2-right", "q2-no-backward-all-reduce", "q3-right", "q3-all-reduce-forgotten", "q3-reduced-twice"])
 def test_q2_q3_run_the_pair_in_2_processes(exercise, answer, words):
     result = exercise.evaluate(answer)
@@ -152,7 +153,8 @@ def test_q4_static_mistakes_need_no_process():
 @pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
     (pipeline.one_f_one_b, None),
-    (pipeline.all_forward_all_backward, "That is all-forward-all-backward"),
+    pytest.param(pipeline.all_forward_all_backward, "That is all-forward-all-backward",
+                 marks=pytest.mark.exhaustive),
 ])
 def test_q4_runs_the_order_in_3_processes(answer, words):
     result = q4.evaluate(answer)
