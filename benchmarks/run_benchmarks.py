@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 from zero_bench import zero_lines, zero_state_bytes  # benchmarks/, next to this script
+import split_parallelism  # lesson 6.4's targets, in their own module (benchmarks/ is this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
@@ -363,6 +364,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += _fsdp_lines(report["fsdp"])
     if "zero" in report:
         lines += zero_lines(report["zero"])
+    if "split" in report:
+        lines += split_parallelism.report_lines(report["split"]["tp"], report["split"]["pp"])
     if "busy" in report:
         lines += ["", "## Verdicts with a second process burning one core (lessons 1.1 and 2.3)", "",
                   "| verdict line | reliable | true (target) |", "|---|---|---|"]
@@ -404,13 +407,15 @@ def main(argv: list[str] | None = None) -> int:
         "editions": editions_build(),
         "fsdp": fsdp_bytes_per_rank(),
         "zero": zero_state_bytes(),
+        "split": {"tp": split_parallelism.tp_bytes_per_token(), "pp": split_parallelism.pipeline_bubble()},
         "busy": verdicts_under_load(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
     checks = (report["harness"] + report["notebooks"] + [report["ddp"], report["import"], report["editions"]]
               + [report["busy"]]
-              + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"] + report["zero"]["checks"])
+              + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
+              + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 

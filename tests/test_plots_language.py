@@ -20,7 +20,7 @@ LANG = "pt-BR"
 # are added from translations/pt-BR/GLOSSARY.md.
 SAME_IN_BOTH = {"mib", "kib", "ms", "hz", "gflop", "ddp", "fsdp", "sigkill", "gloo", "absmax", "qmap", "lr",
                 "prepare", "cpu", "xeon", "adamw", "adafactor", "sgd", "profiler", "threads", "mantissa", "original",
-                "global", "amplitude", "pixels", "bit", "bits", "byte", "no"}
+                "global", "amplitude", "pixels", "bit", "bits", "byte", "no", "micro"}
 
 
 def _figures():
@@ -88,6 +88,9 @@ def _figures():
              {"label": "B", "start": 4, "end": 8, "saves": [6, 8]}],
             crash_after=5, resumed_from=4),
         "plot_step_breakdown": plots.plot_step_breakdown({"A": profile, "B": profile}),
+        "plot_pipeline_timeline": plots.plot_pipeline_timeline(
+            {"A": [{"stage": 0, "start": 0.0, "events": [("F", 0, 0.0, 0.001), ("B", 0, 0.003, 0.004)]},
+                   {"stage": 1, "start": 0.0, "events": [("F", 0, 0.001, 0.002), ("B", 0, 0.002, 0.003)]}]}),
     }
 
 
@@ -369,6 +372,14 @@ ENGLISH = {'plot_gflops': ['Matrix product throughput on Xeon',
                           'load_state',
                           'B',
                           'A'],
+ 'plot_pipeline_timeline': ['A',
+                            'milliseconds since the step began (F: forward, B: backward of micro-batch i)',
+                            'F0',
+                            'B0',
+                            'F0',
+                            'B0',
+                            'stage 0',
+                            'stage 1'],
  'plot_step_breakdown': ["Where a training step's time goes",
                          'milliseconds per step (profiler)',
                          'forward',

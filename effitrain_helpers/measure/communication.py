@@ -1,4 +1,4 @@
-"""How often, and how much, do the processes of a training run talk to each other? (lessons 3.2 and 5.1)
+"""How often, and how much, do the processes of a training run talk to each other? (lessons 3.2, 5.1, 6.4)
 
 :class:`CommunicationCounter` runs inside each process of a group and records every collective a training
 loop triggers:
@@ -10,7 +10,9 @@ loop triggers:
   counted;
 - the ``torch.distributed.all_gather_single`` and ``reduce_scatter_single`` calls that ``fully_shard``
   (FSDP2) makes from Python (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): parameters
-  gathered before forward and backward, gradients reduce-scattered after backward (lesson 5.1).
+  gathered before forward and backward, gradients reduce-scattered after backward (lesson 5.1);
+- every ``torch.distributed.broadcast``, which is how ``ZeroRedundancyOptimizer`` sends each parameter from
+  the rank that updated it to the others (lesson 6.4).
 
 The bytes of a collective are its *payload*, the size of the whole tensor it works on: the tensor of an
 all-reduce, the gathered output of an all-gather, the input of a reduce-scatter (padding included).

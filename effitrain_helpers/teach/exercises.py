@@ -142,11 +142,18 @@ def _uses_blank(code: types.CodeType) -> bool:
 _FILL_IN = msg("replace ____ with your answer, then run the cell again.")
 
 
+def _methods(cls: type) -> list[types.FunctionType]:
+    """The functions a class defines itself (plain, static and class methods), e.g. an autograd Function's."""
+    found = (getattr(v, "__func__", v) for v in vars(cls).values())
+    return [f for f in found if isinstance(f, types.FunctionType)]
+
+
 def _unfinished(value: Any, depth: int = 0) -> str | None:
     """Why ``value`` is still starter code (a message), or None when the learner gave a real answer.
 
-    Catches ``____`` / ``...`` themselves, inside a tuple, list, set or dict (``(____, ____)``), and a
-    function whose body still uses ``____`` (``def f(x): return ____``).
+    Catches ``____`` / ``...`` themselves, inside a tuple, list, set or dict (``(____, ____)``), a
+    function whose body still uses ``____`` (``def f(x): return ____``), and a class one of whose own
+    methods does (lesson 6.4's autograd Functions).
     """
     if _is_blank(value):
         return tr(_FILL_IN)
@@ -155,9 +162,8 @@ def _unfinished(value: Any, depth: int = 0) -> str | None:
     if isinstance(value, types.FunctionType) and _uses_blank(value.__code__):
         return tr("your function {name}() still contains ____: write its code, then run the cell again.",
                   name=value.__name__)
-    if isinstance(value, type) and any(isinstance(f, types.FunctionType) and _uses_blank(f.__code__)
-                                       for f in vars(value).values()):
-        return tr("your class {name} still contains ____: write its methods, then run the cell again.",
+    if isinstance(value, type) and any(_uses_blank(f.__code__) for f in _methods(value)):
+        return tr("your class {name} still contains ____: write its code, then run the cell again.",
                   name=value.__name__)
     if depth < 3 and isinstance(value, (tuple, list, set, frozenset, dict)):
         items = list(value.keys()) + list(value.values()) if isinstance(value, dict) else list(value)

@@ -699,3 +699,33 @@ def plot_step_breakdown(profiles: dict, title: str | None = None) -> "Figure":
     ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
+
+
+# ---- chapter 6, lesson 6.4
+def plot_pipeline_timeline(runs: dict) -> "Figure":
+    """One panel per schedule (``{label: the rank-ordered results of one pipeline run}``, see
+    ``training/pipeline.py``'s ``run_schedule``): a row per stage, a bar per operation from its measured start
+    to its end (forward blue, backward orange, each labelled with its micro-batch), on the run's clock in ms.
+    The white gaps are the bubble. Lesson 6.4."""
+    import matplotlib.pyplot as plt
+
+    if not runs:
+        raise ValueError("runs is empty: pass {schedule: [rank results of run_schedule]} for one run or more.")
+    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 1.4 + 1.2 * sum(len(r) for r in runs.values()) / 2),
+                             squeeze=False)
+    colors = {"F": "#1f77b4", "B": "#ff7f0e"}
+    for ax, (label, ranks) in zip(axes[:, 0], runs.items()):
+        t0 = min(r["start"] for r in ranks)
+        for r in ranks:
+            for kind, i, began, end in r["events"]:
+                ax.barh(r["stage"], (end - began) * 1e3, left=(began - t0) * 1e3, height=0.6, color=colors[kind],
+                        edgecolor="white")
+                ax.text((began + end - 2 * t0) / 2 * 1e3, r["stage"], f"{kind}{i}", ha="center", va="center",
+                        fontsize=FONT - 5, color="white")
+        ax.set_yticks(range(len(ranks)), [tr("stage {stage}", stage=r["stage"]) for r in ranks], fontsize=FONT - 2)
+        ax.invert_yaxis()
+        ax.set_title(label, fontsize=FONT - 1)
+    axes[-1, 0].set_xlabel(tr("milliseconds since the step began (F: forward, B: backward of micro-batch i)"),
+                           fontsize=FONT - 2)
+    fig.tight_layout()
+    return fig

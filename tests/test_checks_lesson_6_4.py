@@ -1,0 +1,201 @@
+"""Lesson 6.4's checkers with right and named wrong answers (q2-q4 run the answer in real processes: slow),
+and the helpers' own facts: the split MLP equals the unsplit one, the schedules, the bubble's theory."""
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from effitrain_helpers.teach.checks.lesson_6_4 import q1, q2, q3, q4
+from effitrain_helpers.teach.exercises import ____  # a global, as in a notebook's starter
+from effitrain_helpers.training import pipeline
+from effitrain_helpers.training.tensor_parallel import CopyToRanks, SumFromRanks, split_mlp
+
+
+def _split(first_rows, second_cols, bias=False, use_rank=True):
+    """A split_mlp that slices the first weight by rows or columns and the second by columns or rows."""
+
+    def split(mlp, rank, world):
+        r = rank if use_rank else 0
+        d, h = mlp[0].in_features, mlp[0].out_features
+        k = h // world if first_rows else d // world
+        up = nn.Linear(d, k) if first_rows else nn.Linear(k, h)
+        down = nn.Linear(h // world, d, bias=bias) if second_cols else nn.Linear(h, d // world, bias=bias)
+        with torch.no_grad():
+            up.weight.copy_(mlp[0].weight[r * k:(r + 1) * k] if first_rows else mlp[0].weight[:, r * k:(r + 1) * k])
+            up.bias.copy_(mlp[0].bias[r * k:(r + 1) * k] if first_rows else mlp[0].bias)
+            j = h // world if second_cols else d // world
+            down.weight.copy_(mlp[2].weight[:, r * j:(r + 1) * j] if second_cols else mlp[2].weight[r * j:(r + 1) * j])
+        return up, down
+
+    return split
+
+
+def test_q1_the_house_split_and_a_hand_written_one_are_correct():
+    assert q1.evaluate(split_mlp).status == "correct"
+    assert q1.evaluate(_split(True, True)).status == "correct"
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_split(False, True), "up was split along the wrong dimension"),
+    (_split(True, False), "down was split along the wrong dimension"),
+    (_split(True, True, bias=True), "down has a bias"),
+    (_split(True, True, use_rank=False), "got the same share"),
+    (lambda mlp, rank, world: mlp, "should return a pair of torch.nn.Linear"),
+    ("split_mlp", "pass your function itself"),
+])
+def test_q1_names_each_wrong_split(answer, words):
+    result = q1.evaluate(answer)
+    assert result.status == "incorrect" and words in result.message, result.message
+
+
+def test_q1_mismatched_rows_and_columns_do_not_add_up():
+    def shifted(mlp, rank, world):
+        up, down = split_mlp(mlp, rank, world)
+        other, _ = split_mlp(mlp, (rank + 1) % world, world)
+        return other, down
+
+    assert "do not add up" in q1.evaluate(shifted).message
+
+
+def test_starters_are_not_attempted():
+    class Starter(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return ____  # the starter of a region that assigns grad: grad = ____
+
+    assert q2.evaluate(Starter).status == "not attempted"
+    assert q4.evaluate(lambda stage, stages, m: ____).status == "not attempted"
+
+
+class CopyNoReduce(torch.autograd.Function):
+    """Named wrong version: no all-reduce of the input gradient in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class SumNoReduce(torch.autograd.Function):
+    """Named wrong version: the all-reduce forgotten (outputs are partial sums)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class SumReducedTwice(torch.autograd.Function):
+    """All-reduce in forward and in backward: the weights' gradients N times too large."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+def test_q2_q3_refuse_what_is_not_an_autograd_function():
+    assert "torch.autograd.Function subclass" in q2.evaluate(lambda x: x).message
+    assert "torch.autograd.Function subclass" in q3.evaluate(nn.Linear).message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise, answer, words", [
+    (q2, CopyToRanks, None),
+    (q2, CopyNoReduce, "the input gradient is partial on every rank"),
+    (q3, SumFromRanks, None),
+    (q3, SumNoReduce, "the outputs are partial sums"),
+    pytest.param(q3, SumReducedTwice, "SumFromRanks.backward returns the gradient as it is",
+                 marks=pytest.mark.exhaustive),
+], ids=["q2-right", "q2-no-backward-all-reduce", "q3-right", "q3-all-reduce-forgotten", "q3-reduced-twice"])
+def test_q2_q3_run_the_pair_in_2_processes(exercise, answer, words):
+    result = exercise.evaluate(answer)
+    if words is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and words in result.message, result.message
+
+
+def warm_by_stage(stage, stages, m):
+    """Named wrong version: the filling forwards counted the wrong way round (a deadlock)."""
+    warm = min(stage, m)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i), ("B", i)]
+    return order + [("B", i) for i in range(m - warm, m)]
+
+
+def test_q4_static_mistakes_need_no_process():
+    assert "exactly one forward" in q4.evaluate(lambda s, p, m: [("F", 0), ("B", 0)]).message
+    backwards_first = lambda s, p, m: [("B", i) for i in range(m)] + [("F", i) for i in range(m)]  # noqa: E731
+    assert "before its forward" in q4.evaluate(backwards_first).message
+    assert "list of (\"F\", i)" in q4.evaluate(lambda s, p, m: 3).message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answer, words", [
+    (pipeline.one_f_one_b, None),
+    pytest.param(pipeline.all_forward_all_backward, "That is all-forward-all-backward",
+                 marks=pytest.mark.exhaustive),
+])
+def test_q4_runs_the_order_in_3_processes(answer, words):
+    result = q4.evaluate(answer)
+    if words is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and words in result.message, result.message
+
+
+@pytest.mark.slow
+def test_q4_a_deadlock_is_named_with_the_waiting_ranks():
+    result = q4.evaluate(warm_by_stage, timeout=20)
+    assert result.status == "incorrect", result.message
+    assert "deadlock" in result.message and "ranks 0, 1, 2 still waiting" in result.message, result.message
+    assert "stage 0 waits for the gradient of micro-batch 0 from stage 1" in result.message, result.message
+
+
+def test_one_f_one_b_holds_at_most_p_minus_s_and_covers_every_micro_batch():
+    for stages in (2, 3, 4):
+        for m in (1, 2, 5, 8):
+            for stage in range(stages):
+                order = pipeline.one_f_one_b(stage, stages, m)
+                assert sorted(order) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
+                held = peak = 0
+                for kind, _ in order:
+                    held += 1 if kind == "F" else -1
+                    peak = max(peak, held)
+                assert peak <= min(stages - stage, m)
+
+
+def test_theory_bubble_and_bubble_fraction():
+    assert pipeline.theory_bubble(2, 1) == 0.5
+    assert pipeline.theory_bubble(4, 8) == pytest.approx(3 / 11)
+    # two stages, one busy the whole step, one half of it: mean idle share 0.25
+    ranks = [{"start": 0.0, "end": 2.0, "events": [("F", 0, 0.0, 2.0)]},
+             {"start": 0.0, "end": 2.0, "events": [("F", 0, 1.0, 2.0)]}]
+    assert pipeline.bubble_fraction(ranks) == pytest.approx(0.25)
+
+
+def test_bad_sizes_are_named():
+    with pytest.raises(ValueError, match="stages"):
+        pipeline.pipeline_model(0)
+    with pytest.raises(ValueError, match="hidden=10 is not a multiple of world=4"):
+        split_mlp(nn.Sequential(nn.Linear(4, 10), nn.GELU(), nn.Linear(10, 4)), 0, 4)
