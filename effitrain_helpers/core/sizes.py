@@ -38,6 +38,8 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "full": {"n_rows": 400, "seq_len": 64, "batch_size": 8, "steps": 60, "save_every": 10, "stop_at": 30,
                  "crash_at": 47},
     },
+    "6.1": {"small": {"sizes": (1_000, 100_000, 1_000_000)},  # float32 values all-reduced, side by side
+            "full": {"sizes": (1_000, 100_000, 1_000_000, 10_000_000)}},
 }
 
 
