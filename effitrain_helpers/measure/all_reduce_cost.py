@@ -24,6 +24,7 @@ from effitrain_helpers.core.language import msg, tr
 
 METHODS = ("ring", "gloo all_reduce", "parameter server")
 NEEDS_A_GROUP = msg(": an all-reduce needs at least 2 processes")
+MAX_NUMEL = 100_000_000  # 400 MB per tensor and rank, copied a few times: plenty for a laptop
 TOLERANCE = 1e-5  # largest |difference| from gloo's sum accepted, relative to the sum's largest |value|
 
 
@@ -65,6 +66,20 @@ def parameter_server_all_reduce(tensor) -> None:
     else:
         dist.send(tensor, 0)
         dist.recv(tensor, 0)
+
+
+def parse_lengths(text: str) -> list[int]:
+    """Tensor lengths from '1000,100000' (the command line's ``--sizes``), each a whole number in 1..MAX_NUMEL."""
+    from effitrain_helpers.core.validate import positive_int
+
+    out = []
+    for item in text.split(","):
+        try:
+            value = int(item.strip())
+        except ValueError:
+            value = item.strip()
+        out.append(positive_int("--sizes", value, maximum=MAX_NUMEL, example="--sizes 1000,100000"))
+    return out
 
 
 def theory_bytes_sent(method: str, nbytes: int, world: int, rank: int) -> float:
@@ -128,12 +143,12 @@ def compare_all_reduces(ring: Callable | None = None, sizes: list[int] | tuple =
     from effitrain_helpers.processes.launch import launch, resolve_num_processes
 
     world = resolve_num_processes(processes, minimum=2, name="processes", why=NEEDS_A_GROUP)
-    positive_int("repeats", repeats, hint=tr("e.g. repeats=5"))
-    sizes = [positive_int("sizes", s, hint=tr("e.g. sizes=(1000, 100000)")) for s in sizes]
+    positive_int("repeats", repeats, example="repeats=5")
+    sizes = [positive_int("sizes", s, maximum=MAX_NUMEL, example="sizes=(1000, 100000)") for s in sizes]
     notes, which = [], "yours"
     if ring is None:
-        notes.append(tr("your ring_all_reduce is not written yet: the workbook's reference ring is measured "
-                        "in its place."))
+        notes.append(tr("the ring measured is the workbook's reference ring_all_reduce (no ring of yours was "
+                        "given, or it still holds ____)."))
         ring, which = ring_all_reduce, "reference"
     busy = busy_reason(threads=world)
     rows = [row for ranks in launch(_one_rank, ring, sizes, repeats, num_processes=world, cpu=True, quiet=True,
@@ -148,3 +163,22 @@ def compare_all_reduces(ring: Callable | None = None, sizes: list[int] | tuple =
                         advice=unreliable_advice()))
     return {"rows": rows, "ring": which, "notes": notes, "busy": busy}
 
+
+
+def cost_table(cost: dict) -> str:
+    """:func:`compare_all_reduces`'s result as lines of text: per size, method and rank, the median time and the
+    bytes sent (to the sockets, counted at the Python calls, and in theory), then the notes."""
+    rows = cost["rows"]
+    world = rows[0]["world"]
+    head = tr("{size:>10} {method:<17} {rank:>4} {ms:>9} {sockets:>12} {counted:>12} {theory:>12}",
+              size=tr("values"), method=tr("method"), rank=tr("rank"), ms=tr("ms"), sockets=tr("sockets (B)"),
+              counted=tr("counted (B)"), theory=tr("theory (B)"))
+    lines = [tr("all-reduce of float32 tensors in {world} processes (gloo), ring: {ring}", world=world,
+                ring=tr(cost["ring"])), head]
+    show = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    for r in sorted(rows, key=lambda r: (r["numel"], METHODS.index(r["method"]), r["rank"])):
+        lines.append(f"{r['numel']:>10,} {tr(r['method']):<17} {r['rank']:>4} {r['seconds'] * 1e3:>9.2f} "
+                     f"{show(r['socket_bytes']):>12} {show(r['counted_bytes']):>12} {show(r['theory_bytes']):>12}")
+    lines += [tr("theory: a ring sends 2(N-1)/N of the tensor from every rank; a parameter server, N-1 times it "
+                 "from rank 0 and once from every other rank.")]
+    return "\n".join(lines + [tr("note: {note}", note=n) for n in cost["notes"]])
