@@ -26,6 +26,9 @@ Targets (checked here, never in timed tests):
 9. lesson 5.1 (``effitrain fsdp``: 2 CPU processes, ``lesson_size("5.1")``): the bytes the largest FSDP rank
    holds over the bytes a DDP rank holds is within 5% of 1/N for parameters and for optimizer state (AdamW),
    and FSDP trains DDP's weights (largest difference <= 1e-6).
+10. lesson 6.1 (``benchmarks/collectives_bench.py``, 3 CPU processes): on the largest tensor, every rank of a
+   ring and of gloo's all_reduce writes within 5% of 2(N-1)/N of the tensor to its sockets, the parameter
+   server's rank 0 within 5% of N-1 times it; times per rank reported beside them, without a target.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -45,6 +48,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from collectives_bench import all_reduce_costs, collectives_lines  # benchmarks/, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
@@ -357,6 +362,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += _optimizer_lines(report["optimizers"])
     if "fsdp" in report:
         lines += _fsdp_lines(report["fsdp"])
+    if "collectives" in report:
+        lines += collectives_lines(report["collectives"])
     if "busy" in report:
         lines += ["", "## Verdicts with a second process burning one core (lessons 1.1 and 2.3)", "",
                   "| verdict line | reliable | true (target) |", "|---|---|---|"]
@@ -397,13 +404,15 @@ def main(argv: list[str] | None = None) -> int:
         "optimizers": optimizer_targets(),
         "editions": editions_build(),
         "fsdp": fsdp_bytes_per_rank(),
+        "collectives": all_reduce_costs(),
         "busy": verdicts_under_load(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
     checks = (report["harness"] + report["notebooks"] + [report["ddp"], report["import"], report["editions"]]
               + [report["busy"]]
-              + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"])
+              + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
+              + report["collectives"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 
