@@ -88,6 +88,10 @@ def _figures():
              {"label": "B", "start": 4, "end": 8, "saves": [6, 8]}],
             crash_after=5, resumed_from=4),
         "plot_step_breakdown": plots.plot_step_breakdown({"A": profile, "B": profile}),
+        "plot_collectives": plots.plot_collectives([{"broadcast": ([1, 2], [1, 2])}, {"broadcast": ([3, 4], [1, 2])}]),
+        "plot_all_reduce_cost": plots.plot_all_reduce_cost(
+            [{"method": m, "numel": n, "rank": 0, "world": 2, "seconds": 0.01, "socket_bytes": 4 * n,
+              "counted_bytes": None, "theory_bytes": 4 * n} for m in ("ring", "parameter server") for n in (10, 100)]),
     }
 
 
@@ -383,3 +387,14 @@ ENGLISH = {'plot_gflops': ['Matrix product throughput on Xeon',
                          '10',
                          'A',
                          'B']}
+# lesson 6.1
+ENGLISH.update({
+    "plot_collectives": ["Each rank's buffer before and after each collective (measured)",
+                         "Each rank's buffer before and after each collective (measured)", "broadcast: before",
+                         "1", "2", "rank 0", "3", "4", "rank 1", "broadcast: after", "1", "2", "rank 0", "1", "2",
+                         "rank 1"],
+    "plot_all_reduce_cost": ["All-reduce in 2 processes: bytes and time per rank",
+                             "All-reduce in 2 processes: bytes and time per rank", "float32 values in the tensor",
+                             "MiB sent by the busiest rank (dashed: theory)", "ring", "parameter server",
+                             "float32 values in the tensor", "ms, median, slowest rank", "ring", "parameter server"],
+})

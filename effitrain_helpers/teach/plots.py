@@ -713,7 +713,7 @@ def plot_collectives(seen: list[dict], title: str = "") -> "Figure":
         raise ValueError("nothing to plot: pass one {collective: (before, after)} per rank, e.g. what "
                          "launch(four_collectives, num_processes=3) returned.")
     names, world = list(seen[0]), len(seen)
-    fig, axes = plt.subplots(len(names), 2, figsize=(11, 2.0 + 1.35 * len(names) * world / 3))
+    fig, axes = plt.subplots(len(names), 2, figsize=(11, 2.0 + 1.35 * len(names) * world / 3), squeeze=False)
     colours = ["#c6dbef", "#fdd0a2", "#c7e9c0", "#dadaeb"]
     for row, name in enumerate(names):
         for col, label in enumerate((tr("before"), tr("after"))):
@@ -735,6 +735,10 @@ def plot_collectives(seen: list[dict], title: str = "") -> "Figure":
     return fig
 
 
+# all_reduce_cost.METHODS as the figure's legend shows them, translated
+_METHODS = {"ring": msg("ring"), "gloo all_reduce": msg("gloo all_reduce"), "parameter server": msg("parameter server")}
+
+
 def plot_all_reduce_cost(rows: list[dict], title: str = "") -> "Figure":
     """What an all-reduce cost each rank, by method, over tensor sizes (lesson 6.1): left, bytes sent by the rank
     that sent most (written to its sockets, or counted where the kernel does not say) with the theory as
@@ -753,9 +757,9 @@ def plot_all_reduce_cost(rows: list[dict], title: str = "") -> "Figure":
         theory = [max(r["theory_bytes"] for r in ranks) for ranks in mine]
         seconds = [max(r["seconds"] for r in ranks) for ranks in mine]
         colour = f"C{i}"
-        left.plot(sizes, [s / 2**20 for s in sent], "o-", color=colour, label=tr(method))
+        left.plot(sizes, [s / 2**20 for s in sent], "o-", color=colour, label=tr(_METHODS.get(method, method)))
         left.plot(sizes, [t / 2**20 for t in theory], "--", color=colour, alpha=0.7)
-        right.plot(sizes, [s * 1e3 for s in seconds], "o-", color=colour, label=tr(method))
+        right.plot(sizes, [s * 1e3 for s in seconds], "o-", color=colour, label=tr(_METHODS.get(method, method)))
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_yscale("log")
