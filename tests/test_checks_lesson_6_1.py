@@ -100,7 +100,7 @@ def test_an_unwritten_ring_is_measured_as_the_reference():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
-    (_ring, None),
+    pytest.param(_ring, None, marks=pytest.mark.exhaustive),  # the notebook's nbval run checks its solution
     (_collective, "your ring called dist.all_reduce"),
     (_parameter_server, "a parameter server, not a ring: in 3 processes rank 0 sent 64 bytes, 2 times the tensor"),
     (_off_by_a_chunk, "off by a chunk"),
@@ -116,7 +116,7 @@ def test_q1_names_each_mistake(fn, words):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
-    (_two_halves, None),
+    pytest.param(_two_halves, None, marks=pytest.mark.exhaustive),  # so does the notebook
     (_collective, "you called dist.all_reduce"),
     (_no_padding, "pad the tensor with zeros to a multiple of N"),
     (_shard_kept, "came back unchanged"),
