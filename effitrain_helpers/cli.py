@@ -17,6 +17,7 @@
     effitrain resume --fsdp [--processes N] [--resume-processes M] [--crash-at STEP] [--checkpoints DIR] [--json]
     effitrain resume --torchrun [--processes N] [--dropout P] [--crash-at STEP] [--json]
     effitrain resume --latest DIR
+    effitrain collectives [--processes N] [--sizes 1000,100000] [--repeats R] [--json]
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
     effitrain prefetch [--dir DIR] [--check] [--json]
@@ -322,6 +323,33 @@ def _add_resume_parser(sub) -> None:
     p.set_defaults(func=_resume)
 
 
+def _collectives(args) -> int:
+    """Chapter 6, lesson 6.1: a ring, gloo's all_reduce and a parameter server, bytes and time per rank."""
+    from effitrain_helpers.core.sizes import lesson_size
+    from effitrain_helpers.core.validate import positive_int
+    from effitrain_helpers.measure.all_reduce_cost import NEEDS_A_GROUP, compare_all_reduces, cost_table, parse_lengths
+    from effitrain_helpers.processes.launch import resolve_num_processes
+
+    processes = resolve_num_processes(args.processes, minimum=2, name="--processes", why=NEEDS_A_GROUP)
+    sizes = parse_lengths(args.sizes) if args.sizes else lesson_size("6.1").sizes
+    positive_int("--repeats", args.repeats, example="--repeats 5")
+    if not args.json:
+        print(f"all-reducing float32 tensors three ways in {processes} real CPU processes ...")
+    cost = compare_all_reduces(None, sizes=sizes, processes=processes, repeats=args.repeats)
+    print(json.dumps(cost) if args.json else cost_table(cost))
+    return 0
+
+
+def _add_collectives_parser(sub) -> None:
+    p = sub.add_parser("collectives", help="chapter 6: ring vs gloo all_reduce vs parameter server, bytes and time "
+                                           "per rank")
+    p.add_argument("--processes", type=int, default=3, help="number of CPU processes, at least 2 (default 3)")
+    p.add_argument("--sizes", default=None, help="comma-separated tensor lengths (default: 1000,100000,1000000)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per method and size (default 5)")
+    p.add_argument("--json", action="store_true", help="one JSON record: a row per size, method and rank, notes")
+    p.set_defaults(func=_collectives)
+
+
 def _add_optimizers_parser(sub) -> None:
     p = sub.add_parser("optimizers", help="AdamW vs Adafactor vs 8-bit AdamW: state bytes, time per step, loss")
     p.add_argument("--optimizers", default="adamw,adafactor,adamw8bit",
@@ -554,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fsdp_parser(sub)
     _add_memory_parser(sub)
     _add_resume_parser(sub)
+    _add_collectives_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)
     return parser

@@ -91,6 +91,10 @@ def _figures():
         "plot_pipeline_timeline": plots.plot_pipeline_timeline(
             {"A": [{"stage": 0, "start": 0.0, "events": [("F", 0, 0.0, 0.001), ("B", 0, 0.003, 0.004)]},
                    {"stage": 1, "start": 0.0, "events": [("F", 0, 0.001, 0.002), ("B", 0, 0.002, 0.003)]}]}),
+        "plot_collectives": plots.plot_collectives([{"broadcast": ([1, 2], [1, 2])}, {"broadcast": ([3, 4], [1, 2])}]),
+        "plot_all_reduce_cost": plots.plot_all_reduce_cost(
+            [{"method": m, "numel": n, "rank": 0, "world": 2, "seconds": 0.01, "socket_bytes": 4 * n,
+              "counted_bytes": None, "theory_bytes": 4 * n} for m in ("ring", "parameter server") for n in (10, 100)]),
     }
 
 
@@ -394,3 +398,14 @@ ENGLISH = {'plot_gflops': ['Matrix product throughput on Xeon',
                          '10',
                          'A',
                          'B']}
+# lesson 6.1
+ENGLISH.update({
+    "plot_collectives": ["Each rank's buffer before and after each collective (measured)",
+                         "Each rank's buffer before and after each collective (measured)", "broadcast: before",
+                         "1", "2", "rank 0", "3", "4", "rank 1", "broadcast: after", "1", "2", "rank 0", "1", "2",
+                         "rank 1"],
+    "plot_all_reduce_cost": ["All-reduce in 2 processes: bytes and time per rank",
+                             "All-reduce in 2 processes: bytes and time per rank", "float32 values in the tensor",
+                             "MiB sent by the busiest rank (dashed: theory)", "ring", "parameter server",
+                             "float32 values in the tensor", "ms, median, slowest rank", "ring", "parameter server"],
+})

@@ -42,6 +42,8 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "small": {"tokens": 64, "micro_batches": (1, 2, 4, 8), "repeats": 3, "steps": 3},
         "full": {"tokens": 512, "micro_batches": (1, 2, 4, 8, 16), "repeats": 5, "steps": 10},
     },
+    "6.1": {"small": {"sizes": (1_000, 100_000, 1_000_000)},  # float32 values all-reduced, side by side
+            "full": {"sizes": (1_000, 100_000, 1_000_000, 10_000_000)}},
 }
 
 

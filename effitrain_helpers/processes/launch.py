@@ -2,7 +2,9 @@
 
 ``launch(fn, *args, num_processes=N)`` is what every multi-process lesson uses:
 
-- ``fn`` may be defined in the notebook itself: it travels to the workers by value (cloudpickle);
+- ``fn`` may be defined in the notebook itself: it travels to the workers by value (cloudpickle); so does a
+  function of a module the workers could not import by its name (a script loaded from its path), see
+  :func:`_pickled`;
 - the workers are fresh Python processes (not forks of the kernel), so an Accelerator, CUDA or
   bitsandbytes already initialised in the notebook cannot break them;
 - they form one real process group before ``fn`` runs: gloo over loopback on CPUs
@@ -36,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
@@ -102,6 +105,46 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _importable(name: str) -> bool:
+    """Whether a fresh process would find module ``name`` by its name on this process's path (the workers'
+    ``PYTHONPATH``) as the same file: searched with the path finder, not read from ``sys.modules``."""
+    from importlib.machinery import PathFinder
+
+    parent, _, _ = name.rpartition(".")
+    if parent and not _importable(parent):
+        return False
+    search = getattr(sys.modules.get(parent), "__path__", None) if parent else None
+    spec = PathFinder.find_spec(name, search)
+    file = getattr(sys.modules.get(name), "__file__", None)
+    return bool(spec and spec.origin and file and os.path.realpath(spec.origin) == os.path.realpath(file))
+
+
+def _unimportable_module(obj) -> types.ModuleType | None:
+    """The module of function ``obj`` when the workers could not import it by its name (a script loaded from
+    its file), else None (``__main__`` travels by value anyway, and a module without a file is built in)."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "") if callable(obj) else None
+    if module is None or module.__name__ == "__main__" or not getattr(module, "__file__", None):
+        return None
+    return None if _importable(module.__name__) else module
+
+
+def _pickled(fn, args, kwargs) -> bytes:
+    """``(fn, args, kwargs)`` pickled with cloudpickle. cloudpickle sends a function of an importable module by
+    reference (the worker imports it by name); the module of ``fn``, or of a function passed as an argument,
+    that the workers cannot import by its name travels by value instead, so a learner's function from a plain
+    script can be judged like one from a notebook."""
+    import cloudpickle
+
+    modules = {id(m): m for m in map(_unimportable_module, (fn, *args, *kwargs.values())) if m is not None}
+    for module in modules.values():
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps((fn, args, kwargs))
+    finally:
+        for module in modules.values():
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def _validate(fn, timeout, threads_per_process) -> None:
@@ -316,7 +359,7 @@ def launch(
     _remove_stale_folders()
     with _sigterm_ends_the_launch(), tempfile.TemporaryDirectory(prefix=protocol.folder_prefix(os.getpid())) as tmp:
         folder = Path(tmp)
-        (folder / protocol.PAYLOAD).write_bytes(cloudpickle.dumps((fn, args, kwargs)))
+        (folder / protocol.PAYLOAD).write_bytes(_pickled(fn, args, kwargs))
         procs: list[subprocess.Popen] = []
         outputs: list[list[str]] = [[] for _ in range(n)]
         relays = []

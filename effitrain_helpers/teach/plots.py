@@ -729,3 +729,76 @@ def plot_pipeline_timeline(runs: dict) -> "Figure":
                            fontsize=FONT - 2)
     fig.tight_layout()
     return fig
+
+
+# ---- chapter 6, lesson 6.1: collectives, each rank's buffer before and after; what an all-reduce costs ----------
+
+def plot_collectives(seen: list[dict], title: str = "") -> "Figure":
+    """Each rank's buffer before and after each collective (lesson 6.1): ``seen[rank][collective]`` is the pair
+    ``(before, after)`` of value lists that rank held, as measured in a real run; one row per collective,
+    one line of cells per rank, before on the left and after on the right."""
+    import matplotlib.pyplot as plt
+
+    if not seen or not all(seen):
+        raise ValueError("nothing to plot: pass one {collective: (before, after)} per rank, e.g. what "
+                         "launch(four_collectives, num_processes=3) returned.")
+    names, world = list(seen[0]), len(seen)
+    fig, axes = plt.subplots(len(names), 2, figsize=(11, 2.0 + 1.35 * len(names) * world / 3), squeeze=False)
+    colours = ["#c6dbef", "#fdd0a2", "#c7e9c0", "#dadaeb"]
+    for row, name in enumerate(names):
+        for col, label in enumerate((tr("before"), tr("after"))):
+            ax = axes[row][col]
+            width = max(len(seen[r][name][col]) for r in range(world))
+            for r in range(world):
+                values = seen[r][name][col]
+                for i, v in enumerate(values):
+                    ax.add_patch(plt.Rectangle((i, world - 1 - r), 0.95, 0.9, color=colours[r % len(colours)]))
+                    ax.text(i + 0.47, world - 0.55 - r, f"{v:g}", ha="center", va="center", fontsize=FONT - 1)
+                ax.text(-0.15, world - 0.55 - r, tr("rank {rank}", rank=r), ha="right", va="center",
+                        fontsize=FONT - 2)
+            ax.set_xlim(-1.3, max(width, 3) + 0.1)
+            ax.set_ylim(-0.1, world)
+            ax.axis("off")
+            ax.set_title(f"{name}: {label}", fontsize=FONT)
+    fig.suptitle(title or tr("Each rank's buffer before and after each collective (measured)"), fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig
+
+
+# all_reduce_cost.METHODS as the figure's legend shows them, translated
+_METHODS = {"ring": msg("ring"), "gloo all_reduce": msg("gloo all_reduce"), "parameter server": msg("parameter server")}
+
+
+def plot_all_reduce_cost(rows: list[dict], title: str = "") -> "Figure":
+    """What an all-reduce cost each rank, by method, over tensor sizes (lesson 6.1): left, bytes sent by the rank
+    that sent most (written to its sockets, or counted where the kernel does not say) with the theory as
+    dashed lines; right, the median time of the slowest rank. ``rows``: ``compare_all_reduces(...)["rows"]``."""
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise ValueError("nothing to plot: pass compare_all_reduces(...)['rows'].")
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    sizes = sorted({r["numel"] for r in rows})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    for i, method in enumerate(methods):
+        mine = [[r for r in rows if r["method"] == method and r["numel"] == n] for n in sizes]
+        sent = [max((r["socket_bytes"] if r["socket_bytes"] is not None else r["counted_bytes"] or 0)
+                    for r in ranks) for ranks in mine]
+        theory = [max(r["theory_bytes"] for r in ranks) for ranks in mine]
+        seconds = [max(r["seconds"] for r in ranks) for ranks in mine]
+        colour = f"C{i}"
+        left.plot(sizes, [s / 2**20 for s in sent], "o-", color=colour, label=tr(_METHODS.get(method, method)))
+        left.plot(sizes, [t / 2**20 for t in theory], "--", color=colour, alpha=0.7)
+        right.plot(sizes, [s * 1e3 for s in seconds], "o-", color=colour, label=tr(_METHODS.get(method, method)))
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(tr("float32 values in the tensor"), fontsize=FONT)
+        ax.legend(fontsize=FONT - 2)
+        ax.grid(True, which="both", alpha=0.3)
+    left.set_ylabel(tr("MiB sent by the busiest rank (dashed: theory)"), fontsize=FONT)
+    right.set_ylabel(tr("ms, median, slowest rank"), fontsize=FONT)
+    fig.suptitle(title or tr("All-reduce in {world} processes: bytes and time per rank",
+                             world=rows[0]["world"]), fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig
