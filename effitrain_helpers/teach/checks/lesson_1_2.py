@@ -103,13 +103,13 @@ q1 = Exercise(
     "1.2 q1: one clip, as the model expects it",
     _check_clip_inputs,
     usage="q1.check(inputs, clip, feature_extractor)",
-    hints=["The model was pre-trained on audio at one sampling rate and takes PyTorch tensors; the extractor "
-           "can only check the rate you tell it.",
-           "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above), then call the extractor "
-           "with `sampling_rate=` and `return_tensors=\"pt\"` (transformers docs, 'Feature Extractor', "
-           "`__call__`); `feature_extractor.sampling_rate` is the rate it expects.",
+    hints=["The model was pre-trained on audio at one sampling rate and takes PyTorch tensors; the extractor can "
+           "only check the rate you tell it.",
+           "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above); then call the extractor "
+           "with the rate it expects (one of its attributes, printed above) and ask it for PyTorch tensors: both "
+           "are arguments of its `__call__` (transformers docs, 'Feature Extractor').",
            "wave = resample(clip[\"array\"], ____, ____)\n"
-           "inputs = feature_extractor(wave, sampling_rate=____, return_tensors=____)"],
+           "inputs = feature_extractor(wave, sampling_rate=____, ____=\"pt\")"],
     solution_code=(
         "rate = feature_extractor.sampling_rate\n"
         "wave = resample(clip[\"array\"], clip[\"sampling_rate\"], rate)\n"
@@ -123,9 +123,11 @@ q2 = Exercise(
     usage="q2.check((white, black), image_processor)",
     hints=["The processor first rescales the 0..255 values to 0..1, then normalises: it subtracts a mean and "
            "divides by a standard deviation, as in pre-training.",
-           "Its settings are attributes: `rescale_factor` (1/255), `image_mean` and `image_std` (one per colour "
-           "channel), printed above (transformers docs, 'ViT image processor').",
-           "white = (255 * p.rescale_factor - ____) / ____"],
+           "Its settings are attributes of the processor, printed above: the rescale factor (1/255), and a mean "
+           "and a standard deviation per colour channel (transformers docs, 'ViT image processor', gives their "
+           "names).",
+           "white = (255 * p.____ - ____) / ____\n"
+           "black: the same with 0 in place of 255 (and nothing to rescale)."],
     solution_code=(
         "p = image_processor\n"
         "white = (255 * p.rescale_factor - p.image_mean[0]) / p.image_std[0]\n"

@@ -127,9 +127,9 @@ q3 = Exercise(
     _check_collator,
     usage='q3.check(collator_8, tokenized["train"])',
     hints=["GPU tensor cores are fastest when sizes are multiples of 8.",
-           "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that length "
-           "up (transformers docs, 'Data Collator').",
-           "collator_8 = DataCollatorWithPadding(tokenizer, ____=8)"],
+           "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that "
+           "length up (transformers docs, 'Data Collator').",
+           "collator_8 = DataCollatorWithPadding(tokenizer, ____=____)"],
     solution_code="collator_8 = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
     "q3.check(collator_8, tokenized[\"train\"])",
 )
@@ -138,10 +138,11 @@ q4 = Exercise(
     _check_sharded_loader,
     usage='q4.check(my_shard, tokenized["validation"].select(range(12)), collator)',
     hints=["Each process must read a different part of the data; the object that knows this process's rank and "
-           "the world size is the Accelerator, made inside the function (each process makes its own).",
-           "`accelerator.prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "
-           "(accelerate docs, 'Accelerator.prepare'); `who_got_what` above does it with more options.",
-           "accelerator = ____\nloader = accelerator.prepare(DataLoader(____, batch_size=2, collate_fn=____))"],
+           "the world size comes from accelerate, made inside the function (each process makes its own).",
+           "That object's `prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "
+           "(accelerate docs, 'prepare'); `who_got_what` above does it with more options.",
+           "accelerator = ____\n"
+           "loader = accelerator.prepare(DataLoader(____, batch_size=____, collate_fn=____))"],
     solution_code=(
         "def my_shard(dataset, collate_fn):\n"
         "    from accelerate import Accelerator\n"

@@ -155,17 +155,19 @@ q1 = Exercise(
     "2.2 q1: the whole Accelerate training function, in 2 processes",
     _check_training_fn,
     usage="q1.check(my_training)",
-    hints=[
-        "Follow the Accelerate loop of this lesson: one Accelerator, one prepare call for the four objects, "
-        "then the epochs and batches; return the model that prepare gave back.",
-        "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "
-        "'Accelerator.prepare'); in the loop, the backward pass is accelerator.backward(...), then the "
-        "optimizer step, the scheduler step and zero_grad.",
-        "accelerator = ____()\n"
-        "model, optimizer, ____ = accelerator.prepare(____)\n"
-        "for epoch in range(____):\n    for batch in ____:\n        loss = ____\n        accelerator.____(loss)\n"
-        "        ... three more calls ...\nreturn ____",
-    ],
+    hints=["Follow the Accelerate loop of this lesson: one Accelerator, one prepare call for the four objects, "
+           "then the epochs and batches; return the model that prepare gave back.",
+           "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "
+           "'Accelerator.prepare'); in the loop, the backward pass is accelerator.backward(...), then the "
+           "optimizer step, the scheduler step and zero_grad.",
+           "accelerator = ____()\n"
+           "model, optimizer, ____ = accelerator.prepare(____)\n"
+           "for epoch in range(____):\n"
+           "    for batch in ____:\n"
+           "        loss = ____\n"
+           "        accelerator.____(____)\n"
+           "        ... three more calls ...\n"
+           "return ____"],
     solution_code=(
         "def my_training(model, optimizer, train_loader, scheduler, epochs):\n"
         "    accelerator = Accelerator()\n"
@@ -202,6 +204,6 @@ q3 = Exercise(
     usage="q3.check(failing)",
     hints=["Which of the four steps need a gradient at all?",
            "Different gradients on each process lead to what after optimizer.step()? Look at CHECKS for the names.",
-           "failing = {\"gradient_aggregation\", ____}"],
+           "failing = {____, ____}: two of the names in CHECKS."],
     solution_code='failing = {"gradient_aggregation", "parameter_synchronization"}\nq3.check(failing)',
 )

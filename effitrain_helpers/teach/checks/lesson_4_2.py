@@ -139,11 +139,13 @@ q3 = Exercise(
     "4.2 q3: Adafactor with a first moment",
     _check_beta1_bytes,
     usage="q3.check(state_bytes_with_beta1)",
-    hints=["Count each tensor separately: nn.Linear(256, 64) has a weight of shape (64, 256) and a bias of "
-           "shape (64,); every value in the state is float32 (4 bytes).",
+    hints=["Count each tensor separately: nn.Linear(in_features, out_features) has a weight of shape "
+           "(out_features, in_features) and a bias of shape (out_features,); every value in the state is float32 "
+           "(how many bytes is that?).",
            "Per tensor, Adafactor.step keeps: the second moment (row and column means for the weight, in full "
            "for the bias), exp_avg (a full copy, because beta1 is set) and RMS (one value).",
-           "weight = 4 * (____ + ____) + 4 * ____ + 4\nbias = 4 * ____ + 4 * ____ + 4"],
+           "weight = B * (rows + columns) + B * rows * columns + B, with B the bytes of one float32 value; the "
+           "bias likewise, with its second moment kept in full."],
     solution_code=("weight = 4 * (64 + 256) + 4 * 64 * 256 + 4   # rows + columns, exp_avg, RMS\n"
                    "bias = 4 * 64 + 4 * 64 + 4                    # full exp_avg_sq, exp_avg, RMS\n"
                    "state_bytes_with_beta1 = weight + bias\nq3.check(state_bytes_with_beta1)"),
