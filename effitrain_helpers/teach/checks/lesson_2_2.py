@@ -112,6 +112,11 @@ def _check_training_fn(fn) -> None:
     if not all(torch.equal(a, b) for a, b in zip(runs[0]["weights"], runs[1]["weights"])):
         raise Incorrect(tr("the two ranks ended with different weights: the gradients were not averaged across "
                            "them."))
+    schedule_steps = round((1 - first["lr"] / LR) * EPOCHS * math.ceil(SAMPLES / BATCH))  # linear decay
+    if schedule_steps in (EPOCHS, EPOCHS * PROCESSES):  # one scheduler.step() per epoch, prepared or not
+        raise Incorrect(tr("the scheduler stepped once per epoch (the learning rate ended at {lr:.3g}, not 0): "
+                           "its schedule counts optimizer steps, so call scheduler.step() inside the batch loop, "
+                           "after each optimizer.step().", lr=first['lr']))
     if first["lr"] != 0:
         raise Incorrect(tr("the learning rate ended at {lr:.3g} instead of 0: the schedule counts the batches of "
                            "both processes, so prepare the scheduler (it then steps once per process per call) "

@@ -78,6 +78,10 @@ def _check_low_precision_forward(fn) -> None:
         raise Incorrect(tr("return the logits tensor; you returned {kind}.", kind=type(logits).__name__))
     if seen and seen[-1] == torch.float32:
         raise Incorrect(tr("the matrix product ran in float32: run the forward pass inside torch.autocast(...)."))
+    if seen and device == "cpu" and seen[-1] == torch.float16:
+        raise Incorrect(tr("the matrix product ran in float16 on a CPU: float16's narrow range needs a GradScaler to "
+                           "keep small gradients from becoming 0, and a CPU's autocast type is {want}; pass "
+                           "dtype={want}.", want=want))
     if seen and seen[-1] != want:
         raise Incorrect(tr("the matrix product ran in {got}, but the type this hardware ({device}) runs is {want}: "
                            "pass dtype={want}.", got=seen[-1], device=device, want=want))

@@ -67,7 +67,13 @@ def _check_make_adafactor(make_adafactor) -> None:
     if not callable(make_adafactor):
         raise Incorrect(tr("pass your function itself (make_adafactor, without calling it); you gave "
                            "{fn!r}.", fn=make_adafactor))
-    optimizer, layer = _adafactor_steps(make_adafactor)
+    try:
+        optimizer, layer = _adafactor_steps(make_adafactor)
+    except ValueError as err:
+        if "relative_step" not in str(err):
+            raise
+        raise Incorrect(tr("Adafactor refused a learning rate with relative_step=True (its default): a relative "
+                           "step means Adafactor picks the rate itself, so turn relative_step off to give lr."))
     if not isinstance(optimizer, Adafactor):
         raise Incorrect(tr("build a transformers.Adafactor; make_adafactor returned {kind}.",
                            kind=type(optimizer).__name__))
