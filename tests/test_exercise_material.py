@@ -16,6 +16,7 @@ import pytest
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach import editions
 from effitrain_helpers.teach.exercises import Exercise
+from effitrain_helpers.teach.lessons import START_PAGE, exercise_census
 
 NOTEBOOKS = sorted(editions.default_source().glob("*.ipynb"))
 _CHECKS_IMPORT = re.compile(r"from (effitrain_helpers\.teach\.checks\.\w+) import")
@@ -182,3 +183,40 @@ def test_the_leak_finder_finds_a_leak():
     secret = ["model = AutoModel.from_pretrained(name)", ")"]
     assert leaked_lines(["Try   model = AutoModel.from_pretrained(name) here"], secret) == [secret[0]]
     assert leaked_lines(["model = AutoModel.from_pretrained(____)"], secret) == []
+
+
+README_TABLES = {"README.md": "| lesson | notebook | time on a 2-core CPU | exercises: API + number |",
+                 "README.pt-BR.md": "| lição | notebook | em português? | exercícios: API + número |"}
+_START_ROW = {"README.pt-BR.md": "Comece aqui"}
+
+
+@pytest.mark.parametrize("readme", README_TABLES)
+def test_the_readme_prints_the_exercise_census(readme):
+    """The lesson table's last column is ``exercise_census()`` (API + number exercises), never typed by hand;
+    a lesson of HINT_RULE_PENDING_LESSONS may show "—" until the lead empties that list."""
+    text = (editions.default_source().parent / readme).read_text()
+    assert README_TABLES[readme] in text, f"{readme}: the lesson table's heading changed"
+    census = exercise_census()
+    rows = {}
+    for line in text.split(README_TABLES[readme], 1)[1].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        label = line.split("|")[1].strip()
+        lesson = START_PAGE if label == _START_ROW.get(readme) else label.split(" ")[0]
+        if lesson in census:
+            rows[lesson] = line.rstrip(" |").rsplit("|", 1)[1].strip()
+    for lesson, (api, number) in census.items():
+        if lesson == START_PAGE and readme not in _START_ROW:
+            continue
+        pending = lesson.replace(".", "_") in HINT_RULE_PENDING_LESSONS and rows.get(lesson) == "—"
+        assert pending or rows.get(lesson) == f"{api} + {number}", (
+            f"{readme}: lesson {lesson}'s row shows {rows.get(lesson)!r} exercises; exercise_census() counts "
+            f"'{api} + {number}' (API + number): write that")
+
+
+def test_the_census_counts_api_and_number_exercises():
+    census = exercise_census()
+    assert census[START_PAGE] == (0, 1) and set(census) >= {"1.1", "4.3"}
+    api_exercises = {f"{stem[:3]}:{q}" for stem, q, exercise, *_ in CASES if exercise.api}
+    assert sum(api for api, _ in census.values()) == len(api_exercises)
+    assert {"1_1:q1", "2_2:q1", "4_3:q4"} <= api_exercises and "3_3:q1" not in api_exercises

@@ -193,6 +193,7 @@ class Exercise:
     usage: str  # how to call check, e.g. "q1.check(answer, model.config)"
     hints: list[str] = field(default_factory=list)
     solution_code: str = ""
+    api: bool = False  # the learner writes the lesson's library API, run for real (else: a number or a prediction)
     _hints_shown: int = 0
 
     def evaluate(self, *answers: Any, **context: Any) -> CheckResult:

@@ -139,6 +139,7 @@ q1 = Exercise(
     "1.1 q1: load a checkpoint and prepare it",
     _check_load_and_prepare,
     usage="q1.check(load_and_prepare, choice.path)",
+    api=True,
     hints=["Three objects: a model with a classification head and its tokenizer, both read from the folder "
            "`path`, and an Accelerator that places the model. Return what `prepare` gives back, not the model "
            "you passed in.",

@@ -103,6 +103,7 @@ q1 = Exercise(
     "1.2 q1: one clip, as the model expects it",
     _check_clip_inputs,
     usage="q1.check(inputs, clip, feature_extractor)",
+    api=True,
     hints=["The model was pre-trained on audio at one sampling rate and takes PyTorch tensors; the extractor can "
            "only check the rate you tell it.",
            "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above); then call the extractor "
@@ -139,6 +140,7 @@ q3 = Exercise(
     "1.2 q3: thumbnails with Dataset.map",
     _check_image_map,
     usage='q3.check(to_thumbnails, shapes["train"])',
+    api=True,
     hints=["Same as `preprocess_images`, with one more argument to the processor.",
            "The image processor's call accepts `size=` as a dict with 'height' and 'width' that overrides its "
            "own (transformers docs, 'ViT image processor'); a batched map function returns a dict of lists.",
@@ -154,6 +156,7 @@ q4 = Exercise(
     "1.2 q4: half-second audio features",
     _check_audio_map,
     usage='q4.check(half_second, sounds["train"], feature_extractor)',
+    api=True,
     hints=["Resample every clip to 16 kHz first, as in `preprocess_audio`; then make every clip 0.5 s long.",
            "0.5 s x 16,000 Hz samples; the extractor cuts with `truncation=True` and `max_length=`, and fills "
            "with `padding=\"max_length\"` (transformers docs, 'Padding and truncation').",

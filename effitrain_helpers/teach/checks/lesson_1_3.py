@@ -102,6 +102,7 @@ q1 = Exercise(
     "1.3 q1: shorter pairs",
     _check_tokenize_fn,
     usage='q1.check(tokenize_short, pairs["train"], tokenizer)',
+    api=True,
     hints=["Start from `tokenize` above; change one argument.",
            "The tokenizer takes the two sentences as a pair (`text`, `text_pair`) and cuts with `truncation=True` "
            "and `max_length=` (transformers docs, 'Tokenizer', `__call__`).",
@@ -126,6 +127,7 @@ q3 = Exercise(
     "1.3 q3: pad to a multiple of 8",
     _check_collator,
     usage='q3.check(collator_8, tokenized["train"])',
+    api=True,
     hints=["GPU tensor cores are fastest when sizes are multiples of 8.",
            "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that "
            "length up (transformers docs, 'Data Collator').",
@@ -137,6 +139,7 @@ q4 = Exercise(
     "1.3 q4: shard a data loader in 2 processes",
     _check_sharded_loader,
     usage='q4.check(my_shard, tokenized["validation"].select(range(12)), collator)',
+    api=True,
     hints=["Each process must read a different part of the data; the object that knows this process's rank and "
            "the world size comes from accelerate, made inside the function (each process makes its own).",
            "That object's `prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "

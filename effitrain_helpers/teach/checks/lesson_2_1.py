@@ -129,6 +129,7 @@ q1 = Exercise(
     "2.1 q1: TrainingArguments and a Trainer, trained briefly",
     _check_make_trainer,
     usage="q1.check(make_trainer)",
+    api=True,
     hints=[
         "Two objects: the TrainingArguments that describe the run (the names the exercise lists), then the "
         "Trainer that gets the model, the arguments, both datasets, a collator that pads and the metrics.",

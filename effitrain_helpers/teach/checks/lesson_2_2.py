@@ -160,6 +160,7 @@ q1 = Exercise(
     "2.2 q1: the whole Accelerate training function, in 2 processes",
     _check_training_fn,
     usage="q1.check(my_training)",
+    api=True,
     hints=["Follow the Accelerate loop of this lesson: one Accelerator, one prepare call for the four objects, "
            "then the epochs and batches; return the model that prepare gave back.",
            "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "

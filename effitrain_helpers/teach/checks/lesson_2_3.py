@@ -121,6 +121,7 @@ q1 = Exercise(
     "2.3 q1: predictions gathered from 2 processes, each sample once",
     _check_eval_fn,
     usage="q1.check(my_predictions)",
+    api=True,
     hints=["Evaluation mode and no gradients, then for each batch the predicted classes; collect them from every "
            "process so that each sample counts once, even when the split is uneven.",
            "Accelerate docs, 'Accelerator.gather_for_metrics': like gather, but it drops the samples added to "

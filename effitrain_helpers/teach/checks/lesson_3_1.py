@@ -128,6 +128,7 @@ q2 = Exercise(
     "3.1 q2: gradient accumulation with Accelerate, in 2 processes",
     _check_accumulated_training,
     usage="q2.check(train_accumulated)",
+    api=True,
     hints=["Accelerate needs to know k when it is created; each micro-batch then runs inside a block that tells "
            "it whether this is the k-th one (synchronise and step) or not. The data loader must be prepared too, "
            "so that each process gets its own share.",

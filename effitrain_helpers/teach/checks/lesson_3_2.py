@@ -187,6 +187,7 @@ q1 = Exercise(
     "3.2 q1: gradient checkpointing on a transformers model",
     _check_model_checkpointing,
     usage="q1.check(turn_on_checkpointing)",
+    api=True,
     hints=["transformers models switch gradient checkpointing on with one method of the model; it must then be "
            "in training mode (as the lesson model is).",
            "transformers 5 calls it activation checkpointing (gradient checkpointing is the older name, kept as "
@@ -210,6 +211,7 @@ q3 = Exercise(
     "3.2 q3: checkpointing a plain nn.Module",
     _check_module_checkpointing,
     usage="q3.check(checkpointed_forward)",
+    api=True,
     hints=["Run the blocks one after the other, but through a function that keeps only each block's input and "
            "recomputes the block during backward.",
            "torch.utils.checkpoint.checkpoint(function, *inputs, ...) (PyTorch docs, 'torch.utils.checkpoint') "
@@ -226,6 +228,7 @@ q4 = Exercise(
     "3.2 q4: a local SGD loop, in 2 processes",
     _check_local_sgd_loop,
     usage="q4.check(train_local_sgd)",
+    api=True,
     hints=["The loop of lesson 2.2 (prepared model, optimizer and loader), inside a LocalSGD block, with one "
            "extra call after each optimizer step that averages the parameters every k-th time.",
            "accelerate.local_sgd.LocalSGD(accelerator=..., model=..., local_sgd_steps=...) is a context manager; "

@@ -119,6 +119,7 @@ q3 = Exercise(
     "3.3 q3: a forward pass in this hardware's 16-bit type",
     _check_low_precision_forward,
     usage="q3.check(low_precision_logits)",
+    api=True,
     hints=["Keep the model in float32 and let a context manager run its matrix products in 16 bits; which 16 "
            "bits depends on the hardware (LOW above: 'bf16' or 'fp16').",
            "PyTorch's automatic mixed precision has a context manager that takes a device type and a dtype "

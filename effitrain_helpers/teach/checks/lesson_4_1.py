@@ -211,6 +211,7 @@ q3 = Exercise(
     "4.1 q3: AdamW with parameter groups",
     _check_param_groups,
     usage="q3.check(make_adamw)",
+    api=True,
     hints=["One optimizer, two groups of parameters with different settings: the weight matrices and "
            "embeddings decay, the biases and the LayerNorm weights do not (as Trainer does it).",
            "torch.optim.AdamW accepts a list of dicts instead of parameters: "

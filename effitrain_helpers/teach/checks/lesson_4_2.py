@@ -130,6 +130,7 @@ q2 = Exercise(
     "4.2 q2: Adafactor as Trainer builds it",
     _check_make_adafactor,
     usage="q2.check(make_adafactor)",
+    api=True,
     hints=["Adafactor's defaults pick their own step size; to give it a learning rate, as Trainer("
            "optim='adafactor') does, two options must be off, and warm-up init too.",
            "transformers.Adafactor(params, lr=..., scale_parameter=..., relative_step=..., warmup_init=...): "

@@ -165,6 +165,7 @@ q3 = OptionalExercise(
     "4.3 q3: AdamW8bit, built and measured",
     _check_adamw8bit,
     usage="q3.check(adamw8bit_state)",
+    api=True,
     hints=["Build the 8-bit optimizer on the layer's parameters, take one real training step (the state is "
            "created then), and add up the bytes of its state.",
            "bitsandbytes.optim has an 8-bit AdamW that takes the same arguments as torch.optim.AdamW "
@@ -183,6 +184,7 @@ q4 = Exercise(
     "4.3 q4: 8-bit AdamW through Trainer",
     _check_8bit_args,
     usage="q4.check(my_args)",
+    api=True,
     hints=["TrainingArguments has an argument that names the optimizer Trainer builds; the learning rate and "
            "weight decay are arguments too.",
            "The names are listed in transformers.training_args.OptimizerNames; the bitsandbytes 8-bit AdamW is "
