@@ -220,3 +220,14 @@ def test_the_census_counts_api_and_number_exercises():
     api_exercises = {f"{stem[:3]}:{q}" for stem, q, exercise, *_ in CASES if exercise.api}
     assert sum(api for api, _ in census.values()) == len(api_exercises)
     assert {"1_1:q1", "2_2:q1", "4_3:q4"} <= api_exercises and "3_3:q1" not in api_exercises
+
+
+@pytest.mark.parametrize("stem, q, exercise, solved, secret", CASES, ids=IDS)
+def test_a_correct_api_answer_says_what_was_checked(stem, q, exercise, solved, secret):
+    """"Correct" means the learner's code did the right thing, not that it ran: an API exercise says what its
+    checker verified, in one line (``Exercise.checked``, translated like the hints)."""
+    if not exercise.api or stem[:3] in HINT_RULE_PENDING_LESSONS:
+        return
+    assert exercise.checked and "\n" not in exercise.checked, f"{stem} {q}: give checked=\"checked: ...\" (one line)"
+    result = Exercise("demo", lambda answer: None, "q.check(x)", checked=exercise.checked).evaluate(1)
+    assert result.status == "correct" and result.message == exercise.checked

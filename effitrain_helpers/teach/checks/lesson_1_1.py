@@ -140,6 +140,8 @@ q1 = Exercise(
     _check_load_and_prepare,
     usage="q1.check(load_and_prepare, choice.path)",
     api=True,
+    checked=("checked: your function ran; its model has the checkpoint's weights and a 2-label head, and it is "
+             "the one accelerator.prepare returned."),
     hints=["Three objects: a model with a classification head and its tokenizer, both read from the folder "
            "`path`, and an Accelerator that places the model. Return what `prepare` gives back, not the model "
            "you passed in.",

@@ -104,6 +104,7 @@ q1 = Exercise(
     _check_clip_inputs,
     usage="q1.check(inputs, clip, feature_extractor)",
     api=True,
+    checked=("checked: a torch tensor at the model's sampling rate, normalised as its feature extractor does."),
     hints=["The model was pre-trained on audio at one sampling rate and takes PyTorch tensors; the extractor can "
            "only check the rate you tell it.",
            "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above); then call the extractor "
@@ -141,6 +142,7 @@ q3 = Exercise(
     _check_image_map,
     usage='q3.check(to_thumbnails, shapes["train"])',
     api=True,
+    checked=("checked: your function made 'pixel_values' at the thumbnail size with the processor's own values."),
     hints=["Same as `preprocess_images`, with one more argument to the processor.",
            "The image processor's call accepts `size=` as a dict with 'height' and 'width' that overrides its "
            "own (transformers docs, 'ViT image processor'); a batched map function returns a dict of lists.",
@@ -157,6 +159,7 @@ q4 = Exercise(
     _check_audio_map,
     usage='q4.check(half_second, sounds["train"], feature_extractor)',
     api=True,
+    checked=("checked: every clip resampled to 16 kHz and made 0.5 s long."),
     hints=["Resample every clip to 16 kHz first, as in `preprocess_audio`; then make every clip 0.5 s long.",
            "0.5 s x 16,000 Hz samples; the extractor cuts with `truncation=True` and `max_length=`, and fills "
            "with `padding=\"max_length\"` (transformers docs, 'Padding and truncation').",

@@ -103,6 +103,7 @@ q1 = Exercise(
     _check_tokenize_fn,
     usage='q1.check(tokenize_short, pairs["train"], tokenizer)',
     api=True,
+    checked=("checked: both sentences of each pair in one row, truncated to the exercise's length."),
     hints=["Start from `tokenize` above; change one argument.",
            "The tokenizer takes the two sentences as a pair (`text`, `text_pair`) and cuts with `truncation=True` "
            "and `max_length=` (transformers docs, 'Tokenizer', `__call__`).",
@@ -128,6 +129,7 @@ q3 = Exercise(
     _check_collator,
     usage='q3.check(collator_8, tokenized["train"])',
     api=True,
+    checked=("checked: every batch padded dynamically, to a multiple of 8."),
     hints=["GPU tensor cores are fastest when sizes are multiples of 8.",
            "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that "
            "length up (transformers docs, 'Data Collator').",
@@ -140,6 +142,8 @@ q4 = Exercise(
     _check_sharded_loader,
     usage='q4.check(my_shard, tokenized["validation"].select(range(12)), collator)',
     api=True,
+    checked=("checked in 2 real processes: the shards are disjoint, hold every sample together and follow "
+             "accelerator.prepare's split."),
     hints=["Each process must read a different part of the data; the object that knows this process's rank and "
            "the world size comes from accelerate, made inside the function (each process makes its own).",
            "That object's `prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "

@@ -130,6 +130,8 @@ q1 = Exercise(
     _check_make_trainer,
     usage="q1.check(make_trainer)",
     api=True,
+    checked=("checked: your Trainer trained for real, batched the pairs, reported accuracy through "
+             "compute_metrics and took the expected optimizer steps."),
     hints=[
         "Two objects: the TrainingArguments that describe the run (the names the exercise lists), then the "
         "Trainer that gets the model, the arguments, both datasets, a collator that pads and the metrics.",

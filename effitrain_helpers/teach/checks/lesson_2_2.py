@@ -161,6 +161,8 @@ q1 = Exercise(
     _check_training_fn,
     usage="q1.check(my_training)",
     api=True,
+    checked=("checked in 2 real processes: a DDP model, each rank on its own half, identical weights, the "
+             "schedule run to its end, and the weights of one process on the global batches."),
     hints=["Follow the Accelerate loop of this lesson: one Accelerator, one prepare call for the four objects, "
            "then the epochs and batches; return the model that prepare gave back.",
            "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "

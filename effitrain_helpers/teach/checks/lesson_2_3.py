@@ -122,6 +122,8 @@ q1 = Exercise(
     _check_eval_fn,
     usage="q1.check(my_predictions)",
     api=True,
+    checked=("checked in 2 real processes on an uneven split: one prediction per sample came back, equal to the "
+             "model's own in one process."),
     hints=["Evaluation mode and no gradients, then for each batch the predicted classes; collect them from every "
            "process so that each sample counts once, even when the split is uneven.",
            "Accelerate docs, 'Accelerator.gather_for_metrics': like gather, but it drops the samples added to "

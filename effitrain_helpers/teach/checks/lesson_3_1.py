@@ -129,6 +129,8 @@ q2 = Exercise(
     _check_accumulated_training,
     usage="q2.check(train_accumulated)",
     api=True,
+    checked=("checked in 2 real processes: each ran its half of the micro-batches, synchronised and stepped "
+             "every k-th, and reached the weights of full batches."),
     hints=["Accelerate needs to know k when it is created; each micro-batch then runs inside a block that tells "
            "it whether this is the k-th one (synchronise and step) or not. The data loader must be prepared too, "
            "so that each process gets its own share.",

@@ -188,6 +188,7 @@ q1 = Exercise(
     _check_model_checkpointing,
     usage="q1.check(turn_on_checkpointing)",
     api=True,
+    checked=("checked: in training mode, the model now keeps fewer activations for backward, with the same gradients."),
     hints=["transformers models switch gradient checkpointing on with one method of the model; it must then be "
            "in training mode (as the lesson model is).",
            "transformers 5 calls it activation checkpointing (gradient checkpointing is the older name, kept as "
@@ -212,6 +213,8 @@ q3 = Exercise(
     _check_module_checkpointing,
     usage="q3.check(checkpointed_forward)",
     api=True,
+    checked=("checked: same output and gradients as the plain forward pass, keeping only each block's input for "
+             "backward."),
     hints=["Run the blocks one after the other, but through a function that keeps only each block's input and "
            "recomputes the block during backward.",
            "torch.utils.checkpoint.checkpoint(function, *inputs, ...) (PyTorch docs, 'torch.utils.checkpoint') "
@@ -229,6 +232,8 @@ q4 = Exercise(
     _check_local_sgd_loop,
     usage="q4.check(train_local_sgd)",
     api=True,
+    checked=("checked in 2 real processes: each trained on its half, and the parameters were averaged every k "
+             "steps only."),
     hints=["The loop of lesson 2.2 (prepared model, optimizer and loader), inside a LocalSGD block, with one "
            "extra call after each optimizer step that averages the parameters every k-th time.",
            "accelerate.local_sgd.LocalSGD(accelerator=..., model=..., local_sgd_steps=...) is a context manager; "

@@ -120,6 +120,8 @@ q3 = Exercise(
     _check_low_precision_forward,
     usage="q3.check(low_precision_logits)",
     api=True,
+    checked=("checked: float32 weights, the matrix product in this hardware's 16-bit type, and logits close to "
+             "float32's."),
     hints=["Keep the model in float32 and let a context manager run its matrix products in 16 bits; which 16 "
            "bits depends on the hardware (LOW above: 'bf16' or 'fp16').",
            "PyTorch's automatic mixed precision has a context manager that takes a device type and a dtype "

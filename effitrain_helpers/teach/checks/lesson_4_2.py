@@ -131,6 +131,7 @@ q2 = Exercise(
     _check_make_adafactor,
     usage="q2.check(make_adafactor)",
     api=True,
+    checked=("checked by three real steps: the same weights as Trainer's Adafactor, with no first moment."),
     hints=["Adafactor's defaults pick their own step size; to give it a learning rate, as Trainer("
            "optim='adafactor') does, two options must be off, and warm-up init too.",
            "transformers.Adafactor(params, lr=..., scale_parameter=..., relative_step=..., warmup_init=...): "

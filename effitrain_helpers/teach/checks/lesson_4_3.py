@@ -166,6 +166,8 @@ q3 = OptionalExercise(
     _check_adamw8bit,
     usage="q3.check(adamw8bit_state)",
     api=True,
+    checked=("checked by its state after one step: uint8 moments for the weight, float32 for the bias, and your "
+             "byte count."),
     hints=["Build the 8-bit optimizer on the layer's parameters, take one real training step (the state is "
            "created then), and add up the bytes of its state.",
            "bitsandbytes.optim has an 8-bit AdamW that takes the same arguments as torch.optim.AdamW "
@@ -185,6 +187,7 @@ q4 = Exercise(
     _check_8bit_args,
     usage="q4.check(my_args)",
     api=True,
+    checked=("checked: the arguments ask Trainer for bitsandbytes' 8-bit AdamW with the exercise's settings."),
     hints=["TrainingArguments has an argument that names the optimizer Trainer builds; the learning rate and "
            "weight decay are arguments too.",
            "The names are listed in transformers.training_args.OptimizerNames; the bitsandbytes 8-bit AdamW is "
