@@ -7,6 +7,10 @@ import tempfile
 import matplotlib
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+# The one offline switch the tests rely on is HF_HUB_OFFLINE (set above; a test that needs it unset unsets it):
+# the other two a user may have set would change what those tests see, so the session starts without them.
+for _variable in ("TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.pop(_variable, None)
 os.environ.setdefault("EFFITRAIN_SIZE", "small")
 os.environ["MPLBACKEND"] = "Agg"
 matplotlib.use("Agg")

@@ -72,7 +72,7 @@ def test_2_1_q3(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=True):
+def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=True, scheduler_per_epoch=False):
     """A q1 answer; each flag set to False makes one known mistake."""
     from accelerate import Accelerator
 
@@ -89,8 +89,11 @@ def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=T
                 loss = model(**batch).loss
                 accelerator.backward(loss) if accelerate_backward else loss.backward()
                 optimizer.step()
-                scheduler.step()
+                if not scheduler_per_epoch:
+                    scheduler.step()
                 optimizer.zero_grad()
+            if scheduler_per_epoch:
+                scheduler.step()
         return model
 
     return my_training
@@ -109,6 +112,7 @@ def test_2_1_q4(answer, words):
     ({"prepare_loader": False}, "its own half"),
     ({"prepare_scheduler": False}, "learning rate ended at 0.25"),
     ({"accelerate_backward": False}, "accelerator.backward"),
+    ({"scheduler_per_epoch": True}, "stepped once per epoch"),
 ])
 def test_2_2_q1_runs_the_training_in_2_real_processes(flags, words):
     result = l22.q1.evaluate(_training(**flags))

@@ -100,6 +100,7 @@ def test_4_2_q2_adafactor_judged_by_three_real_steps():
 
     assert _status(l42.q2, build()).status == "correct"
     assert "chose itself" in _status(l42.q2, lambda params: Adafactor(params)).message
+    assert "refused a learning rate" in _status(l42.q2, lambda params: Adafactor(params, lr=1e-3)).message
     assert "chose itself" in _status(l42.q2, build(scale_parameter=True)).message
     assert "lr=0.01" in _status(l42.q2, build(lr=1e-2)).message
     assert "first moment" in _status(l42.q2, build(beta1=0.9)).message

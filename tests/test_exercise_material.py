@@ -3,14 +3,20 @@ and a solution written once (the notebook's solution region, pinned equal to the
 
 from __future__ import annotations
 
+import builtins
 import importlib
+import io
+import keyword
 import re
+import tokenize
 
 import nbformat
 import pytest
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach import editions
 from effitrain_helpers.teach.exercises import Exercise
+from effitrain_helpers.teach.lessons import START_PAGE, exercise_census
 
 NOTEBOOKS = sorted(editions.default_source().glob("*.ipynb"))
 _CHECKS_IMPORT = re.compile(r"from (effitrain_helpers\.teach\.checks\.\w+) import")
@@ -43,13 +49,78 @@ def notebook_exercises(path):
         starter = {s.strip() for r in regions for s in r.starter}
         secret = [line.strip() for r in regions for line in normalise("\n".join(r.solution))
                   if line.strip() not in starter]
-        out.append((qname, getattr(module, qname), solved, secret))
+        shown = editions._replace(source, regions, keep_solution=False)  # the student's cell
+        out.append((qname, getattr(module, qname), solved, secret, shown))
     return out
 
 
-CASES = [(path.stem, q, ex, solved, secret) for path in NOTEBOOKS
-         for q, ex, solved, secret in notebook_exercises(path)]
+_FOUND = [(path.stem, *found) for path in NOTEBOOKS for found in notebook_exercises(path)]
+CASES = [case[:5] for case in _FOUND]
 IDS = [f"{stem}:{q}" for stem, q, *_ in CASES]
+SHOWN = {f"{stem}:{q}": shown for stem, q, *_, shown in _FOUND}
+
+# TEMPORARY: lessons whose hints are being rewritten on other branches (issue 26, chapters 5 and 6). Their
+# exercises are held to the "something left to find" rule but may still fail it (xfail). The lead empties this
+# at merge, once those branches are in.
+HINT_RULE_PENDING_LESSONS = ("5_1", "5_2", "5_3", "6_1", "6_2", "6_3", "6_4")
+
+TRANSLATED_HINTS = ("en", "pt-BR")
+_WORD = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+_TRIVIAL = set(keyword.kwlist) | set(dir(builtins)) | {"self"}
+
+
+def _number_or_name(text: str) -> str:
+    """A number in one spelling (``1e-8`` and ``0.00000001`` are one number); a name as it is."""
+    try:
+        return repr(float(text))
+    except ValueError:
+        return text
+
+
+def words(text: str) -> set[str]:
+    """The identifiers and numbers written in ``text`` (prose or code; strings and comments included)."""
+    return {_number_or_name(w) for w in _WORD.findall(text)}
+
+
+def code_words(code: str) -> set[str]:
+    """The identifiers and numbers of Python ``code`` and the words of its strings (an answer can be a list of
+    names), keywords and builtins aside; comments are not code."""
+    found = set()
+    tokens = tokenize.generate_tokens(io.StringIO(code + "\n").readline)
+    try:
+        for tok in tokens:
+            if tok.type in (tokenize.NAME, tokenize.NUMBER) and tok.string not in _TRIVIAL:
+                found.add(_number_or_name(tok.string))
+            elif tok.type == tokenize.STRING:
+                found |= words(tok.string.strip("\"'"))
+    except (tokenize.TokenError, IndentationError):  # a fragment of a block: what was read is enough
+        pass
+    return found
+
+
+def left_to_find(hints: list[str], secret: list[str], shown: str) -> set[str]:
+    """The solution's identifiers and numbers that neither the student's cell nor any hint writes down."""
+    return code_words("\n".join(secret)) - code_words(shown) - set().union(*map(words, hints))
+
+
+_ATOM = re.compile(r"[\w.]+|\"[^\"]*\"|'[^']*'")
+
+
+def one_blank_lines(hints: list[str], secret: list[str]) -> list[str]:
+    """The solution lines some hint writes with only one name, number or string left blank (``____``): such a
+    hint gives the line away (``x = torch.finfo(____).eps`` when the question names the type)."""
+    squash = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731
+    given = []
+    for line in map(squash, secret):
+        for hint_line in (squash(h) for hint in hints for h in hint.splitlines()):
+            if hint_line.count("____") != 1 or len(code_words(hint_line.replace("____", " "))) < 2:
+                continue
+            before, after = hint_line.split("____")
+            middle = line[len(before):len(line) - len(after)] if len(line) > len(before) + len(after) else ""
+            if line.startswith(before) and line.endswith(after) and _ATOM.fullmatch(middle.strip()):
+                given.append(line)
+                break
+    return given
 
 
 def leaked_lines(hints: list[str], secret: list[str]) -> list[str]:
@@ -81,7 +152,82 @@ def test_hints_climb_and_never_give_a_solution_line(stem, q, exercise, solved, s
     assert not leaks, f"{stem} {q}: hints contain whole solution lines: {leaks}"
 
 
+@pytest.mark.parametrize("stem, q, exercise, solved, secret", CASES, ids=IDS)
+def test_hints_leave_something_to_find(stem, q, exercise, solved, secret):
+    """All hints read, at least one identifier or number of the solution is still to find (the name to look up,
+    the number to work out, the argument to choose), and no hint is a solution line with a single blank."""
+    problem = None
+    for lang in TRANSLATED_HINTS:  # a translation keeps the code of a hint, and must keep its blanks too
+        hints = [tr(h, lang=lang) for h in exercise.hints]
+        given = one_blank_lines(hints, secret)
+        missing = left_to_find(hints, secret, SHOWN[f"{stem}:{q}"])
+        problem = problem or (
+            f"{stem} {q} ({lang}): a hint is a solution line with one blank: {given}" if given else
+            f"{stem} {q} ({lang}): the hints together write every name and number of the solution; leave one to "
+            "find" if not missing else None)
+    if problem and stem[:3] in HINT_RULE_PENDING_LESSONS:
+        pytest.xfail(f"pending rewrite on another branch (HINT_RULE_PENDING_LESSONS): {problem}")
+    assert not problem, problem
+
+
+def test_the_hint_rule_finds_hints_that_give_everything():
+    secret = ["bf16_gap = torch.finfo(torch.bfloat16).eps"]
+    assert left_to_find(["bfloat16's gap", "torch.finfo(dtype).eps"], secret, "bf16_gap = ____") == set()
+    assert left_to_find(["bfloat16's gap", "a function of torch"], secret, "bf16_gap = ____") == {"finfo", "eps"}
+    assert one_blank_lines(["bf16_gap = torch.finfo(____).eps"], secret) == secret
+    assert one_blank_lines(["bf16_gap = torch.____(____).eps", "bf16_gap = ____"], secret) == []
+    assert left_to_find(["scale 1e-8"], ["x = 0.00000001 * scale"], "") == {"x"}  # one number, two spellings
+
+
 def test_the_leak_finder_finds_a_leak():
     secret = ["model = AutoModel.from_pretrained(name)", ")"]
     assert leaked_lines(["Try   model = AutoModel.from_pretrained(name) here"], secret) == [secret[0]]
     assert leaked_lines(["model = AutoModel.from_pretrained(____)"], secret) == []
+
+
+README_TABLES = {"README.md": "| lesson | notebook | time on a 2-core CPU | exercises: API + number |",
+                 "README.pt-BR.md": "| lição | notebook | em português? | exercícios: API + número |"}
+_START_ROW = {"README.pt-BR.md": "Comece aqui"}
+
+
+@pytest.mark.parametrize("readme", README_TABLES)
+def test_the_readme_prints_the_exercise_census(readme):
+    """The lesson table's last column is ``exercise_census()`` (API + number exercises), never typed by hand;
+    a lesson of HINT_RULE_PENDING_LESSONS may show "—" until the lead empties that list."""
+    text = (editions.default_source().parent / readme).read_text()
+    assert README_TABLES[readme] in text, f"{readme}: the lesson table's heading changed"
+    census = exercise_census()
+    rows = {}
+    for line in text.split(README_TABLES[readme], 1)[1].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        label = line.split("|")[1].strip()
+        lesson = START_PAGE if label == _START_ROW.get(readme) else label.split(" ")[0]
+        if lesson in census:
+            rows[lesson] = line.rstrip(" |").rsplit("|", 1)[1].strip()
+    for lesson, (api, number) in census.items():
+        if lesson == START_PAGE and readme not in _START_ROW:
+            continue
+        pending = lesson.replace(".", "_") in HINT_RULE_PENDING_LESSONS and rows.get(lesson) == "—"
+        assert pending or rows.get(lesson) == f"{api} + {number}", (
+            f"{readme}: lesson {lesson}'s row shows {rows.get(lesson)!r} exercises; exercise_census() counts "
+            f"'{api} + {number}' (API + number): write that")
+
+
+def test_the_census_counts_api_and_number_exercises():
+    census = exercise_census()
+    assert census[START_PAGE] == (0, 1) and set(census) >= {"1.1", "4.3"}
+    api_exercises = {f"{stem[:3]}:{q}" for stem, q, exercise, *_ in CASES if exercise.api}
+    assert sum(api for api, _ in census.values()) == len(api_exercises)
+    assert {"1_1:q1", "2_2:q1", "4_3:q4"} <= api_exercises and "3_3:q1" not in api_exercises
+
+
+@pytest.mark.parametrize("stem, q, exercise, solved, secret", CASES, ids=IDS)
+def test_a_correct_api_answer_says_what_was_checked(stem, q, exercise, solved, secret):
+    """"Correct" means the learner's code did the right thing, not that it ran: an API exercise says what its
+    checker verified, in one line (``Exercise.checked``, translated like the hints)."""
+    if not exercise.api or stem[:3] in HINT_RULE_PENDING_LESSONS:
+        return
+    assert exercise.checked and "\n" not in exercise.checked, f"{stem} {q}: give checked=\"checked: ...\" (one line)"
+    result = Exercise("demo", lambda answer: None, "q.check(x)", checked=exercise.checked).evaluate(1)
+    assert result.status == "correct" and result.message == exercise.checked

@@ -211,6 +211,8 @@ class Exercise:
     usage: str  # how to call check, e.g. "q1.check(answer, model.config)"
     hints: list[str] = field(default_factory=list)
     solution_code: str = ""
+    api: bool = False  # the learner writes the lesson's library API, run for real (else: a number or a prediction)
+    checked: str = ""  # what a Correct verdict checked, in one line (shown after "Correct")
     _hints_shown: int = 0
 
     def evaluate(self, *answers: Any, **context: Any) -> CheckResult:
@@ -232,7 +234,7 @@ class Exercise:
         except Exception as err:  # the learner's answer broke the checker: say how, don't crash the notebook
             return CheckResult(name, INCORRECT, tr("checking your answer raised {error}: {message}",
                                                    error=type(err).__name__, message=err))
-        return CheckResult(name, CORRECT)
+        return CheckResult(name, CORRECT, tr(self.checked) if self.checked else "")
 
     def check(self, *answers: Any, **context: Any) -> None:
         """Show Correct / Incorrect / Not attempted for ``answers``, and record it on this machine (see

@@ -261,7 +261,7 @@ def unrouted_verdicts(module: str) -> list[str]:
 
 def package_messages() -> tuple[dict[str, list[str]], list[str]]:
     """``{module: English messages}`` of the package (``"teach.checks.lesson_1_1"``: the literals of its
-    ``tr``/``msg`` calls, and for a checks module its exercises' names and hints), and the calls that pass
+    ``tr``/``msg`` calls, and for a checks module its exercises' names, hints and "checked" lines), and the calls that pass
     ``tr`` an f-string or ``msg`` a non-literal (a test fails on them)."""
     found, bad = {}, []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -276,7 +276,7 @@ def package_messages() -> tuple[dict[str, list[str]], list[str]]:
     for info in pkgutil.iter_modules(package.__path__):
         exercises = [v for v in vars(importlib.import_module(f"{CHECKS_PACKAGE}.{info.name}")).values()
                      if isinstance(v, Exercise)]
-        texts = [t for ex in exercises for t in (ex.name, *ex.hints)]
+        texts = [t for ex in exercises for t in (ex.name, *ex.hints, *([ex.checked] if ex.checked else []))]
         if texts:
             key = f"teach.checks.{info.name}"
             found[key] = found.get(key, []) + texts

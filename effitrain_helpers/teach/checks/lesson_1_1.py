@@ -139,16 +139,20 @@ q1 = Exercise(
     "1.1 q1: load a checkpoint and prepare it",
     _check_load_and_prepare,
     usage="q1.check(load_and_prepare, choice.path)",
-    hints=[
-        "Three objects: a model with a classification head and its tokenizer, both read from the folder "
-        "`path`, and an Accelerator that places the model. Return what `prepare` gives back, not the model "
-        "you passed in.",
-        "The Auto classes read `config.json` to pick the architecture: `AutoModelForSequenceClassification` "
-        "(2 labels: `num_labels=2`) and `AutoTokenizer`, both with `.from_pretrained(path)` (transformers docs, "
-        "'Auto Classes'); then `Accelerator()` and its `prepare` method (accelerate docs, 'Accelerator').",
-        "model = AutoModelForSequenceClassification.from_pretrained(____, num_labels=____)\n"
-        "tokenizer = AutoTokenizer.from_pretrained(____)\naccelerator = ____\nmodel = accelerator.prepare(____)",
-    ],
+    api=True,
+    checked=("checked: your function ran; its model has the checkpoint's weights and a 2-label head, and it is "
+             "the one accelerator.prepare returned."),
+    hints=["Three objects: a model with a classification head and its tokenizer, both read from the folder "
+           "`path`, and an Accelerator that places the model. Return what `prepare` gives back, not the model "
+           "you passed in.",
+           "The Auto classes read `config.json` to pick the architecture. The one for a model with a "
+           "sequence-classification head is named after its task (transformers docs, 'Auto Classes': "
+           "AutoModelFor...); its `from_pretrained` takes the number of labels. `AutoTokenizer` reads the "
+           "tokenizer the same way; then the Accelerator and its `prepare` method (accelerate docs, 'Accelerator').",
+           "model = ____.from_pretrained(____, ____=2)\n"
+           "tokenizer = ____.from_pretrained(____)\n"
+           "accelerator = ____\n"
+           "model = ____.prepare(____)"],
     solution_code=(
         "def load_and_prepare(path):\n"
         "    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)\n"
@@ -176,12 +180,10 @@ q3 = Exercise(
     "1.1 q3: GFLOP/s from a timing",
     _check_gflops_fn,
     usage="q3.check(my_gflops)",
-    hints=[
-        "An n x n by n x n product does n^3 multiply-adds: each of the n^2 results sums n products.",
-        "A multiply-add is 2 floating-point operations (FLOPs); a rate is operations over seconds; "
-        "1 GFLOP is 1e9 of them (see the 'Measure it' cell above).",
-        "return ____ * n**____ / seconds / ____",
-    ],
+    hints=["An n x n by n x n product does n^3 multiply-adds: each of the n^2 results sums n products.",
+           "A multiply-add is two floating-point operations (FLOPs); a rate is operations over seconds; a GFLOP "
+           "is a billion (giga) of them: write that power of ten yourself (see the 'Measure it' cell above).",
+           "return ____ * n**____ / seconds / ____"],
     solution_code="def my_gflops(n, seconds):\n    return 2 * n**3 / seconds / 1e9\n\nq3.check(my_gflops)",
 )
 q4 = Exercise(

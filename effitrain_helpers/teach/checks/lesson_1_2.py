@@ -103,13 +103,15 @@ q1 = Exercise(
     "1.2 q1: one clip, as the model expects it",
     _check_clip_inputs,
     usage="q1.check(inputs, clip, feature_extractor)",
-    hints=["The model was pre-trained on audio at one sampling rate and takes PyTorch tensors; the extractor "
-           "can only check the rate you tell it.",
-           "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above), then call the extractor "
-           "with `sampling_rate=` and `return_tensors=\"pt\"` (transformers docs, 'Feature Extractor', "
-           "`__call__`); `feature_extractor.sampling_rate` is the rate it expects.",
+    api=True,
+    checked=("checked: a torch tensor at the model's sampling rate, normalised as its feature extractor does."),
+    hints=["The model was pre-trained on audio at one sampling rate and takes PyTorch tensors; the extractor can "
+           "only check the rate you tell it.",
+           "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above); then call the extractor "
+           "with the rate it expects (one of its attributes, printed above) and ask it for PyTorch tensors: both "
+           "are arguments of its `__call__` (transformers docs, 'Feature Extractor').",
            "wave = resample(clip[\"array\"], ____, ____)\n"
-           "inputs = feature_extractor(wave, sampling_rate=____, return_tensors=____)"],
+           "inputs = feature_extractor(wave, sampling_rate=____, ____=\"pt\")"],
     solution_code=(
         "rate = feature_extractor.sampling_rate\n"
         "wave = resample(clip[\"array\"], clip[\"sampling_rate\"], rate)\n"
@@ -123,9 +125,11 @@ q2 = Exercise(
     usage="q2.check((white, black), image_processor)",
     hints=["The processor first rescales the 0..255 values to 0..1, then normalises: it subtracts a mean and "
            "divides by a standard deviation, as in pre-training.",
-           "Its settings are attributes: `rescale_factor` (1/255), `image_mean` and `image_std` (one per colour "
-           "channel), printed above (transformers docs, 'ViT image processor').",
-           "white = (255 * p.rescale_factor - ____) / ____"],
+           "Its settings are attributes of the processor, printed above: the rescale factor (1/255), and a mean "
+           "and a standard deviation per colour channel (transformers docs, 'ViT image processor', gives their "
+           "names).",
+           "white = (255 * p.____ - ____) / ____\n"
+           "black: the same with 0 in place of 255 (and nothing to rescale)."],
     solution_code=(
         "p = image_processor\n"
         "white = (255 * p.rescale_factor - p.image_mean[0]) / p.image_std[0]\n"
@@ -137,6 +141,8 @@ q3 = Exercise(
     "1.2 q3: thumbnails with Dataset.map",
     _check_image_map,
     usage='q3.check(to_thumbnails, shapes["train"])',
+    api=True,
+    checked=("checked: your function made 'pixel_values' at the thumbnail size with the processor's own values."),
     hints=["Same as `preprocess_images`, with one more argument to the processor.",
            "The image processor's call accepts `size=` as a dict with 'height' and 'width' that overrides its "
            "own (transformers docs, 'ViT image processor'); a batched map function returns a dict of lists.",
@@ -152,6 +158,8 @@ q4 = Exercise(
     "1.2 q4: half-second audio features",
     _check_audio_map,
     usage='q4.check(half_second, sounds["train"], feature_extractor)',
+    api=True,
+    checked=("checked: every clip resampled to 16 kHz and made 0.5 s long."),
     hints=["Resample every clip to 16 kHz first, as in `preprocess_audio`; then make every clip 0.5 s long.",
            "0.5 s x 16,000 Hz samples; the extractor cuts with `truncation=True` and `max_length=`, and fills "
            "with `padding=\"max_length\"` (transformers docs, 'Padding and truncation').",

@@ -102,6 +102,8 @@ q1 = Exercise(
     "1.3 q1: shorter pairs",
     _check_tokenize_fn,
     usage='q1.check(tokenize_short, pairs["train"], tokenizer)',
+    api=True,
+    checked=("checked: both sentences of each pair in one row, truncated to the exercise's length."),
     hints=["Start from `tokenize` above; change one argument.",
            "The tokenizer takes the two sentences as a pair (`text`, `text_pair`) and cuts with `truncation=True` "
            "and `max_length=` (transformers docs, 'Tokenizer', `__call__`).",
@@ -126,10 +128,12 @@ q3 = Exercise(
     "1.3 q3: pad to a multiple of 8",
     _check_collator,
     usage='q3.check(collator_8, tokenized["train"])',
+    api=True,
+    checked=("checked: every batch padded dynamically, to a multiple of 8."),
     hints=["GPU tensor cores are fastest when sizes are multiples of 8.",
-           "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that length "
-           "up (transformers docs, 'Data Collator').",
-           "collator_8 = DataCollatorWithPadding(tokenizer, ____=8)"],
+           "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that "
+           "length up (transformers docs, 'Data Collator').",
+           "collator_8 = DataCollatorWithPadding(tokenizer, ____=____)"],
     solution_code="collator_8 = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
     "q3.check(collator_8, tokenized[\"train\"])",
 )
@@ -137,11 +141,15 @@ q4 = Exercise(
     "1.3 q4: shard a data loader in 2 processes",
     _check_sharded_loader,
     usage='q4.check(my_shard, tokenized["validation"].select(range(12)), collator)',
+    api=True,
+    checked=("checked in 2 real processes: the shards are disjoint, hold every sample together and follow "
+             "accelerator.prepare's split."),
     hints=["Each process must read a different part of the data; the object that knows this process's rank and "
-           "the world size is the Accelerator, made inside the function (each process makes its own).",
-           "`accelerator.prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "
-           "(accelerate docs, 'Accelerator.prepare'); `who_got_what` above does it with more options.",
-           "accelerator = ____\nloader = accelerator.prepare(DataLoader(____, batch_size=2, collate_fn=____))"],
+           "the world size comes from accelerate, made inside the function (each process makes its own).",
+           "That object's `prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "
+           "(accelerate docs, 'prepare'); `who_got_what` above does it with more options.",
+           "accelerator = ____\n"
+           "loader = accelerator.prepare(DataLoader(____, batch_size=____, collate_fn=____))"],
     solution_code=(
         "def my_shard(dataset, collate_fn):\n"
         "    from accelerate import Accelerator\n"

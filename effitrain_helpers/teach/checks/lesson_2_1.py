@@ -129,6 +129,9 @@ q1 = Exercise(
     "2.1 q1: TrainingArguments and a Trainer, trained briefly",
     _check_make_trainer,
     usage="q1.check(make_trainer)",
+    api=True,
+    checked=("checked: your Trainer trained for real, batched the pairs, reported accuracy through "
+             "compute_metrics and took the expected optimizer steps."),
     hints=[
         "Two objects: the TrainingArguments that describe the run (the names the exercise lists), then the "
         "Trainer that gets the model, the arguments, both datasets, a collator that pads and the metrics.",
@@ -155,8 +158,9 @@ q2 = Exercise(
     _check_metrics_fn,
     usage="q2.check(my_metrics)",
     hints=["Unpack the pair, find each row's predicted class, compare with the labels.",
-           "NumPy: `logits.argmax(-1)` gives the predicted class of each row; the mean of a boolean array is the "
-           "fraction of True (transformers docs, 'Trainer', compute_metrics).",
+           "NumPy: each row's predicted class is the index of its largest logit (a NumPy array method; which "
+           "axis?); the mean of a boolean array is the fraction of True (transformers docs, 'Trainer', "
+           "compute_metrics).",
            "return {\"accuracy\": float((____ == ____).mean())}"],
     solution_code=(
         "def my_metrics(eval_pred):\n    logits, labels = eval_pred\n"
@@ -167,10 +171,10 @@ q3 = Exercise(
     "2.1 q3: the always-yes baseline",
     _check_always_yes,
     usage='q3.check((accuracy, f1), data["validation"][:]["labels"])',
-    hints=["Always answering 1 is right on every row labelled 1: accuracy = share of 1s, and so is the "
-           "precision.",
-           "It finds every paraphrase, so recall = 1; put precision p and recall 1 into F1 = 2 p r / (p + r).",
-           "positive = float((labels == ____).float().mean()), then always_yes = (____, ____)"],
+    hints=["Always answering 1 is right on every row labelled 1: accuracy = share of 1s, and so is the precision.",
+           "It finds every paraphrase, so recall = 1; F1 is the harmonic mean of precision and recall "
+           "(scikit-learn docs, 'f1_score', writes the formula).",
+           "positive = float((labels == ____).float().____()), then always_yes = (____, ____)"],
     solution_code=(
         "labels = data[\"validation\"][:][\"labels\"]\npositive = float((labels == 1).float().mean())\n"
         "always_yes = (positive, 2 * positive * 1.0 / (positive + 1.0))\nq3.check(always_yes, labels)"

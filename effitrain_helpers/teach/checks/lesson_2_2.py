@@ -112,6 +112,11 @@ def _check_training_fn(fn) -> None:
     if not all(torch.equal(a, b) for a, b in zip(runs[0]["weights"], runs[1]["weights"])):
         raise Incorrect(tr("the two ranks ended with different weights: the gradients were not averaged across "
                            "them."))
+    schedule_steps = round((1 - first["lr"] / LR) * EPOCHS * math.ceil(SAMPLES / BATCH))  # linear decay
+    if schedule_steps in (EPOCHS, EPOCHS * PROCESSES):  # one scheduler.step() per epoch, prepared or not
+        raise Incorrect(tr("the scheduler stepped once per epoch (the learning rate ended at {lr:.3g}, not 0): "
+                           "its schedule counts optimizer steps, so call scheduler.step() inside the batch loop, "
+                           "after each optimizer.step().", lr=first['lr']))
     if first["lr"] != 0:
         raise Incorrect(tr("the learning rate ended at {lr:.3g} instead of 0: the schedule counts the batches of "
                            "both processes, so prepare the scheduler (it then steps once per process per call) "
@@ -155,17 +160,22 @@ q1 = Exercise(
     "2.2 q1: the whole Accelerate training function, in 2 processes",
     _check_training_fn,
     usage="q1.check(my_training)",
-    hints=[
-        "Follow the Accelerate loop of this lesson: one Accelerator, one prepare call for the four objects, "
-        "then the epochs and batches; return the model that prepare gave back.",
-        "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "
-        "'Accelerator.prepare'); in the loop, the backward pass is accelerator.backward(...), then the "
-        "optimizer step, the scheduler step and zero_grad.",
-        "accelerator = ____()\n"
-        "model, optimizer, ____ = accelerator.prepare(____)\n"
-        "for epoch in range(____):\n    for batch in ____:\n        loss = ____\n        accelerator.____(loss)\n"
-        "        ... three more calls ...\nreturn ____",
-    ],
+    api=True,
+    checked=("checked in 2 real processes: a DDP model, each rank on its own half, identical weights, the "
+             "schedule run to its end, and the weights of one process on the global batches."),
+    hints=["Follow the Accelerate loop of this lesson: one Accelerator, one prepare call for the four objects, "
+           "then the epochs and batches; return the model that prepare gave back.",
+           "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "
+           "'Accelerator.prepare'); in the loop, the backward pass is accelerator.backward(...), then the "
+           "optimizer step, the scheduler step and zero_grad.",
+           "accelerator = ____()\n"
+           "model, optimizer, ____ = accelerator.prepare(____)\n"
+           "for epoch in range(____):\n"
+           "    for batch in ____:\n"
+           "        loss = ____\n"
+           "        accelerator.____(____)\n"
+           "        ... three more calls ...\n"
+           "return ____"],
     solution_code=(
         "def my_training(model, optimizer, train_loader, scheduler, epochs):\n"
         "    accelerator = Accelerator()\n"
@@ -202,6 +212,6 @@ q3 = Exercise(
     usage="q3.check(failing)",
     hints=["Which of the four steps need a gradient at all?",
            "Different gradients on each process lead to what after optimizer.step()? Look at CHECKS for the names.",
-           "failing = {\"gradient_aggregation\", ____}"],
+           "failing = {____, ____}: two of the names in CHECKS."],
     solution_code='failing = {"gradient_aggregation", "parameter_synchronization"}\nq3.check(failing)',
 )

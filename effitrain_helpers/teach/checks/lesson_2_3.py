@@ -121,15 +121,21 @@ q1 = Exercise(
     "2.3 q1: predictions gathered from 2 processes, each sample once",
     _check_eval_fn,
     usage="q1.check(my_predictions)",
-    hints=[
-        "Evaluation mode and no gradients, then for each batch the predicted classes; collect them from every "
-        "process so that each sample counts once, even when the split is uneven.",
-        "Accelerate docs, 'Accelerator.gather_for_metrics': like gather, but it drops the samples added to even "
-        "out the last batches. torch.cat joins the per-batch tensors; model(**batch).logits.argmax(-1) "
-        "gives a batch's classes.",
-        "model.____()\npredictions = ____\nwith torch.____():\n    for batch in ____:\n"
-        "        predicted = ____\n        predictions.append(accelerator.____(predicted))\nreturn torch.cat(____)",
-    ],
+    api=True,
+    checked=("checked in 2 real processes on an uneven split: one prediction per sample came back, equal to the "
+             "model's own in one process."),
+    hints=["Evaluation mode and no gradients, then for each batch the predicted classes; collect them from every "
+           "process so that each sample counts once, even when the split is uneven.",
+           "Accelerate docs, 'Accelerator.gather_for_metrics': like gather, but it drops the samples added to "
+           "even out the last batches. torch.cat joins the per-batch tensors; the argmax of a batch's logits "
+           "gives its classes.",
+           "model.____()\n"
+           "predictions = ____\n"
+           "with torch.____():\n"
+           "    for batch in ____:\n"
+           "        predicted = ____\n"
+           "        predictions.append(____)\n"
+           "return ____"],
     solution_code=(
         "def my_predictions(model, loader, accelerator):\n"
         "    model.eval()\n"
@@ -160,6 +166,6 @@ q3 = Exercise(
     hints=["A ring all-reduce has two phases, reduce-scatter then all-gather; the gradient is cut into N chunks.",
            "In each phase a process sends N-1 chunks of 1/N of the gradient (the factor 2 (N-1)/N is explained "
            "in nccl-tests' doc/PERFORMANCE.md, 'bus bandwidth').",
-           "mib_sent = ____ * (4 - 1) / 4 * scaling_n[\"gradient_mib\"]"],
+           "mib_sent = ____ * (____ - 1) / ____ * scaling_n[\"gradient_mib\"], with N the number of processes here."],
     solution_code='mib_sent = 2 * (4 - 1) / 4 * scaling_n["gradient_mib"]\nq3.check(mib_sent, scaling_n["gradient_mib"])',
 )

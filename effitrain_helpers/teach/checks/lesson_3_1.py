@@ -120,24 +120,29 @@ q1 = Exercise(
     _check_steps_for_batch,
     usage="q1.check(accumulation_steps)",
     hints=["One optimizer step sees micro-batch x processes x accumulation steps samples.",
-           "Solve 64 = 8 x 2 x k for k (the recipe's batch, the micro-batch, the processes).",
-           "accumulation_steps = 64 // (____ * ____)"],
+           "Solve recipe batch = micro-batch x processes x k for k; the three numbers are in the cell above.",
+           "accumulation_steps = ____ // (____ * ____)"],
     solution_code="accumulation_steps = 64 // (8 * 2)\nq1.check(accumulation_steps)",
 )
 q2 = Exercise(
     "3.1 q2: gradient accumulation with Accelerate, in 2 processes",
     _check_accumulated_training,
     usage="q2.check(train_accumulated)",
+    api=True,
+    checked=("checked in 2 real processes: each ran its half of the micro-batches, synchronised and stepped "
+             "every k-th, and reached the weights of full batches."),
     hints=["Accelerate needs to know k when it is created; each micro-batch then runs inside a block that tells "
            "it whether this is the k-th one (synchronise and step) or not. The data loader must be prepared too, "
            "so that each process gets its own share.",
-           "Accelerator(gradient_accumulation_steps=...), accelerator.prepare(...) on the model, the optimizer and "
-           "a DataLoader (from torch.utils.data), and accelerator.accumulate(...) as a `with` block around each "
-           "micro-batch's forward, backward and step (Accelerate docs: 'Performing gradient accumulation').",
-           "accelerator = Accelerator(gradient_accumulation_steps=____)\n"
+           "Accelerator(gradient_accumulation_steps=...), accelerator.prepare(...) on the model, the optimizer "
+           "and a DataLoader (from torch.utils.data), and accelerator.accumulate(...) as a `with` block around "
+           "each micro-batch's forward, backward and step (Accelerate docs: 'Performing gradient accumulation').",
+           "accelerator = Accelerator(____=____)\n"
            "model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=____))\n"
-           "for batch in ____:\n    with accelerator.accumulate(____):\n        loss = ____\n"
-           "        accelerator.backward(____)\n        ...  # step and zero_grad"],
+           "for batch in ____:\n"
+           "    with accelerator.____(____):\n"
+           "        loss = ____\n"
+           "        ...  # backward, step and zero_grad, as in lesson 2.2"],
     solution_code=(
         "def train_accumulated(model, optimizer, dataset, k):\n"
         "    accelerator = Accelerator(gradient_accumulation_steps=k)\n"
@@ -154,10 +159,10 @@ q3 = Exercise(
     usage="q3.check((micro_batch, accumulation_steps), bytes_per_sample, budget)",
     hints=["Activations grow in proportion to the micro-batch: bytes_per_sample (measured above) per sample. "
            "Take the largest micro-batch that fits the budget and divides 64, then k makes up the rest.",
-           "The micro-batches that divide 64 are 1, 2, 4, 8, 16, 32, 64; one fits when b x bytes_per_sample <= "
-           "budget. Python's max() over a generator picks the largest.",
-           "micro_batch = max(b for b in range(1, 65) if 64 % b == 0 and ____ <= budget)\n"
-           "accumulation_steps = ____ // micro_batch"],
+           "The micro-batches that divide the recipe's batch are its powers of two; one fits when b x "
+           "bytes_per_sample <= budget. Python's max() over a generator picks the largest.",
+           "micro_batch = max(b for b in range(1, ____) if ____ and ____ <= budget)\n"
+           "then k is the recipe's batch divided by micro_batch."],
     solution_code=(
         "budget = 20 * bytes_per_sample\n"
         "micro_batch = max(b for b in range(1, 65) if 64 % b == 0 and b * bytes_per_sample <= budget)\n"

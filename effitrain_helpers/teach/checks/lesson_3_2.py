@@ -187,10 +187,13 @@ q1 = Exercise(
     "3.2 q1: gradient checkpointing on a transformers model",
     _check_model_checkpointing,
     usage="q1.check(turn_on_checkpointing)",
+    api=True,
+    checked=("checked: in training mode, the model now keeps fewer activations for backward, with the same gradients."),
     hints=["transformers models switch gradient checkpointing on with one method of the model; it must then be "
            "in training mode (as the lesson model is).",
-           "transformers 5 calls it activation checkpointing: PreTrainedModel.activation_checkpointing_enable() "
-           "(gradient_checkpointing_enable() is the deprecated alias), in the 'Model' reference of the docs.",
+           "transformers 5 calls it activation checkpointing (gradient checkpointing is the older name, kept as "
+           "a deprecated alias): look for the method that enables it among PreTrainedModel's methods, in the "
+           "'Model' reference of the docs.",
            "model.____()"],
     solution_code=("def turn_on_checkpointing(model):\n    model.activation_checkpointing_enable()\n\n"
                    "q1.check(turn_on_checkpointing)"),
@@ -209,11 +212,17 @@ q3 = Exercise(
     "3.2 q3: checkpointing a plain nn.Module",
     _check_module_checkpointing,
     usage="q3.check(checkpointed_forward)",
+    api=True,
+    checked=("checked: same output and gradients as the plain forward pass, keeping only each block's input for "
+             "backward."),
     hints=["Run the blocks one after the other, but through a function that keeps only each block's input and "
            "recomputes the block during backward.",
-           "torch.utils.checkpoint.checkpoint(function, *inputs, use_reentrant=False) (PyTorch docs, "
-           "'torch.utils.checkpoint'); it returns what function(*inputs) returns.",
-           "for block in ____:\n    x = checkpoint(____, ____, use_reentrant=False)\nreturn ____"],
+           "torch.utils.checkpoint.checkpoint(function, *inputs, ...) (PyTorch docs, 'torch.utils.checkpoint') "
+           "returns what function(*inputs) returns; the docs ask you to set one keyword argument explicitly: "
+           "choose the non-reentrant variant they recommend.",
+           "for block in ____:\n"
+           "    x = checkpoint(____, ____, ____=False)\n"
+           "return ____"],
     solution_code=("def checkpointed_forward(blocks, x):\n    for block in blocks:\n"
                    "        x = checkpoint(block, x, use_reentrant=False)\n    return x\n\n"
                    "q3.check(checkpointed_forward)"),
@@ -222,12 +231,16 @@ q4 = Exercise(
     "3.2 q4: a local SGD loop, in 2 processes",
     _check_local_sgd_loop,
     usage="q4.check(train_local_sgd)",
+    api=True,
+    checked=("checked in 2 real processes: each trained on its half, and the parameters were averaged every k "
+             "steps only."),
     hints=["The loop of lesson 2.2 (prepared model, optimizer and loader), inside a LocalSGD block, with one "
            "extra call after each optimizer step that averages the parameters every k-th time.",
            "accelerate.local_sgd.LocalSGD(accelerator=..., model=..., local_sgd_steps=...) is a context manager; "
            "its .step() counts steps and averages (Accelerate docs, 'Using Local SGD with Accelerate').",
-           "with LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=____) as local_sgd:\n"
-           "    for batch in ____:\n        ...  # forward, accelerator.backward, step, zero_grad\n"
+           "with LocalSGD(accelerator=____, model=____, local_sgd_steps=____) as local_sgd:\n"
+           "    for batch in ____:\n"
+           "        ...  # forward, accelerator.backward, step, zero_grad\n"
            "        local_sgd.____()"],
     solution_code=(
         "def train_local_sgd(model, optimizer, dataset, k):\n"

@@ -78,6 +78,10 @@ def _check_low_precision_forward(fn) -> None:
         raise Incorrect(tr("return the logits tensor; you returned {kind}.", kind=type(logits).__name__))
     if seen and seen[-1] == torch.float32:
         raise Incorrect(tr("the matrix product ran in float32: run the forward pass inside torch.autocast(...)."))
+    if seen and device == "cpu" and seen[-1] == torch.float16:
+        raise Incorrect(tr("the matrix product ran in float16 on a CPU: float16's narrow range needs a GradScaler to "
+                           "keep small gradients from becoming 0, and a CPU's autocast type is {want}; pass "
+                           "dtype={want}.", want=want))
     if seen and seen[-1] != want:
         raise Incorrect(tr("the matrix product ran in {got}, but the type this hardware ({device}) runs is {want}: "
                            "pass dtype={want}.", got=seen[-1], device=device, want=want))
@@ -92,9 +96,9 @@ q1 = Exercise(
     usage="q1.check(bf16_gap)",
     hints=["The gap after 1.0 is set by the mantissa: with m stored mantissa bits, the next number is 1 + 2**-m. "
            "The figure above shows bfloat16's m.",
-           "torch.finfo(dtype) describes a floating-point type; its eps attribute is exactly this gap (PyTorch "
-           "docs, 'Type Info').",
-           "bf16_gap = torch.finfo(____).eps"],
+           "PyTorch describes each floating-point type with an object (PyTorch docs, 'Type Info'); one of its "
+           "attributes is exactly this gap.",
+           "bf16_gap = torch.____(____).____"],
     solution_code="bf16_gap = torch.finfo(torch.bfloat16).eps\nq1.check(bf16_gap)",
 )
 q2 = Exercise(
@@ -103,8 +107,10 @@ q2 = Exercise(
     usage="q2.check(scale)",
     hints=["Try torch.tensor(1e-8 * S, dtype=torch.float16) for S = 1, 2, 4, ...: when is it not 0?",
            "float16's smallest positive number is about 6e-8; values below half of it round to 0. A while loop "
-           "that doubles S until the float16 value is not 0 finds the smallest.",
-           "Start the scale at 1, then:\nwhile torch.tensor(1e-8 * scale, dtype=____).item() == ____:\n"
+           "that doubles S until the float16 value is not 0 finds the smallest; a one-value tensor's Python "
+           "number comes from one of its methods.",
+           "Start the scale at 1, then:\n"
+           "while torch.tensor(1e-8 * scale, dtype=____).____() == ____:\n"
            "    scale *= ____"],
     solution_code=("scale = 1\nwhile torch.tensor(1e-8 * scale, dtype=torch.float16).item() == 0:\n    scale *= 2\n"
                    "q2.check(scale)"),
@@ -113,12 +119,17 @@ q3 = Exercise(
     "3.3 q3: a forward pass in this hardware's 16-bit type",
     _check_low_precision_forward,
     usage="q3.check(low_precision_logits)",
+    api=True,
+    checked=("checked: float32 weights, the matrix product in this hardware's 16-bit type, and logits close to "
+             "float32's."),
     hints=["Keep the model in float32 and let a context manager run its matrix products in 16 bits; which 16 "
            "bits depends on the hardware (LOW above: 'bf16' or 'fp16').",
-           "torch.autocast(device_type=..., dtype=...) (PyTorch docs, 'Automatic Mixed Precision'); the types are "
-           "torch.bfloat16 and torch.float16; DEVICE above is the device type.",
-           "dtype = torch.bfloat16 if LOW == ____ else torch.float16\n"
-           "with torch.autocast(device_type=____, dtype=____):\n    return ____"],
+           "PyTorch's automatic mixed precision has a context manager that takes a device type and a dtype "
+           "(PyTorch docs, 'Automatic Mixed Precision package'); the types are torch.bfloat16 and torch.float16; "
+           "DEVICE above is the device type.",
+           "dtype = torch.bfloat16 if LOW == ____ else ____\n"
+           "with torch.____(device_type=____, dtype=____):\n"
+           "    return ____"],
     solution_code=("def low_precision_logits(model, batch):\n"
                    "    dtype = torch.bfloat16 if LOW == \"bf16\" else torch.float16\n"
                    "    with torch.autocast(device_type=DEVICE, dtype=dtype):\n"

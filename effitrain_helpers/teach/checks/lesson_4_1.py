@@ -211,6 +211,9 @@ q3 = Exercise(
     "4.1 q3: AdamW with parameter groups",
     _check_param_groups,
     usage="q3.check(make_adamw)",
+    api=True,
+    checked=("checked by one real step: decoupled weight decay on the decayed group only, at the exercise's "
+             "learning rate."),
     hints=["One optimizer, two groups of parameters with different settings: the weight matrices and "
            "embeddings decay, the biases and the LayerNorm weights do not (as Trainer does it).",
            "torch.optim.AdamW accepts a list of dicts instead of parameters: "

@@ -67,7 +67,13 @@ def _check_make_adafactor(make_adafactor) -> None:
     if not callable(make_adafactor):
         raise Incorrect(tr("pass your function itself (make_adafactor, without calling it); you gave "
                            "{fn!r}.", fn=make_adafactor))
-    optimizer, layer = _adafactor_steps(make_adafactor)
+    try:
+        optimizer, layer = _adafactor_steps(make_adafactor)
+    except ValueError as err:
+        if "relative_step" not in str(err):
+            raise
+        raise Incorrect(tr("Adafactor refused a learning rate with relative_step=True (its default): a relative "
+                           "step means Adafactor picks the rate itself, so turn relative_step off to give lr."))
     if not isinstance(optimizer, Adafactor):
         raise Incorrect(tr("build a transformers.Adafactor; make_adafactor returned {kind}.",
                            kind=type(optimizer).__name__))
@@ -124,6 +130,8 @@ q2 = Exercise(
     "4.2 q2: Adafactor as Trainer builds it",
     _check_make_adafactor,
     usage="q2.check(make_adafactor)",
+    api=True,
+    checked=("checked by three real steps: the same weights as Trainer's Adafactor, with no first moment."),
     hints=["Adafactor's defaults pick their own step size; to give it a learning rate, as Trainer("
            "optim='adafactor') does, two options must be off, and warm-up init too.",
            "transformers.Adafactor(params, lr=..., scale_parameter=..., relative_step=..., warmup_init=...): "
@@ -139,11 +147,13 @@ q3 = Exercise(
     "4.2 q3: Adafactor with a first moment",
     _check_beta1_bytes,
     usage="q3.check(state_bytes_with_beta1)",
-    hints=["Count each tensor separately: nn.Linear(256, 64) has a weight of shape (64, 256) and a bias of "
-           "shape (64,); every value in the state is float32 (4 bytes).",
+    hints=["Count each tensor separately: nn.Linear(in_features, out_features) has a weight of shape "
+           "(out_features, in_features) and a bias of shape (out_features,); every value in the state is float32 "
+           "(how many bytes is that?).",
            "Per tensor, Adafactor.step keeps: the second moment (row and column means for the weight, in full "
            "for the bias), exp_avg (a full copy, because beta1 is set) and RMS (one value).",
-           "weight = 4 * (____ + ____) + 4 * ____ + 4\nbias = 4 * ____ + 4 * ____ + 4"],
+           "weight = B * (rows + columns) + B * rows * columns + B, with B the bytes of one float32 value; the "
+           "bias likewise, with its second moment kept in full."],
     solution_code=("weight = 4 * (64 + 256) + 4 * 64 * 256 + 4   # rows + columns, exp_avg, RMS\n"
                    "bias = 4 * 64 + 4 * 64 + 4                    # full exp_avg_sq, exp_avg, RMS\n"
                    "state_bytes_with_beta1 = weight + bias\nq3.check(state_bytes_with_beta1)"),

@@ -138,11 +138,13 @@ q1 = Exercise(
     "4.3 q1: 8-bit state bytes of one tensor",
     _check_tensor_bytes,
     usage="q1.check(adamw8bit_bytes)",
-    hints=["Two cases: a small tensor keeps two float32 states; a large one keeps two uint8 states and, for "
-           "each of them, one float32 absmax per block of 256 values (the last block may be partial).",
-           "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size (4096) decides the "
-           "dtype, and blocks = n // 256 + bool(n % 256); math.ceil does the same.",
-           "    if n < ____:\n        return ____ * n\n    return 2 * n + 2 * 4 * math.ceil(____)"],
+    hints=["Two cases: a small tensor keeps two float32 states; a large one keeps two uint8 states and, for each "
+           "of them, one float32 absmax per block of 256 values (the last block may be partial).",
+           "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size (4096) decides the dtype, "
+           "and blocks = n // 256 + bool(n % 256); math.ceil does the same.",
+           "    if n < ____:\n"
+           "        return ____ * n\n"
+           "    return ____ * n + ____ * math.ceil(____)"],
     solution_code=("def adamw8bit_bytes(n):\n    if n < 4096:\n        return 8 * n\n"
                    "    return 2 * n + 2 * 4 * math.ceil(n / 256)\n\nq1.check(adamw8bit_bytes)"),
 )
@@ -150,10 +152,10 @@ q2 = Exercise(
     "4.3 q2: which tensors keep 32-bit state",
     _check_32bit_names,
     usage="q2.check(names_in_32_bit)",
-    hints=["The rule counts a tensor's values, not the length of one side: compare each shape's number of "
-           "values with min_8bit_size.",
-           "math.prod(shape) gives the number of values; the rule in Optimizer2State.init_state is "
-           "p.numel() < min_8bit_size (4096), so 4096 itself is 8-bit.",
+    hints=["The rule counts a tensor's values, not the length of one side: compare each shape's number of values "
+           "with min_8bit_size.",
+           "A shape's number of values is the product of its sides (Python's math module has a function for it); "
+           "the rule in Optimizer2State.init_state is p.numel() < min_8bit_size (4096), so 4096 itself is 8-bit.",
            "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if ____}"],
     solution_code=("print(Q2_SHAPES)\n"
                    "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if math.prod(shape) < 4096}\n"
@@ -163,14 +165,18 @@ q3 = OptionalExercise(
     "4.3 q3: AdamW8bit, built and measured",
     _check_adamw8bit,
     usage="q3.check(adamw8bit_state)",
+    api=True,
+    checked=("checked by its state after one step: uint8 moments for the weight, float32 for the bias, and your "
+             "byte count."),
     hints=["Build the 8-bit optimizer on the layer's parameters, take one real training step (the state is "
            "created then), and add up the bytes of its state.",
-           "bitsandbytes.optim.AdamW8bit(params, lr=...) takes the same arguments as torch.optim.AdamW (see "
-           "the bitsandbytes documentation, Optimizers > AdamW); state_bytes(optimizer) adds up "
-           "optimizer.state.",
-           "    optimizer = bnb.optim.____(layer.parameters(), lr=1e-3)\n"
-           "    layer(torch.randn(4, 256)).sum().____()\n    optimizer.____()\n"
-           "    return optimizer, ____(optimizer)"],
+           "bitsandbytes.optim has an 8-bit AdamW that takes the same arguments as torch.optim.AdamW "
+           "(bitsandbytes documentation, Optimizers > AdamW: find its class name); state_bytes(optimizer) adds "
+           "up optimizer.state.",
+           "    optimizer = bnb.optim.____(layer.parameters(), lr=____)\n"
+           "    layer(____).sum().____()\n"
+           "    optimizer.____()\n"
+           "    return optimizer, ____(____)"],
     solution_code=("def adamw8bit_state(layer):\n    import bitsandbytes as bnb\n\n"
                    "    optimizer = bnb.optim.AdamW8bit(layer.parameters(), lr=1e-3)\n"
                    "    layer(torch.randn(4, 256)).sum().backward()\n    optimizer.step()\n"
@@ -180,6 +186,8 @@ q4 = Exercise(
     "4.3 q4: 8-bit AdamW through Trainer",
     _check_8bit_args,
     usage="q4.check(my_args)",
+    api=True,
+    checked=("checked: the arguments ask Trainer for bitsandbytes' 8-bit AdamW with the exercise's settings."),
     hints=["TrainingArguments has an argument that names the optimizer Trainer builds; the learning rate and "
            "weight decay are arguments too.",
            "The names are listed in transformers.training_args.OptimizerNames; the bitsandbytes 8-bit AdamW is "
