@@ -26,6 +26,8 @@ Targets (checked here, never in timed tests):
 9. lesson 5.1 (``effitrain fsdp``: 2 CPU processes, ``lesson_size("5.1")``): the bytes the largest FSDP rank
    holds over the bytes a DDP rank holds is within 5% of 1/N for parameters and for optimizer state (AdamW),
    and FSDP trains DDP's weights (largest difference <= 1e-6).
+10. lesson 6.2 (``hand_ddp.py``): data parallelism written by hand trains DDP's weights (largest difference
+    <= 1e-6); its time per step next to DDP's is recorded without a target.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -45,6 +47,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import hand_ddp  # lesson 6.2 (benchmarks/ is this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
@@ -357,6 +361,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += _optimizer_lines(report["optimizers"])
     if "fsdp" in report:
         lines += _fsdp_lines(report["fsdp"])
+    if "hand_ddp" in report:
+        lines += hand_ddp.report_lines(report["hand_ddp"])
     if "busy" in report:
         lines += ["", "## Verdicts with a second process burning one core (lessons 1.1 and 2.3)", "",
                   "| verdict line | reliable | true (target) |", "|---|---|---|"]
@@ -397,13 +403,14 @@ def main(argv: list[str] | None = None) -> int:
         "optimizers": optimizer_targets(),
         "editions": editions_build(),
         "fsdp": fsdp_bytes_per_rank(),
+        "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
         "busy": verdicts_under_load(),
     }
     write_report(report, args.out)
     print((args.out / "report.md").read_text())
     checks = (report["harness"] + report["notebooks"] + [report["ddp"], report["import"], report["editions"]]
               + [report["busy"]]
-              + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"])
+              + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"] + report["hand_ddp"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 

@@ -38,6 +38,10 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "full": {"n_rows": 400, "seq_len": 64, "batch_size": 8, "steps": 60, "save_every": 10, "stop_at": 30,
                  "crash_at": 47},
     },
+    "6.2": {  # the MLP timed with and without overlap: width, layers, rows per rank, timed steps, bucket MiB
+        "small": {"width": 512, "depth": 6, "batch_size": 32, "steps": 8, "bucket_mib": 2},
+        "full": {"width": 1024, "depth": 8, "batch_size": 64, "steps": 20, "bucket_mib": 8},
+    },
 }
 
 
