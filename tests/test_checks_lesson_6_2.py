@@ -237,3 +237,23 @@ def test_a_function_from_a_plain_script_is_judged(tmp_path):
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert out.stdout.strip().splitlines()[-1] == "correct", out.stdout + out.stderr
+
+
+def test_a_collective_the_counter_cannot_count_is_refused_in_one_line():
+    from effitrain_helpers.measure.communication import CommunicationCounter
+
+    with pytest.raises(ValueError, match=r"collectives=\['gather'\] cannot be counted"):
+        CommunicationCounter(collectives=("gather",)).watch()
+
+
+def test_the_overlap_timeline_draws_one_bar_per_all_reduce_and_refuses_a_mismatch():
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.teach import plots
+
+    line = {"began": 0.0, "ended": 0.05, "started": [0.02, 0.04], "finished": [0.06, 0.07]}
+    fig = plots.plot_overlap_timeline(line, [2**21, 2**20])
+    assert len(fig.axes[0].patches) == 3  # compute + 2 all-reduces
+    plt.close(fig)
+    with pytest.raises(ValueError, match="2 start times for 1 finish times"):
+        plots.plot_overlap_timeline({**line, "finished": [0.06]}, [2**21])
