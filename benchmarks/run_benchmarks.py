@@ -31,6 +31,8 @@ Targets (checked here, never in timed tests):
 11. lesson 6.1 (``benchmarks/collectives_bench.py``, 3 CPU processes): on the largest tensor, every rank of a
    ring and of gloo's all_reduce writes within 5% of 2(N-1)/N of the tensor to its sockets, the parameter
    server's rank 0 within 5% of N-1 times it; times per rank reported beside them, without a target.
+12. lesson 6.2 (``hand_ddp.py``): data parallelism written by hand trains DDP's weights (largest difference
+    <= 1e-6); its time per step next to DDP's is recorded without a target.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -54,6 +56,7 @@ from pathlib import Path
 from zero_bench import zero_lines, zero_state_bytes  # benchmarks/, next to this script
 import split_parallelism  # lesson 6.4's targets, in their own module (benchmarks/ is this script's folder)
 from collectives_bench import all_reduce_costs, collectives_lines  # benchmarks/, beside this script
+import hand_ddp  # lesson 6.2 (benchmarks/ is this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
@@ -372,6 +375,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += split_parallelism.report_lines(report["split"]["tp"], report["split"]["pp"])
     if "collectives" in report:
         lines += collectives_lines(report["collectives"])
+    if "hand_ddp" in report:
+        lines += hand_ddp.report_lines(report["hand_ddp"])
     if "busy" in report:
         lines += ["", "## Verdicts with a second process burning one core (lessons 1.1 and 2.3)", "",
                   "| verdict line | reliable | true (target) |", "|---|---|---|"]
@@ -415,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         "zero": zero_state_bytes(),
         "split": {"tp": split_parallelism.tp_bytes_per_token(), "pp": split_parallelism.pipeline_bubble()},
         "collectives": all_reduce_costs(),
+        "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
         "busy": verdicts_under_load(),
     }
     write_report(report, args.out)
@@ -423,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
               + [report["busy"]]
               + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
               + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"]
-              + report["collectives"]["checks"])
+              + report["collectives"]["checks"]
+              + report["hand_ddp"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 

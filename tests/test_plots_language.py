@@ -91,6 +91,8 @@ def _figures():
         "plot_pipeline_timeline": plots.plot_pipeline_timeline(
             {"A": [{"stage": 0, "start": 0.0, "events": [("F", 0, 0.0, 0.001), ("B", 0, 0.003, 0.004)]},
                    {"stage": 1, "start": 0.0, "events": [("F", 0, 0.001, 0.002), ("B", 0, 0.002, 0.003)]}]}),
+        "plot_overlap_timeline": plots.plot_overlap_timeline(
+            {"began": 0.0, "ended": 0.05, "started": [0.02, 0.04], "finished": [0.06, 0.07]}, [2**21, 2**20]),
         "plot_collectives": plots.plot_collectives([{"broadcast": ([1, 2], [1, 2])}, {"broadcast": ([3, 4], [1, 2])}]),
         "plot_all_reduce_cost": plots.plot_all_reduce_cost(
             [{"method": m, "numel": n, "rank": 0, "world": 2, "seconds": 0.01, "socket_bytes": 4 * n,
@@ -409,3 +411,8 @@ ENGLISH.update({
                              "MiB sent by the busiest rank (dashed: theory)", "ring", "parameter server",
                              "float32 values in the tensor", "ms, median, slowest rank", "ring", "parameter server"],
 })
+# lesson 6.2
+ENGLISH["plot_overlap_timeline"] = [
+    "Overlap: all-reduces started during backward (buckets of 2.0, 1.0 MiB)",
+    "milliseconds since the step began (rank 0)", "backward returned", "forward + backward",
+    "all-reduce of a bucket (started, found finished)", "compute", "all-reduce 1", "all-reduce 2"]

@@ -30,8 +30,12 @@ import time
 from dataclasses import dataclass, field
 
 # collective -> the argument whose tensor is its payload (the whole tensor it works on)
-COUNTED = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input",
-           "broadcast": "tensor"}  # broadcast: ZeroRedundancyOptimizer's parameters after its step (lesson 5.1)
+PAYLOADS = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input",
+            "broadcast": "tensor", "reduce": "tensor"}
+# what a counter watches unless told otherwise (``CommunicationCounter(collectives=...)`` picks from PAYLOADS);
+# broadcast: ZeroRedundancyOptimizer's parameters after its step (lesson 5.1)
+COUNTED = {name: PAYLOADS[name]
+           for name in ("all_reduce", "all_gather_single", "reduce_scatter_single", "broadcast")}
 
 
 @dataclass
@@ -54,24 +58,34 @@ class CommunicationSummary:
 
 @dataclass
 class CommunicationCounter:
-    """Counts collectives (calls, bytes, seconds spent blocked in Python-level collectives) per step."""
+    """Counts collectives (calls, bytes, seconds spent blocked in Python-level collectives) per step.
 
+    ``collectives`` names the ``torch.distributed`` functions watched (keys of :data:`PAYLOADS`; default
+    :data:`COUNTED`); lesson 6.2 adds ``broadcast`` and ``reduce`` to see which one a learner called.
+    """
+
+    collectives: tuple = tuple(COUNTED)
     calls: int = 0
     bytes: int = 0
     blocked_seconds: float = 0.0
     steps: int = 0
     synchronised_steps: list[int] = field(default_factory=list)
     bytes_by_collective: dict[str, int] = field(default_factory=dict)
+    calls_by_collective: dict[str, int] = field(default_factory=dict)
     _bytes_at_last_step: int = 0
     _originals: dict = field(default_factory=dict)
 
     def watch(self, model=None) -> "CommunicationCounter":
-        """Start counting: patch the collectives in :data:`COUNTED` on ``torch.distributed`` and, if ``model``
+        """Start counting: patch the watched collectives on ``torch.distributed`` and, if ``model``
         is a DDP model, register a counting communication hook on it (before its first backward).
         Returns ``self``."""
         import torch.distributed as dist
 
-        for name, payload in COUNTED.items():
+        unknown = sorted(set(self.collectives) - set(PAYLOADS))
+        if unknown:
+            raise ValueError(f"collectives={unknown} cannot be counted; choose among {sorted(PAYLOADS)}.")
+        for name in self.collectives:
+            payload = PAYLOADS[name]
             if name not in self._originals:
                 self._originals[name] = getattr(dist, name)
                 setattr(dist, name, self._counted(name, payload, self._originals[name]))
@@ -105,6 +119,7 @@ class CommunicationCounter:
         self.calls += 1
         self.bytes += nbytes
         self.bytes_by_collective[name] = self.bytes_by_collective.get(name, 0) + nbytes
+        self.calls_by_collective[name] = self.calls_by_collective.get(name, 0) + 1
 
     def _ddp_hook(self, state, bucket):
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook

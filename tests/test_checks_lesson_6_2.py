@@ -1,0 +1,259 @@
+"""Lesson 6.2's checkers, each run in 2 real processes: the right answer, and every wrong version a learner
+would write, each recognised with its own message. The wrong versions are built inside functions, so they
+travel to the workers by value, as a notebook's or a script's functions do.
+
+Each check is one launch (about 5 s on a quiet 2-core CPU): the default tier runs the right answer and one
+wrong version per exercise, the ``exhaustive`` tier every other wrong version."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from effitrain_helpers.teach.checks import lesson_6_2 as l62
+
+EXHAUSTIVE = [pytest.mark.exhaustive]  # every further wrong version: one launch each
+
+
+def broadcasts():
+    import torch
+    import torch.distributed as dist
+
+    def right(model):
+        for p in model.parameters():
+            dist.broadcast(p.data, src=0)
+
+    def forgotten(model):  # no broadcast: ranks differ at step 0
+        pass
+
+    def copies(model):  # broadcast into a copy: nothing changes
+        for p in model.parameters():
+            dist.broadcast(p.detach().clone(), src=0)
+
+    def summed(model):  # all_reduce instead of broadcast: the sum of the replicas
+        for p in model.parameters():
+            dist.all_reduce(p.data)
+
+    def from_rank_1(model):
+        for p in model.parameters():
+            dist.broadcast(p.data, src=1)
+
+    def first_layer_only(model):
+        for p in model[0].parameters():
+            dist.broadcast(p.data, src=0)
+
+    def under_no_grad(model):  # also right
+        with torch.no_grad():
+            for p in model.parameters():
+                dist.broadcast(p, src=0)
+
+    return locals()
+
+
+def averages():
+    import torch.distributed as dist
+
+    def right(model):
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+
+    def not_divided(model):  # gradients N times too large
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+
+    def not_synchronised(model):  # nothing exchanged: the weights drift apart
+        pass
+
+    def divided_only(model):
+        for p in model.parameters():
+            p.grad /= dist.get_world_size()
+
+    def reduced_to_rank_0(model):  # rank 1 keeps its own gradient: drift
+        for p in model.parameters():
+            dist.reduce(p.grad, dst=0)
+            p.grad /= dist.get_world_size()
+
+    def copies(model):  # all-reduce of a copy: the gradients unchanged
+        for p in model.parameters():
+            dist.all_reduce(p.grad.clone())
+
+    def weights_only(model):  # the biases left out
+        for name, p in model.named_parameters():
+            if name.endswith("weight"):
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
+
+    return locals()
+
+
+def accumulations():
+    import torch.distributed as dist
+
+    from effitrain_helpers.training.gradient_sync import loss_of
+
+    def average(model):
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+
+    def right(model, optimizer, micro_batches, k):
+        for i, (inputs, targets) in enumerate(micro_batches):
+            (loss_of(model, inputs, targets) / k).backward()
+            if (i + 1) % k == 0:
+                average(model)
+                optimizer.step()
+                optimizer.zero_grad()
+
+    def sync_every_micro_batch(model, optimizer, micro_batches, k):  # right weights, k times the bytes
+        for i, (inputs, targets) in enumerate(micro_batches):
+            (loss_of(model, inputs, targets) / k).backward()
+            average(model)
+            if (i + 1) % k == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+
+    def loss_not_divided(model, optimizer, micro_batches, k):
+        for i, (inputs, targets) in enumerate(micro_batches):
+            loss_of(model, inputs, targets).backward()
+            if (i + 1) % k == 0:
+                average(model)
+                optimizer.step()
+                optimizer.zero_grad()
+
+    def step_every_micro_batch(model, optimizer, micro_batches, k):
+        for inputs, targets in micro_batches:
+            (loss_of(model, inputs, targets) / k).backward()
+            average(model)
+            optimizer.step()
+            optimizer.zero_grad()
+
+    def zeroed_each_micro_batch(model, optimizer, micro_batches, k):
+        for i, (inputs, targets) in enumerate(micro_batches):
+            optimizer.zero_grad()
+            (loss_of(model, inputs, targets) / k).backward()
+            if (i + 1) % k == 0:
+                average(model)
+                optimizer.step()
+
+    def never_synchronised(model, optimizer, micro_batches, k):
+        for i, (inputs, targets) in enumerate(micro_batches):
+            (loss_of(model, inputs, targets) / k).backward()
+            if (i + 1) % k == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+
+    return locals()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, expected", [
+    ("right", None),
+    ("forgotten", "differ at step 0: nothing was sent"),
+    pytest.param("copies", "not a copy", marks=EXHAUSTIVE),
+    pytest.param("summed", "SUM of their weights", marks=EXHAUSTIVE),
+    pytest.param("from_rank_1", "rank 1's weights, not rank 0's", marks=EXHAUSTIVE),
+    pytest.param("first_layer_only", "differ at step 0 in 2.weight, 2.bias", marks=EXHAUSTIVE),
+])
+def test_q1_broadcast_parameters(name, expected):
+    result = l62.q1.evaluate(broadcasts()[name])
+    if expected is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and expected in result.message, result.message
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_q1_broadcast_under_no_grad_is_right_too():
+    assert l62.q1.evaluate(broadcasts()["under_no_grad"]).status == "correct"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, expected", [
+    ("right", None),
+    ("not_divided", "2 times too large"),
+    pytest.param("not_synchronised", "no gradient left its rank", marks=EXHAUSTIVE),
+    pytest.param("divided_only", "never exchanged it", marks=EXHAUSTIVE),
+    pytest.param("reduced_to_rank_0", "rank(s) [1] did not get the averaged gradients", marks=EXHAUSTIVE),
+    pytest.param("copies", "left the gradients as they were", marks=EXHAUSTIVE),
+    pytest.param("weights_only", "gradients of 0.bias, 2.bias", marks=EXHAUSTIVE),
+])
+def test_q2_average_gradients(name, expected):
+    result = l62.q2.evaluate(averages()[name])
+    if expected is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and expected in result.message, result.message
+    if name == "reduced_to_rank_0":
+        assert "dist.reduce" in result.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, expected", [
+    ("right", None),
+    ("sync_every_micro_batch", "k = 4 times what no_sync needs"),
+    pytest.param("loss_not_divided", "k = 4 times too large", marks=EXHAUSTIVE),
+    pytest.param("step_every_micro_batch", "stepped at every micro-batch", marks=EXHAUSTIVE),
+    pytest.param("zeroed_each_micro_batch", "only the last micro-batch counted", marks=EXHAUSTIVE),
+    pytest.param("never_synchronised", "nothing was exchanged", marks=EXHAUSTIVE),
+])
+def test_q3_accumulation_by_hand(name, expected):
+    result = l62.q3.evaluate(accumulations()[name])
+    if expected is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and expected in result.message, result.message
+
+
+@pytest.mark.slow
+def test_a_collective_only_one_rank_calls_is_named_within_the_time_limit(monkeypatch):
+    import torch.distributed as dist
+
+    def rank_0_only(model):  # rank 1 never joins: rank 0 waits in the broadcast
+        if dist.get_rank() == 0:
+            for p in model.parameters():
+                dist.broadcast(p.data, src=0)
+
+    monkeypatch.setattr(l62, "TIMEOUT", 15)
+    result = l62.q1.evaluate(rank_0_only)
+    assert result.status == "incorrect" and "still waiting after 15 s" in result.message, result.message
+
+
+@pytest.mark.slow
+def test_a_function_from_a_plain_script_is_judged(tmp_path):
+    script = tmp_path / "my_ddp.py"
+    script.write_text(textwrap.dedent("""
+        import torch.distributed as dist
+        from effitrain_helpers.teach.checks.lesson_6_2 import q2
+
+        def average_gradients(model):
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
+
+        print(q2.evaluate(average_gradients).status)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.stdout.strip().splitlines()[-1] == "correct", out.stdout + out.stderr
+
+
+def test_a_collective_the_counter_cannot_count_is_refused_in_one_line():
+    from effitrain_helpers.measure.communication import CommunicationCounter
+
+    with pytest.raises(ValueError, match=r"collectives=\['gather'\] cannot be counted"):
+        CommunicationCounter(collectives=("gather",)).watch()
+
+
+def test_the_overlap_timeline_draws_one_bar_per_all_reduce_and_refuses_a_mismatch():
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.teach import plots
+
+    line = {"began": 0.0, "ended": 0.05, "started": [0.02, 0.04], "finished": [0.06, 0.07]}
+    fig = plots.plot_overlap_timeline(line, [2**21, 2**20])
+    assert len(fig.axes[0].patches) == 3  # compute + 2 all-reduces
+    plt.close(fig)
+    with pytest.raises(ValueError, match="2 start times for 1 finish times"):
+        plots.plot_overlap_timeline({**line, "finished": [0.06]}, [2**21])
