@@ -215,13 +215,15 @@ q1 = Exercise(
     "6.2 q1: every rank starts from rank 0's weights",
     _check_broadcast,
     usage="q1.check(broadcast_parameters)",
+    api=True,
+    checked="checked: in 2 processes started from different seeds, every rank held rank 0's weights before step 1.",
     hints=["Each rank built its model from its own seed. Before the first step, copy one rank's values into "
            "every other rank's parameters, in place, so that all replicas start equal.",
            "torch.distributed.broadcast(tensor, src=...) overwrites `tensor` on every rank with the source "
            "rank's values (PyTorch docs: 'Distributed communication package', collective functions). Call it "
            "on each tensor that model.parameters() yields; a parameter that requires grad cannot be written "
            "in place outside torch.no_grad(), so hand the collective its storage.",
-           "for p in model.____():\n    dist.broadcast(____, src=____)"],
+           "for ____ in model.____():\n    dist.broadcast(____, src=____)"],
     solution_code=("def broadcast_parameters(model):\n    for p in model.parameters():\n"
                    "        dist.broadcast(p.data, src=0)\n\nq1.check(broadcast_parameters)"),
 )
@@ -229,12 +231,14 @@ q2 = Exercise(
     "6.2 q2: average the gradients after backward",
     _check_average,
     usage="q2.check(average_gradients)",
+    api=True,
+    checked="checked: in 2 processes on their own shards, your gradients trained DDP's weights (within 1e-6).",
     hints=["After loss.backward() each rank holds the gradient of its own shard. Data parallelism replaces it, "
            "on every rank, by the mean over the ranks, so that every replica takes the same step.",
            "torch.distributed.all_reduce(tensor) sums `tensor` over the ranks, in place, and leaves the sum on "
            "every rank (PyTorch docs: 'Distributed communication package'); dist.get_world_size() is the number "
            "of ranks. Do it for the .grad of each parameter.",
-           "for p in model.____():\n    dist.all_reduce(____)\n    p.grad ____ dist.get_world_size()"],
+           "for ____ in model.____():\n    dist.____(____)\n    ____ /= ____"],
     solution_code=("def average_gradients(model):\n    for p in model.parameters():\n        dist.all_reduce(p.grad)\n"
                    "        p.grad /= dist.get_world_size()\n\nq2.check(average_gradients)"),
 )
@@ -242,14 +246,16 @@ q3 = Exercise(
     "6.2 q3: gradient accumulation by hand, one sync per k micro-batches",
     _check_accumulated,
     usage="q3.check(train_accumulated)",
+    api=True,
+    checked=("checked: in 2 processes, one all-reduce per parameter every k micro-batches, and the weights of "
+             "DDP with no_sync (within 1e-6)."),
     hints=["Backward adds into .grad, so k backward passes accumulate the gradients of k micro-batches on each "
            "rank with no communication at all. Only the sum needs averaging over the ranks, once, just before "
            "the optimizer step: that is what DDP's no_sync() arranges.",
            "Scale each micro-batch's loss so the k gradients add up to their mean; after the k-th backward, "
            "call your average_gradients, then the optimizer's step and zero_grad methods. Python's enumerate() "
            "gives each micro-batch's index.",
-           "for i, (inputs, targets) in ____(micro_batches):\n    (loss_of(model, inputs, targets) / ____)"
-           ".backward()\n    if ____:\n        ...  # synchronise (your function), step, zero the gradients"],
+           "for ____, (inputs, targets) in ____(micro_batches):\n    (____ / ____).backward()\n    if ____:\n        ...  # synchronise (your function), step, zero the gradients"],
     solution_code=(
         "def train_accumulated(model, optimizer, micro_batches, k):\n"
         "    for i, (inputs, targets) in enumerate(micro_batches):\n"
