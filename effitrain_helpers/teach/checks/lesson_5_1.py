@@ -130,6 +130,9 @@ q1 = Exercise(
     "5.1 q1: shard the model with fully_shard, then make its optimizer, in 2 processes",
     _check_sharding,
     usage="q1.check(shard)",
+    api=True,
+    checked=("checked in 2 processes: every parameter sharded, one FSDP group per block plus the "
+             "root, AdamW on the sharded parameters, and weights equal to DDP's after 2 steps."),
     hints=["FSDP2 shards a module's parameters when you call fully_shard on it. Call it bottom-up: each "
            "transformer layer of the ModuleList gets its own group (gathered only while that layer runs), then "
            "the root takes what is left (the embedding and the head). The optimizer comes last: fully_shard "
@@ -137,7 +140,7 @@ q1 = Exercise(
            "torch.distributed.fsdp.fully_shard(module) works in place and returns the module; the layers are in "
            "model.blocks. The fully_shard docstring says to call it on sub-modules first. The optimizer is "
            "torch.optim.AdamW (its documentation: pytorch.org/docs, torch.optim).",
-           "def shard(model):\n    for ____ in model.blocks:\n        fully_shard(____)\n    ____\n"
+           "def shard(model):\n    for ____ in ____:\n        fully_shard(____)\n    ____\n"
            "    optimizer = torch.optim.AdamW(____, ____)\n    return model, optimizer"],
     solution_code=(
         "def shard(model):\n    for block in model.blocks:\n        fully_shard(block)\n"
@@ -152,7 +155,7 @@ q2 = Exercise(
     hints=["Per parameter, float32 training with AdamW keeps the parameter, its gradient and two moments.",
            "That is 4 + 4 + 2 x 4 = 16 bytes per parameter; 1 GB = 1e9 bytes. FSDP divides all three among "
            "the GPUs, DDP divides none.",
-           "ddp_gb = 1.5e9 * ____ / 1e9\nfsdp_gb = ddp_gb / ____"],
+           "ddp_gb = 1.5e9 * ____ / 1e9\nfsdp_gb = ____ / ____"],
     solution_code=("ddp_gb = 1.5e9 * (4 + 4 + 8) / 1e9\nfsdp_gb = ddp_gb / 8\n"
                    "q2.check((ddp_gb, fsdp_gb))"),
 )
@@ -160,11 +163,11 @@ q3 = Exercise(
     "5.1 q3: how much more does FSDP send?",
     _check_communication_ratio,
     usage="q3.check(fsdp_over_ddp)",
-    hints=["With ring algorithms, an all-gather and a reduce-scatter each make a rank send (N-1)/N of the "
-           "tensor; an all-reduce is a reduce-scatter followed by an all-gather.",
+    hints=["With ring algorithms, an all-gather and a reduce-scatter each make a rank send all of the "
+           "tensor but one N-th of it; an all-reduce is a reduce-scatter followed by an all-gather.",
            "DDP: one all-reduce of the gradients per step. FSDP with every group resharded after forward: "
            "an all-gather in forward, another in backward, and a reduce-scatter of the gradients.",
-           "fsdp_over_ddp = (____ + ____ + ____) / (2 * ____)   # units: (N-1)/N x the model's bytes"],
+           "fsdp_over_ddp = (____ + ____ + ____) / ____   # unit: what one all-gather of the model sends"],
     solution_code="fsdp_over_ddp = (1 + 1 + 1) / 2\nq3.check(fsdp_over_ddp)",
 )
 

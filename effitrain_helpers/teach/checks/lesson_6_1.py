@@ -197,6 +197,9 @@ q1 = Exercise(
     "6.1 q1: a ring all-reduce from send and receive, in 2 and 3 processes",
     _check_ring,
     usage="q1.check(ring_all_reduce)",
+    api=True,
+    checked=("checked in 2 and 3 processes: only send and receive used, every rank's tensor equal "
+             "to gloo's sum, and every rank sent 2(N-1)/N of the tensor."),
     hints=["Cut the tensor into N chunks, one per rank. Phase 1 (reduce-scatter), N-1 steps: every rank passes "
            "one chunk to its right neighbour and adds the chunk arriving from its left into its own copy of that "
            "chunk; afterwards each rank holds the full sum of one chunk. Phase 2 (all-gather), N-1 more steps: "
@@ -206,8 +209,8 @@ q1 = Exercise(
            "dist.recv(buffer, src) blocks until the data arrived. Careful: if every rank starts with a blocking "
            "dist.send, all of them wait forever. Docs: torch.distributed, 'Point-to-point communication'.",
            "world, rank = ____\n"
-           "chunks = torch.tensor_split(tensor, ____)\n"
-           "right, left = (rank + 1) % world, (rank - ____) % world\n"
+           "chunks = torch.tensor_split(____, ____)\n"
+           "right, left = (rank + 1) % world, ____\n"
            "for step in range(____):  # phase 1: N - 1 steps\n"
            "    out_chunk, in_chunk = (rank - step) % world, (rank - step - ____) % world\n"
            "    buffer = ____  # as big as chunks[in_chunk]\n"
@@ -243,6 +246,10 @@ q2 = Exercise(
     "6.1 q2: all-reduce = reduce-scatter + all-gather, with torch's collectives, in 3 processes",
     _padding_hint,
     usage="q2.check(all_reduce_in_two)",
+    api=True,
+    checked=("checked in 3 processes: reduce_scatter_tensor and all_gather_into_tensor called, no "
+             "all_reduce, and every rank's tensor equal to gloo's sum, for lengths not divisible "
+             "by 3."),
     hints=["An all-reduce is its two halves: after a reduce-scatter each rank holds the sum of its 1/N share; an "
            "all-gather then gives every rank every share. Both need a length that N divides.",
            "dist.reduce_scatter_tensor(output, input) sums input over the ranks and leaves rank r's share in "

@@ -156,14 +156,17 @@ q1 = Exercise(
     "6.3 q1: give each tensor an owner, balanced by size",
     _check_owners,
     usage="q1.check(assign_owners)",
+    api=True,
+    checked=("checked on 4 lists of sizes and rank counts: one valid owner per tensor, no rank "
+             "left empty, and the largest load at most the mean plus the largest tensor."),
     hints=["Whole tensors go to ranks, so the shares cannot be exactly equal; aim for the largest share to be "
            "as small as possible. Placing the big tensors first leaves the small ones to even things out.",
            "Keep a running total of values per rank; for each tensor, largest first (sorted(..., key=...)), "
            "pick the rank whose total is smallest (min(range(world_size), key=...)). "
            "ZeroRedundancyOptimizer._partition_parameters does the same.",
-           "def assign_owners(sizes, world_size):\n    loads, owners = [0] * ____, [0] * len(sizes)\n"
+           "def assign_owners(sizes, world_size):\n    loads, owners = ____, [0] * len(sizes)\n"
            "    for i in sorted(range(len(sizes)), key=____):\n        rank = ____\n"
-           "        owners[____] = rank\n        loads[rank] += ____\n    return ____"],
+           "        owners[____] = ____\n        loads[rank] += ____\n    return ____"],
     solution_code=(
         "def assign_owners(sizes, world_size):\n    loads, owners = [0] * world_size, [0] * len(sizes)\n"
         "    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):\n"
@@ -175,6 +178,9 @@ q2 = Exercise(
     "6.3 q2: ZeRO-1, ShardedOptimizer, in 2 and 3 processes",
     _check_sharded_optimizer,
     usage="q2.check(ShardedOptimizer)",
+    api=True,
+    checked=("checked in 2 and 3 processes: each parameter stepped by exactly one rank, weights "
+             "equal to plain AdamW's after 3 steps, and AdamW's state split about 1/N per rank."),
     hints=["Every rank still holds every parameter and the averaged gradient; only the optimizer (and so its "
            "state) is split. After its own step, a rank's share is new and the others' is stale: each owner "
            "sends its tensors to everyone.",
@@ -183,7 +189,7 @@ q2 = Exercise(
            "inner optimizer's step, then torch.distributed.broadcast(tensor, src=...) for each parameter "
            "(docs: torch.distributed).",
            "# in step(), after the inner step:\nfor p, owner in zip(____, ____):\n"
-           "    dist.broadcast(____, src=____)\n\n# in zero_grad():\nfor p in ____:\n    p.grad = ____"],
+           "    dist.broadcast(____, src=____)\n\n# in zero_grad():\nfor p in ____:\n    p.____ = ____"],
     solution_code=(
         "class ShardedOptimizer:\n    def __init__(self, params, optimizer_class, **defaults):\n"
         "        self.params = list(params)\n"

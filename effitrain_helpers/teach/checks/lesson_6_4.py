@@ -218,6 +218,9 @@ q1 = Exercise(
     "6.4 q1: split the MLP, column then row",
     _check_split,
     usage="q1.check(split_mlp)",
+    api=True,
+    checked=("checked with 2 and 4 ranks: each share's weight shapes, and the ranks' partial "
+             "outputs plus the bias equal to the unsplit MLP's output."),
     hints=["The first layer's output features are cut among the ranks (each computes its own hidden features, "
            "and GELU needs nothing from the others); the second layer's inputs are cut the same way, so each "
            "rank computes a partial sum of the output.",
@@ -225,8 +228,8 @@ q1 = Exercise(
            "columns. Copy the slices into new layers under torch.no_grad() (or build them from the slices with "
            "nn.Parameter); the second layer's bias is added once after the sum, not by each rank.",
            "k = ____ // world\nrows = slice(rank * k, ____)\n"
-           "up = nn.Linear(____, k)\ndown = nn.Linear(k, mlp[2].out_features, bias=____)\n"
-           "with ____:\n    up.weight.copy_(mlp[0].weight[____])\n    up.bias.copy_(____)\n"
+           "up = nn.Linear(____, k)\ndown = nn.Linear(k, ____, bias=____)\n"
+           "with ____:\n    up.weight.copy_(____)\n    up.bias.copy_(____)\n"
            "    down.weight.copy_(mlp[2].weight[____])"],
     solution_code=(
         "def split_mlp(mlp, rank, world):\n"
@@ -245,6 +248,9 @@ q2 = Exercise(
     "6.4 q2: CopyToRanks (f), in 2 processes",
     _check_copy,
     usage="q2.check(CopyToRanks)",
+    api=True,
+    checked=("checked in 2 processes with the house's SumFromRanks: output, input gradient and "
+             "weight gradients equal to the unsplit MLP's, and the bytes the all-reduces moved."),
     hints=["Every rank's share of the first layer reads the whole input, and each contributes part of the "
            "input's gradient: the full gradient is the sum over the ranks. Forward has nothing to exchange.",
            "In backward(ctx, grad) of a torch.autograd.Function (torch docs: 'Extending torch.autograd'), "
@@ -262,12 +268,15 @@ q3 = Exercise(
     "6.4 q3: SumFromRanks (g), in 2 processes",
     _check_sum,
     usage="q3.check(SumFromRanks)",
+    api=True,
+    checked=("checked in 2 processes with the house's CopyToRanks: output, input gradient and "
+             "weight gradients equal to the unsplit MLP's, and the bytes the all-reduces moved."),
     hints=["After the row-parallel layer each rank holds a partial sum of the output; the output is the sum over "
            "the ranks. In backward every rank already holds the whole gradient of the output: nothing to "
            "exchange.",
            "forward(ctx, x) of a torch.autograd.Function may call a collective: torch.distributed.all_reduce(t) "
            "sums t in place over the ranks (torch.distributed docs). Sum a copy, not the tensor passed in.",
-           "x = ____  # a copy of this rank's partial sum\ndist.____(x)"],
+           "x = ____  # a copy of this rank's partial sum\ndist.____(____)"],
     solution_code=(
         "class SumFromRanks(torch.autograd.Function):\n"
         "    @staticmethod\n    def forward(ctx, x):\n        x = x.clone()\n"
@@ -279,13 +288,17 @@ q4 = Exercise(
     "6.4 q4: a 1F1B schedule, in 3 processes",
     _check_one_f_one_b,
     usage="q4.check(one_f_one_b)",
+    api=True,
+    checked=("checked in 3 processes: each micro-batch's forward before its backward, loss and "
+             "gradients equal to the unsplit model's, and no stage holding more activations than "
+             "1F1B allows."),
     hints=["Stage s cannot run a backward until the gradient comes back from the last stage, which first needs "
            "the forwards of the stages after s. So the stages nearer the start fill the pipe with a few forwards, "
            "then alternate one forward and one backward, then finish the backwards left.",
            "The order is a list of (\"F\", i) and (\"B\", i) pairs. The number of filling forwards falls by one "
            "per stage and is 0 for the last stage (which can start each backward at once); min() keeps it at "
            "most m.",
-           "warm = min(____, m)\norder = [(\"F\", i) for i in range(____)]\nfor i in range(____):\n"
+           "warm = min(____, m)\norder = [(\"F\", i) for i in ____]\nfor i in range(____):\n"
            "    order += [(\"F\", ____), (\"B\", i)]\nreturn order + [(\"B\", i) for i in range(____, m)]"],
     solution_code=(
         "def one_f_one_b(stage, stages, m):\n"
