@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -602,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # the helpers' errors for bad input: one line naming the value and the fix
         print(f"effitrain {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the output went to a reader that stopped early (`| head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit does not fail
+        return 0
     except OSError as err:  # a file or folder the user named (or the cache) cannot be read or written
         print(f"effitrain {args.command}: error: {_os_error(err)}", file=sys.stderr)
         return 2
