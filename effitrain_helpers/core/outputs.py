@@ -42,11 +42,12 @@ def check_output_folder(path, option: str) -> Path:
 def check_output_file(path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
     """``path`` as a file that can be written (its folder exists and is writable; one of ``suffixes`` if given)."""
     file = Path(path).expanduser()
+    example = "results" + (suffixes[0] if suffixes else ".png")
     if file.is_dir():
-        raise ValueError(f"{_shown(option, path)} is a folder. Fix: pass a file name, e.g. {option} results.png.")
+        raise ValueError(f"{_shown(option, path)} is a folder. Fix: pass a file name, e.g. {option} {example}.")
     if suffixes and file.suffix.lower() not in suffixes:
         raise ValueError(f"{_shown(option, path)}: the file type {file.suffix or '(none)'!r} is not one of "
-                         f"{', '.join(suffixes)}. Fix: end the name with one of them, e.g. results.png.")
+                         f"{', '.join(suffixes)}. Fix: end the name with one of them, e.g. {example}.")
     folder = file.parent
     if not _writable_folder(folder):
         what = "does not exist" if not folder.exists() else "is not a folder you can write to"
