@@ -381,3 +381,49 @@ def test_torchrun_restarts_the_group_which_resumes_by_itself():
     result = resume.restart_experiment(2, crash_at=5)
     assert result["attempts"] == 2 and result["resumed_from"] == 3
     assert set(result["differences"].values()) == {0.0}
+
+
+# ---- q5: the learner's sharded save and load (dcp), saved on 2 ranks, resumed on 1
+
+def sharded_save_on_rank_0(model, optimizer, folder):
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        resume.write_shards(model, optimizer, folder)
+
+
+def sharded_save_model_only(model, optimizer, folder):
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"model": model.state_dict()}, checkpoint_id=folder)  # DTensors, and no optimizer
+
+
+def sharded_load_model_only(model, optimizer, folder):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=folder)
+    set_model_state_dict(model, state["model"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("save_fn, load_fn, status, words", [
+    pytest.param(resume.write_shards, resume.read_shards, "correct", "world-size floor",
+                 marks=pytest.mark.exhaustive),  # the notebook's nbval run checks its solution
+    (sharded_save_model_only, resume.read_shards, "incorrect", "holds no optimizer state"),
+    pytest.param(resume.write_shards, sharded_load_model_only, "incorrect", "load the optimizer's part",
+                 marks=pytest.mark.exhaustive),
+    pytest.param(sharded_save_on_rank_0, resume.read_shards, "incorrect", "dcp.save is collective",
+                 marks=pytest.mark.exhaustive),
+], ids=["right", "model.state_dict only", "load forgets the optimizer", "save on rank 0 only"])
+def test_5_3_q5_sharded_save_and_load(save_fn, load_fn, status, words, monkeypatch):
+    monkeypatch.setattr(l53, "Q5_TIMEOUT", 40)  # the rank-0-only save waits for ever: 40 s is ample here
+    result = l53.q5.evaluate(save_fn, load_fn)
+    assert result.status == status, result.message
+    assert words in result.message
+
+
+def test_5_3_q5_rejects_what_is_not_a_function():
+    result = l53.q5.evaluate("save", resume.read_shards)
+    assert result.status == "incorrect" and "save function itself" in result.message

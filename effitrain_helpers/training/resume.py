@@ -429,26 +429,20 @@ def _full_states(model, optimizer) -> dict:
             "lr": optimizer.param_groups[0]["lr"]}
 
 
-def save_sharded(model, optimizer, root, step: int) -> Path:
-    """An atomic sharded checkpoint: every rank writes its own shard with ``dcp.save`` into the partial folder,
-    a barrier, then rank 0 seals it (every rank's shard file must be there). Call it on every rank."""
-    import torch.distributed as dist
+def write_shards(model, optimizer, folder) -> None:
+    """Every rank's shards of a ``fully_shard`` model and of its optimizer's state into ``folder``:
+    ``get_state_dict`` gives this rank's parts (DTensors), ``dcp.save`` writes them; collective, so every rank
+    must call it."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    folder = partial_folder(root, step)
     model_state, optim_state = get_state_dict(model, optimizer)  # this rank's shards (DTensors)
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=folder)
-    dist.barrier()
-    if dist.get_rank() == 0:
-        seal(folder, dist.get_world_size(), per_rank=SHARD_FILE)
-    return checkpoint_folder(root, step)
 
 
-def load_sharded(model, optimizer, folder) -> int:
-    """Load a checkpoint of :func:`save_sharded` into a model already sharded with ``fully_shard`` (at any
-    world size: ``dcp.load`` reads the parts of the saved shards each rank needs now) and its optimizer;
-    returns the steps it holds."""
+def read_shards(model, optimizer, folder) -> None:
+    """Load a checkpoint of :func:`write_shards` into a model already sharded with ``fully_shard`` (at any
+    world size: ``dcp.load`` reads the parts of the saved shards each rank needs now) and its optimizer."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -456,15 +450,36 @@ def load_sharded(model, optimizer, folder) -> int:
     state = {"model": model_state, "optimizer": optim_state}
     dcp.load(state, checkpoint_id=folder)  # fills the tensors in place, this rank's part only
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def save_sharded(model, optimizer, root, step: int, write=write_shards) -> Path:
+    """An atomic sharded checkpoint: every rank writes its own shard with ``write`` (:func:`write_shards`) into
+    the partial folder, a barrier, then rank 0 seals it (every rank's shard file must be there). Call it on
+    every rank."""
+    import torch.distributed as dist
+
+    folder = partial_folder(root, step)
+    write(model, optimizer, folder)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        seal(folder, dist.get_world_size(), per_rank=SHARD_FILE)
+    return checkpoint_folder(root, step)
+
+
+def load_sharded(model, optimizer, folder, read=read_shards) -> int:
+    """Load a checkpoint of :func:`save_sharded` with ``read`` (:func:`read_shards`); returns the steps it
+    holds."""
+    read(model, optimizer, folder)
     return steps_done(folder)
 
 
 def train_sharded(batches: list, root, *, save_every: int, crash_at: int | None = None, resume=None,
-                  reference: bool = False) -> dict:
+                  reference: bool = False, write=write_shards, read=read_shards) -> dict:
     """In each rank: lesson 5.1's model sharded with ``fully_shard``, AdamW created after it, one step per
     global batch of ``batches`` (each rank its equal part), a :func:`save_sharded` checkpoint every
     ``save_every`` steps; ``resume``: a folder to load first; ``crash_at``: rank 1 kills itself after that many
-    steps. ``reference``: also an uninterrupted run first, at this world size. Returns the full final states."""
+    steps. ``reference``: also an uninterrupted run first, at this world size. ``write``, ``read``: what
+    saves and loads the shards (lesson 5.3's exercise passes the learner's). Returns the full final states."""
     import signal
 
     import torch
@@ -472,11 +487,12 @@ def train_sharded(batches: list, root, *, save_every: int, crash_at: int | None 
 
     out = {"world_size": dist.get_world_size()}
     if reference:
-        out["reference"] = train_sharded(batches, Path(root) / "reference", save_every=len(batches) + 1)["final"]
+        out["reference"] = train_sharded(batches, Path(root) / "reference", save_every=len(batches) + 1,
+                                         write=write, read=read)["final"]
     rank, world = dist.get_rank(), dist.get_world_size()
     model = _sharded_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # after fully_shard: it holds the shards
-    done = 0 if resume is None else load_sharded(model, optimizer, resume)
+    done = 0 if resume is None else load_sharded(model, optimizer, resume, read=read)
     for tokens, labels in batches[done:]:
         if done == crash_at and rank == 1:
             os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
@@ -486,17 +502,19 @@ def train_sharded(batches: list, root, *, save_every: int, crash_at: int | None 
         optimizer.zero_grad()
         done += 1
         if done % save_every == 0:
-            save_sharded(model, optimizer, root, done)
+            save_sharded(model, optimizer, root, done, write=write)
     out["final"] = _full_states(model, optimizer)
     return out
 
 
 def resume_sharded(processes: int = 2, resume_processes: int = 1, crash_at: int | None = None, checkpoints=None,
-                   steps: int | None = None, save_every: int | None = None, report=print) -> dict:
+                   steps: int | None = None, save_every: int | None = None, report=print, write=write_shards,
+                   read=read_shards, timeout: float | None = None) -> dict:
     """A sharded run in ``processes`` ranks, uninterrupted; the same run whose rank 1 is killed after
     ``crash_at`` steps; then, in ``resume_processes`` fresh ranks, an uninterrupted run (the rounding floor)
     and the resume from the newest whole checkpoint. ``max_difference``: the largest weight difference, resumed
-    against uninterrupted; ``tolerance``: the same between the two uninterrupted runs (see above)."""
+    against uninterrupted; ``tolerance``: the same between the two uninterrupted runs (see above). ``write``,
+    ``read``: see :func:`train_sharded`; ``timeout``: seconds each launch may take (None: launch's default)."""
     import tempfile
 
     from effitrain_helpers.core.sizes import lesson_size
@@ -516,16 +534,18 @@ def resume_sharded(processes: int = 2, resume_processes: int = 1, crash_at: int 
                             batch=SHARDED_BATCH))
     _check_empty(checkpoints)
     batches = sharding_batches(steps, SHARDED_BATCH)
+    options = {"write": write, "read": read, "cpu": True, "quiet": True,
+               **({} if timeout is None else {"timeout": timeout})}
     with tempfile.TemporaryDirectory(prefix="effitrain-resume-") as tmp:
         root = Path(checkpoints) if checkpoints is not None else Path(tmp)
         reference = launch(train_sharded, batches, root / "uninterrupted", save_every=save_every,
-                           num_processes=processes, cpu=True, quiet=True)[0]["final"]
+                           num_processes=processes, **options)[0]["final"]
         crash = _crash(launch, RankFailed, train_sharded, batches, root / "crashed", save_every=save_every,
-                       crash_at=crash_at, num_processes=processes, cpu=True, quiet=True)
+                       crash_at=crash_at, num_processes=processes, **options)
         passed_over = []
         folder = latest_checkpoint(root / "crashed", report=lambda line: (passed_over.append(line), report(line)))
         resumed = launch(train_sharded, batches, root / f"resumed on {resume_processes}", save_every=save_every,
-                         resume=folder, reference=True, num_processes=resume_processes, cpu=True, quiet=True)[0]
+                         resume=folder, reference=True, num_processes=resume_processes, **options)[0]
     differences = state_differences(reference, resumed["final"])
     floor = state_differences(reference, resumed["reference"])["model"]
     return {"processes": processes, "resume_processes": resume_processes, "fsdp": True, "steps": steps,

@@ -244,6 +244,8 @@ q1 = Exercise(
         "    return done, accelerator.skip_first_batches(loader, done)\n\n\n"
         "q1.check(save, resume)"
     ),
+    api=True,
+    checked="saved and resumed in 2 processes: weights, AdamW, scheduler and data position as uninterrupted, bit for bit",
 )
 def _check_loader(make_loader) -> None:
     """Calls ``make_loader`` with a fresh Accelerator: a shuffled loader in batches of 4, whose iterators leave
@@ -280,8 +282,8 @@ q2 = Exercise(
     _check_lost_steps,
     usage="q2.check(lost)",
     hints=["Only what is on disk survives: the newest checkpoint. Every step done after it is lost.",
-           "The newest checkpoint was taken after the largest multiple of 50 that is at most 1,336 "
-           "(Python's // rounds down).",
+           "The newest checkpoint was taken after the largest multiple of the saving interval that is at most "
+           "the steps done (Python's // rounds down).",
            "lost = 1336 - (1336 // ____) * ____"],
     solution_code="lost = 1336 - 1336 // 50 * 50\nq2.check(lost)",
 )
@@ -293,7 +295,7 @@ q3 = Exercise(
            "the two: interval = sqrt(2 x save seconds x mean seconds between failures of the JOB).",
            "The job stops when any of its 512 GPUs fails: its mean time between failures is one GPU's divided "
            "by 512. A year has 365 x 24 x 3600 seconds.",
-           "job_mtbf = 5 * 365 * 24 * 3600 / ____\ninterval_seconds = math.sqrt(2 * ____ * job_mtbf)"],
+           "job_mtbf = ____ / ____\ninterval_seconds = math.sqrt(____ * ____ * job_mtbf)"],
     solution_code=("job_mtbf = 5 * 365 * 24 * 3600 / 512\n"
                    "interval_seconds = math.sqrt(2 * 30 * job_mtbf)\nq3.check(interval_seconds)"),
 )
@@ -306,11 +308,86 @@ q4 = Exercise(
            "DataLoader's generator argument (torch.utils.data docs); this lesson's LoaderGenerator(seed) holds a "
            "torch.Generator in .generator, with state_dict and load_state_dict; Accelerate's 'Checkpointing' "
            "guide shows how save_state saves an object of your own.",
-           "generator = LoaderGenerator(____)\naccelerator.____(generator)\n"
-           "return DataLoader(rows, batch_size=4, shuffle=True, generator=____)"],
+           "generator = ____(____)\naccelerator.____(____)\n"
+           "return DataLoader(rows, batch_size=4, shuffle=True, generator=____.____)"],
     solution_code=("def make_loader(accelerator, rows, seed):\n"
                    "    generator = LoaderGenerator(seed)\n"
                    "    accelerator.register_for_checkpointing(generator)\n"
                    "    return DataLoader(rows, batch_size=4, shuffle=True, generator=generator.generator)\n\n\n"
                    "q4.check(make_loader)"),
+    api=True,
+    checked="a shuffled loader in batches of 4 with its own generator, registered for checkpointing",
+)
+
+
+# q5: lesson 5.3's sharded run (training/resume.py's resume_sharded) with the learner's save and load: 2 ranks,
+# 4 steps, a checkpoint after step 2, rank 1 killed after step 3, resumed on 1 rank
+Q5_STEPS, Q5_SAVE_EVERY, Q5_CRASH_AT, Q5_TIMEOUT = 4, 2, 3, 60
+
+
+def _check_sharded(save, load) -> None:
+    """``resume_sharded`` with the learner's ``save(model, optimizer, folder)`` and ``load(model, optimizer,
+    folder)``: saved on 2 ranks, resumed on 1, compared with the uninterrupted run."""
+    from effitrain_helpers.processes.launch import RankFailed
+    from effitrain_helpers.training.resume import resume_sharded
+
+    for fn, name in ((save, "save"), (load, "load")):
+        if not callable(fn):
+            raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name=name, fn=fn))
+    try:
+        result = resume_sharded(2, 1, crash_at=Q5_CRASH_AT, steps=Q5_STEPS, save_every=Q5_SAVE_EVERY,
+                                report=None, write=save, read=load, timeout=Q5_TIMEOUT)
+    except TimeoutError:
+        raise Incorrect(tr("the 2 processes did not finish within {timeout} s: dcp.save is collective (the "
+                           "ranks agree on a plan, then each writes its shard), so a save on rank 0 only waits "
+                           "for rank 1 for ever; call it on every rank.", timeout=Q5_TIMEOUT)) from None
+    except RankFailed as err:
+        if "Missing key in checkpoint state_dict: optimizer" in str(err):  # dcp.load's load plan
+            raise Incorrect(tr("the checkpoint holds no optimizer state, so load finds none: save "
+                               "get_state_dict(model, optimizer)'s two parts, the model's and AdamW's.")) from None
+        raise Incorrect(tr("a rank failed: {error}", error=str(err).splitlines()[0])) from None
+    if result["resumed_from"] is None:
+        raise Incorrect(tr("no whole checkpoint was found after the crash: save should write every rank's "
+                           "shard into folder with dcp.save(state, checkpoint_id=folder)."))
+    differences = result["differences"]
+    if differences["step"] or differences["exp_avg"] > 1e-3:
+        raise Incorrect(tr("after load, AdamW did not continue where it was saved (its step counts differ by "
+                           "{step:g}): load the optimizer's part too (get_state_dict(model, optimizer) gives "
+                           "both parts, dcp.load fills them).", step=differences["step"]))
+    if not result["within_tolerance"]:
+        raise Incorrect(tr("the resumed weights differ from the uninterrupted run by {got:.1e}, more than the "
+                           "{floor:.1e} that changing the world size costs anyway: load what was saved into "
+                           "the sharded model (dcp.load, then set_state_dict).", got=result["max_difference"],
+                           floor=result["tolerance"]))
+
+
+q5 = Exercise(
+    "5.3 q5: a sharded checkpoint, resumed at another world size",
+    _check_sharded,
+    usage="q5.check(save, load)",
+    hints=["After fully_shard each rank holds only its part of the weights and of AdamW's state: every rank "
+           "writes its own part, all at once, and a load on any number of ranks reads back the parts it needs "
+           "now, into a model that is already sharded.",
+           "torch.distributed.checkpoint (imported as dcp): its save and load take a state dict and "
+           "checkpoint_id=folder; get_state_dict and set_state_dict in torch.distributed.checkpoint.state_dict "
+           "give and take the model's and the optimizer's parts together (PyTorch docs: 'Distributed "
+           "Checkpoint - torch.distributed.checkpoint').",
+           "save: model_state, ____ = ____(model, optimizer)\n"
+           "      dcp.save({\"model\": model_state, \"optimizer\": ____}, ____=folder)\n"
+           "load: state = the same two parts, by name; dcp.load(state, ____=____); then "
+           "____(model, optimizer, ...) with each part by its keyword"],
+    solution_code=(
+        "def save(model, optimizer, folder):\n"
+        "    model_state, optim_state = get_state_dict(model, optimizer)\n"
+        "    dcp.save({\"model\": model_state, \"optimizer\": optim_state}, checkpoint_id=folder)\n\n\n"
+        "def load(model, optimizer, folder):\n"
+        "    model_state, optim_state = get_state_dict(model, optimizer)\n"
+        "    state = {\"model\": model_state, \"optimizer\": optim_state}\n"
+        "    dcp.load(state, checkpoint_id=folder)\n"
+        "    set_state_dict(model, optimizer, model_state_dict=state[\"model\"],\n"
+        "                   optim_state_dict=state[\"optimizer\"])\n\n\n"
+        "q5.check(save, load)"
+    ),
+    api=True,
+    checked="saved by 2 ranks with dcp.save, resumed on 1 after a crash: weights within the world-size floor",
 )
