@@ -831,7 +831,7 @@ def plot_trace_timeline(events: list[dict], title: str = "") -> "Figure":
         line = axes[1][0]
         line.step([(e["ts"] - start) / 1e3 for e in memory],
                   [e["args"]["Total Allocated"] / 2**20 for e in memory], where="post")
-        line.set_ylabel(tr("MiB allocated since the profiler started"), fontsize=FONT - 1)
+        line.set_ylabel(tr("MiB allocated since the start"), fontsize=FONT - 1)
         line.grid(True, alpha=0.3)
     axes[-1][0].set_xlabel(tr("ms since the first labelled range"), fontsize=FONT)
     fig.tight_layout()

@@ -183,21 +183,20 @@ q3 = Exercise(
 
 
 def _tiny_step():
-    """q4's training step: a tiny model's forward, backward and SGD step in one labelled range (run once here,
-    so that the optimizer's first-call set-up is not what the learner's profiler measures)."""
+    """q4's training step: a small MLP's forward, backward and SGD step in one labelled range, with matrix
+    products large enough that an operator, not the loop's Python, does most of the work (run once here, so
+    that the optimizer's first-call set-up is not what the learner's profiler measures)."""
     import torch
     from torch.profiler import record_function
 
-    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
-
-    model = tiny_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    rows = tiny_rows(8)
-    batch = {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+    generator = torch.Generator().manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs = torch.randn(256, 512, generator=generator)
 
     def step():
         with record_function(STEP_LABEL):
-            model(**batch).loss.backward()
+            model(inputs).square().mean().backward()
             optimizer.step()
             optimizer.zero_grad()
 
@@ -210,18 +209,21 @@ def _check_trace_and_top(profile_and_save) -> None:
     import tempfile
     from pathlib import Path
 
+    import torch
+
     with tempfile.TemporaryDirectory() as folder:  # removed afterwards, whatever happens
         path = Path(folder) / "step.json"
         try:
-            prof, top = profile_and_save(_tiny_step(), str(path))
+            returned = profile_and_save(_tiny_step(), str(path))
         except AttributeError as error:
             if "save" not in str(error):
                 raise
             raise Incorrect(tr("export_chrome_trace ran before the profiler stopped (inside the `with` block, "
                                "it has nothing to save yet): call it after the block.")) from None
-        except TypeError as error:
+        if not (isinstance(returned, tuple) and len(returned) == 2):
             raise Incorrect(tr("return two things, the profiler and the operator's name (`return prof, top`); "
-                               "calling yours gave: {error}", error=error)) from None
+                               "yours returned {kind}.", kind=type(returned).__name__))
+        prof, top = returned
         if not path.is_file():
             raise Incorrect(tr("no trace file at the path you were given: pass `path` to "
                                "prof.export_chrome_trace."))
@@ -233,6 +235,9 @@ def _check_trace_and_top(profile_and_save) -> None:
     if not any(event.get("name") == STEP_LABEL for event in events):
         raise Incorrect(tr("the trace holds no {label!r} range: profile the call of step() itself.",
                            label=STEP_LABEL))
+    if not isinstance(prof, torch.profiler.profile):
+        raise Incorrect(tr("the first thing returned should be the profiler (the `prof` of `with profile(...) "
+                           "as prof:`); yours is {kind}.", kind=type(prof).__name__))
     averages = list(prof.key_averages())
     by_self = max(averages, key=lambda e: e.self_cpu_time_total).key
     by_total = max(averages, key=lambda e: e.cpu_time_total).key
