@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.measure.step_profile import OTHER, STEP_PREFIX, StepProfile
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
@@ -204,6 +206,26 @@ def _tiny_step():
     return step
 
 
+@contextmanager
+def _quiet_native_stderr():
+    """Send file descriptor 2 to a discarded file for the block: the profiler's C++ engine (kineto) logs a
+    ``profiler_start``/``profiler_stop`` line there at each start and stop, which a notebook would show
+    (or not, as its capture thread catches it) under the verdict."""
+    import os
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def _check_trace_and_top(profile_and_save) -> None:
     import json
     import tempfile
@@ -214,7 +236,8 @@ def _check_trace_and_top(profile_and_save) -> None:
     with tempfile.TemporaryDirectory() as folder:  # removed afterwards, whatever happens
         path = Path(folder) / "step.json"
         try:
-            returned = profile_and_save(_tiny_step(), str(path))
+            with _quiet_native_stderr():
+                returned = profile_and_save(_tiny_step(), str(path))
         except AttributeError as error:
             if "save" not in str(error):
                 raise
