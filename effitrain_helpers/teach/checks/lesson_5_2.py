@@ -282,7 +282,7 @@ q4 = Exercise(
     api=True,
     checked=("checked: your trace file parsed with the step's range, and your top operator is the one with "
              "the most self CPU time in your profiler."),
-    hints=["Profile one call of step(); once the profiler has stopped, write its trace to the path, then look "
+    hints=["Profile one call of the step function you are given; once the profiler has stopped, write its trace to the path, then look "
            "through its per-operator averages for the one whose own time (not counting the operators it "
            "called) is largest.",
            "profile(activities=[ProfilerActivity.CPU]) as a `with` block; the profiler's export_chrome_trace "
