@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from effitrain_helpers.measure.step_profile import StepProfile
-from effitrain_helpers.teach.checks.lesson_5_2 import RECORDED, _judge, q1, q2, q3
+from effitrain_helpers.teach.checks.lesson_5_2 import RECORDED, _judge, q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, Incorrect, ____
 
 ONE = StepProfile({"data loading": 12.0, "forward": 30.0, "backward": 45.0, "optimizer step": 10.0}, 100.0, 0.0,
@@ -91,3 +92,76 @@ def test_5_2_q1_runs_the_learners_profiler_in_two_processes():
 def test_5_2_q1_refuses_what_is_not_a_function():
     result = q1.evaluate(42)
     assert result.status == INCORRECT and "pass your function itself" in result.message
+
+
+def _right_profile_and_save(step, path):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    prof.export_chrome_trace(path)
+    return prof, max(prof.key_averages(), key=lambda e: e.self_cpu_time_total).key
+
+
+def _exported_inside_the_block(step, path):
+    from torch.profiler import profile
+
+    with profile() as prof:
+        step()
+        prof.export_chrome_trace(path)
+    return prof, "aten::mm"
+
+
+def _sorted_by_cpu_total(step, path):
+    from torch.profiler import profile
+
+    with profile() as prof:
+        step()
+    prof.export_chrome_trace(path)
+    return prof, max(prof.key_averages(), key=lambda e: e.cpu_time_total).key
+
+
+def _averages_of_another_profiler(step, path):
+    from torch.profiler import profile
+
+    with profile() as prof:
+        step()
+    prof.export_chrome_trace(path)
+    with profile() as other:
+        sum(torch.ones(3) for _ in range(3))
+    return prof, max(other.key_averages(), key=lambda e: e.self_cpu_time_total).key
+
+
+def _no_trace(step, path):
+    from torch.profiler import profile
+
+    with profile() as prof:
+        step()
+    return prof, max(prof.key_averages(), key=lambda e: e.self_cpu_time_total).key
+
+
+def _returns_the_table(step, path):
+    from torch.profiler import profile
+
+    with profile() as prof:
+        step()
+    prof.export_chrome_trace(path)
+    return prof, prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=1).splitlines()
+
+
+def test_5_2_q4_reads_the_trace_back_and_compares_the_top_operator():
+    right = q4.evaluate(_right_profile_and_save)
+    assert right.status == CORRECT and "self CPU time" in right.message
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (_exported_inside_the_block, "before the profiler stopped"),
+    (_sorted_by_cpu_total, "'training step' has the most CPU total"),
+    (_averages_of_another_profiler, "not the operator with the most self CPU time in your profiler"),
+    (_no_trace, "no trace file at the path"),
+    (_returns_the_table, "an operator's name, a string"),
+    (lambda step, path: None, "return two things"),
+])
+def test_5_2_q4_names_the_likely_mistake(wrong, message):
+    result = q4.evaluate(wrong)
+    assert result.status == INCORRECT and message in result.message, result.message

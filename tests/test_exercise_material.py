@@ -59,10 +59,6 @@ CASES = [case[:5] for case in _FOUND]
 IDS = [f"{stem}:{q}" for stem, q, *_ in CASES]
 SHOWN = {f"{stem}:{q}": shown for stem, q, *_, shown in _FOUND}
 
-# TEMPORARY: lessons whose hints are being rewritten on other branches (issue 26, chapters 5 and 6). Their
-# exercises are held to the "something left to find" rule but may still fail it (xfail). The lead empties this
-# at merge, once those branches are in.
-HINT_RULE_PENDING_LESSONS = ("5_2",)
 
 TRANSLATED_HINTS = ("en", "pt-BR")
 _WORD = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
@@ -165,8 +161,6 @@ def test_hints_leave_something_to_find(stem, q, exercise, solved, secret):
             f"{stem} {q} ({lang}): a hint is a solution line with one blank: {given}" if given else
             f"{stem} {q} ({lang}): the hints together write every name and number of the solution; leave one to "
             "find" if not missing else None)
-    if problem and stem[:3] in HINT_RULE_PENDING_LESSONS:
-        pytest.xfail(f"pending rewrite on another branch (HINT_RULE_PENDING_LESSONS): {problem}")
     assert not problem, problem
 
 
@@ -193,7 +187,7 @@ _START_ROW = {"README.pt-BR.md": "Comece aqui"}
 @pytest.mark.parametrize("readme", README_TABLES)
 def test_the_readme_prints_the_exercise_census(readme):
     """The lesson table's last column is ``exercise_census()`` (API + number exercises), never typed by hand;
-    a lesson of HINT_RULE_PENDING_LESSONS may show "—" until the lead empties that list."""
+    every lesson with exercises shows its figures."""
     text = (editions.default_source().parent / readme).read_text()
     assert README_TABLES[readme] in text, f"{readme}: the lesson table's heading changed"
     census = exercise_census()
@@ -208,8 +202,7 @@ def test_the_readme_prints_the_exercise_census(readme):
     for lesson, (api, number) in census.items():
         if lesson == START_PAGE and readme not in _START_ROW:
             continue
-        pending = lesson.replace(".", "_") in HINT_RULE_PENDING_LESSONS and rows.get(lesson) == "—"
-        assert pending or rows.get(lesson) == f"{api} + {number}", (
+        assert rows.get(lesson) == f"{api} + {number}", (
             f"{readme}: lesson {lesson}'s row shows {rows.get(lesson)!r} exercises; exercise_census() counts "
             f"'{api} + {number}' (API + number): write that")
 
@@ -226,7 +219,7 @@ def test_the_census_counts_api_and_number_exercises():
 def test_a_correct_api_answer_says_what_was_checked(stem, q, exercise, solved, secret):
     """"Correct" means the learner's code did the right thing, not that it ran: an API exercise says what its
     checker verified, in one line (``Exercise.checked``, translated like the hints)."""
-    if not exercise.api or stem[:3] in HINT_RULE_PENDING_LESSONS:
+    if not exercise.api:
         return
     assert exercise.checked and "\n" not in exercise.checked, f"{stem} {q}: give checked=\"checked: ...\" (one line)"
     result = Exercise("demo", lambda answer: None, "q.check(x)", checked=exercise.checked).evaluate(1)

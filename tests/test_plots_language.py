@@ -91,6 +91,11 @@ def _figures():
         "plot_pipeline_timeline": plots.plot_pipeline_timeline(
             {"A": [{"stage": 0, "start": 0.0, "events": [("F", 0, 0.0, 0.001), ("B", 0, 0.003, 0.004)]},
                    {"stage": 1, "start": 0.0, "events": [("F", 0, 0.001, 0.002), ("B", 0, 0.002, 0.003)]}]}),
+        "plot_trace_timeline": plots.plot_trace_timeline(
+            [{"cat": "user_annotation", "ph": "X", "name": "forward", "ts": 0, "dur": 10},
+             {"cat": "user_annotation", "ph": "X", "name": "backward", "ts": 10, "dur": 20},
+             {"name": "[memory]", "ts": 5, "args": {"Total Allocated": 2**20}},
+             {"name": "[memory]", "ts": 25, "args": {"Total Allocated": 2**21}}]),
         "plot_overlap_timeline": plots.plot_overlap_timeline(
             {"began": 0.0, "ended": 0.05, "started": [0.02, 0.04], "finished": [0.06, 0.07]}, [2**21, 2**20]),
         "plot_collectives": plots.plot_collectives([{"broadcast": ([1, 2], [1, 2])}, {"broadcast": ([3, 4], [1, 2])}]),
@@ -416,3 +421,6 @@ ENGLISH["plot_overlap_timeline"] = [
     "Overlap: all-reduces started during backward (buckets of 2.0, 1.0 MiB)",
     "milliseconds since the step began (rank 0)", "backward returned", "forward + backward",
     "all-reduce of a bucket (started, found finished)", "compute", "all-reduce 1", "all-reduce 2"]
+# lesson 5.2
+ENGLISH["plot_trace_timeline"] = ["The step as the saved trace recorded it", "forward", "backward",
+                                  "ms since the first labelled range", "MiB allocated since the start"]

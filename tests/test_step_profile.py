@@ -12,8 +12,9 @@ import torch
 from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.measure import step_profile
 from effitrain_helpers.measure.step_profile import (COMMUNICATION, OTHER, StepProfile, TokenizingPairs,
-                                                    loader_verdict, overhead_note, phase_table, summarize,
-                                                    trace_path, union_length)
+                                                    label_memory, loader_verdict, optimizer_state_bytes,
+                                                    overhead_note, phase_table, summarize, trace_path,
+                                                    union_length)
 
 
 def event(name, start, end, thread=1):
@@ -186,3 +187,47 @@ def test_plot_step_breakdown_draws_one_bar_per_configuration():
 def test_module_names_the_labels_the_lesson_types():
     assert step_profile.PHASES == ("data loading", "forward", "backward", "optimizer step")
     assert json.dumps(step_profile.PHASES)
+
+
+def _profiled_adamw_step(profile_memory=True):
+    """One step of a small MLP and a fresh AdamW under the profiler, labelled like the lesson."""
+    from torch.profiler import profile, record_function
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with profile(profile_memory=profile_memory) as prof:
+        with record_function("forward"):
+            loss = model(torch.randn(32, 64)).square().mean()
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer step"):
+            optimizer.step()
+    return prof, model, optimizer
+
+
+def test_label_memory_sees_the_optimizer_state_allocated_in_its_step():
+    prof, model, optimizer = _profiled_adamw_step()
+    params = list(model.parameters())
+    state = optimizer_state_bytes(optimizer)
+    assert state == 2 * sum(p.numel() * p.element_size() for p in params) + 4 * len(params)  # moments + step
+    net = label_memory(prof, ("forward", "backward", "optimizer step", "never ran"))
+    assert net["optimizer step"] == state and net["never ran"] == 0
+    assert net["forward"] > 0  # what autograd saved for backward
+    quiet, *_ = _profiled_adamw_step(profile_memory=False)
+    assert label_memory(quiet, ("optimizer step",)) == {"optimizer step": 0}
+
+
+def test_plot_trace_timeline_draws_the_ranges_and_the_memory_of_a_saved_trace(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.teach.plots import plot_trace_timeline
+
+    prof, *_ = _profiled_adamw_step()
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    fig = plot_trace_timeline(events)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[:3] == ["forward", "backward", "optimizer step"] and len(fig.axes) == 2
+    plt.close(fig)
+    with pytest.raises(ValueError, match="no record_function ranges"):
+        plot_trace_timeline([e for e in events if e.get("cat") != "user_annotation"])

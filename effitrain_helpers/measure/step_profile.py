@@ -232,3 +232,20 @@ def overhead_note(profile: StepProfile, reference_seconds: Iterable[float], busy
         return tr("{seen}; not read as overhead: the measurement cannot be trusted ({doubts}). Fix: {advice}.",
                   seen=seen, doubts="; ".join(doubts), advice=unreliable_advice())
     return tr("{seen}: recording cost about {cost:+.1f} ms per step.", seen=seen, cost=on - plain)
+
+
+def label_memory(prof: Any, labels: Iterable[str] = PHASES) -> dict[str, int]:
+    """Net CPU bytes allocated inside each labelled range of a ``profile(..., profile_memory=True)`` run
+    (``key_averages()``'s ``cpu_memory_usage``: allocations minus frees, children included). A label that
+    never ran counts 0; without ``profile_memory=True`` every label counts 0."""
+    averages = {event.key: event for event in prof.key_averages()}
+    return {label: int(averages[label].cpu_memory_usage) if label in averages else 0 for label in labels}
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """The bytes of every tensor in ``optimizer.state`` (for AdamW: ``exp_avg``, ``exp_avg_sq`` and ``step``
+    of each parameter), the reference for what the optimizer's first step allocates."""
+    import torch
+
+    return sum(value.numel() * value.element_size() for state in optimizer.state.values()
+               for value in state.values() if isinstance(value, torch.Tensor))

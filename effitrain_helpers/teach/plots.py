@@ -833,3 +833,37 @@ def plot_overlap_timeline(line: dict, bucket_bytes: list[int]) -> "Figure":
     ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
+
+
+# ---- chapter 5, lesson 5.2: a saved trace read back, the labelled ranges and the memory over time --------------
+def plot_trace_timeline(events: list[dict], title: str = "") -> "Figure":
+    """A trace written by ``prof.export_chrome_trace`` and read back as JSON (``["traceEvents"]``), drawn as a
+    timeline: top, the ``record_function`` ranges (category ``user_annotation``) as bars; bottom, when the
+    profiler recorded memory (``profile_memory=True``), the CPU bytes allocated since it started."""
+    import matplotlib.pyplot as plt
+
+    ranges = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"]
+    if not ranges:
+        raise ValueError("the trace holds no record_function ranges: label the step's phases with "
+                         "record_function('...') before exporting it.")
+    memory = sorted((e for e in events if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {})),
+                    key=lambda e: e["ts"])
+    start = min(e["ts"] for e in ranges)
+    labels = list(dict.fromkeys(e["name"] for e in ranges))
+    fig, axes = plt.subplots(2 if memory else 1, 1, figsize=(11, 5 if memory else 2.5), sharex=True, squeeze=False)
+    bars = axes[0][0]
+    for e in ranges:
+        row = labels.index(e["name"])
+        bars.broken_barh([((e["ts"] - start) / 1e3, e["dur"] / 1e3)], (row - 0.4, 0.8), color=f"C{row}")
+    bars.set_yticks(range(len(labels)), labels, fontsize=FONT - 1)
+    bars.invert_yaxis()
+    bars.set_title(title or tr("The step as the saved trace recorded it"), fontsize=FONT + 1)
+    if memory:
+        line = axes[1][0]
+        line.step([(e["ts"] - start) / 1e3 for e in memory],
+                  [e["args"]["Total Allocated"] / 2**20 for e in memory], where="post")
+        line.set_ylabel(tr("MiB allocated since the start"), fontsize=FONT - 1)
+        line.grid(True, alpha=0.3)
+    axes[-1][0].set_xlabel(tr("ms since the first labelled range"), fontsize=FONT)
+    fig.tight_layout()
+    return fig

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.measure.step_profile import OTHER, STEP_PREFIX, StepProfile
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
+
+STEP_LABEL = "training step"  # q4: the range around the step the checker hands the learner
 
 LABELS = ("forward", "backward", "optimizer")  # q1's labels
 BATCHES, BATCH_SIZE, PROCESSES = 5, 4, 2  # q1: 5 steps (skip 1, warm up 1, record 3) in 2 processes
@@ -126,17 +130,20 @@ q1 = Exercise(
     "5.2 q1: profile a training step, in 2 processes",
     _check_profiler,
     usage="q1.check(profile_training)",
+    api=True,
+    checked=("checked in 2 processes: 3 recorded steps, each with one 'forward', 'backward' and 'optimizer' "
+             "range, optimizer.step() and the gradients' all-reduce inside theirs."),
     hints=["Open the profiler around the loop with a schedule (skip a step, warm up a step, record the rest), "
            "label each phase of a step with its own range, tell the profiler when a step ends, and return it.",
            "torch.profiler.profile(activities=..., schedule=torch.profiler.schedule(wait=..., warmup=..., "
            "active=...)) as a `with` block; torch.profiler.record_function('forward') and the like as `with` "
            "blocks; the profiler's step() method at the end of each step (PyTorch docs: 'PyTorch Profiler' recipe, 'Using profiler to "
            "analyze long-running jobs').",
-           "plan = schedule(wait=1, warmup=1, active=len(batches) - ____)\n"
-           "with profile(activities=[ProfilerActivity.CPU], schedule=____) as prof:\n"
-           "    for ____ in ____:\n        with record_function(____):\n            ...\n"
+           "plan = schedule(wait=____, warmup=____, active=____)\n"
+           "with profile(activities=[____], schedule=____) as prof:\n"
+           "    for ____ in ____:\n        with ____(____):\n            ...\n"
            "        ...  # the 'backward' and 'optimizer' ranges, then tell the profiler the step ended\n"
-           "return ____"],
+           "# and return the profiler"],
     solution_code=(
         "def profile_training(model, optimizer, batches):\n"
         "    plan = schedule(wait=1, warmup=1, active=len(batches) - 2)\n"
@@ -159,9 +166,9 @@ q2 = Exercise(
     usage="q2.check(slowest, one)",
     hints=["Among the labelled phases (not the unlabelled rest, not the whole step), which one took the most "
            "milliseconds per step in your 1-process run?",
-           "one.phases_ms is a dict {phase: ms per step}; Python's max() takes a key= function, and a dict's "
-           ".get returns the value of a key.",
-           "slowest = max(one.phases_ms, key=____)"],
+           "one.phases_ms is a dict {phase: ms per step}; Python's max() takes a key= function, and a dict has "
+           "a method that returns the value of a key.",
+           "slowest = max(____, key=____)"],
     solution_code="slowest = max(one.phases_ms, key=one.phases_ms.get)\nq2.check(slowest, one)",
 )
 q3 = Exercise(
@@ -170,8 +177,126 @@ q3 = Exercise(
     usage="q3.check(best_gain, one)",
     hints=["Workers take over the loading and nothing else. Even if they made it free, the rest of the step "
            "stays: the best they can do is remove the loading's share of the step.",
-           f"one.phases_ms['data loading'] is the loading's ms per step and one.step_ms the whole step's (both "
-           f"from the run without workers); {OTHER!r} is not part of the loading.",
+           f"one.phases_ms['data loading'] is the loading's ms per step, and another attribute of one holds the "
+           f"whole step's (both from the run without workers); {OTHER!r} is not part of the loading.",
            "best_gain = one.phases_ms[____] / one.____"],
     solution_code="best_gain = one.phases_ms[\"data loading\"] / one.step_ms\nq3.check(best_gain, one)",
+)
+
+
+def _tiny_step():
+    """q4's training step: a small MLP's forward, backward and SGD step in one labelled range, with matrix
+    products large enough that an operator, not the loop's Python, does most of the work (run once here, so
+    that the optimizer's first-call set-up is not what the learner's profiler measures)."""
+    import torch
+    from torch.profiler import record_function
+
+    generator = torch.Generator().manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs = torch.randn(256, 512, generator=generator)
+
+    def step():
+        with record_function(STEP_LABEL):
+            model(inputs).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+    step()
+    return step
+
+
+@contextmanager
+def _quiet_native_stderr():
+    """Send file descriptor 2 to a discarded file for the block: the profiler's C++ engine (kineto) logs a
+    ``profiler_start``/``profiler_stop`` line there at each start and stop, which a notebook would show
+    (or not, as its capture thread catches it) under the verdict."""
+    import os
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _check_trace_and_top(profile_and_save) -> None:
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:  # removed afterwards, whatever happens
+        path = Path(folder) / "step.json"
+        try:
+            with _quiet_native_stderr():
+                returned = profile_and_save(_tiny_step(), str(path))
+        except AttributeError as error:
+            if "save" not in str(error):
+                raise
+            raise Incorrect(tr("export_chrome_trace ran before the profiler stopped (inside the `with` block, "
+                               "it has nothing to save yet): call it after the block.")) from None
+        if not (isinstance(returned, tuple) and len(returned) == 2):
+            raise Incorrect(tr("return two things, the profiler and the operator's name (`return prof, top`); "
+                               "yours returned {kind}.", kind=type(returned).__name__))
+        prof, top = returned
+        if not path.is_file():
+            raise Incorrect(tr("no trace file at the path you were given: pass `path` to "
+                               "prof.export_chrome_trace."))
+        try:
+            events = json.loads(path.read_text()).get("traceEvents", [])
+        except (ValueError, AttributeError):
+            raise Incorrect(tr("the file at `path` is not a Chrome trace (JSON with traceEvents): write it with "
+                               "prof.export_chrome_trace(path).")) from None
+    if not any(event.get("name") == STEP_LABEL for event in events):
+        raise Incorrect(tr("the trace holds no {label!r} range: profile the call of step() itself.",
+                           label=STEP_LABEL))
+    if not isinstance(prof, torch.profiler.profile):
+        raise Incorrect(tr("the first thing returned should be the profiler (the `prof` of `with profile(...) "
+                           "as prof:`); yours is {kind}.", kind=type(prof).__name__))
+    averages = list(prof.key_averages())
+    by_self = max(averages, key=lambda e: e.self_cpu_time_total).key
+    by_total = max(averages, key=lambda e: e.cpu_time_total).key
+    if not isinstance(top, str):
+        raise Incorrect(tr("top should be an operator's name, a string such as 'aten::mm'; you gave {kind}.",
+                           kind=type(top).__name__))
+    if top == by_total and top != by_self:
+        raise Incorrect(tr("{top!r} has the most CPU total, which counts the operators it called; the work "
+                           "itself is the self CPU time, where {want!r} comes first.", top=top, want=by_self))
+    if top != by_self:
+        raise Incorrect(tr("{top!r} is not the operator with the most self CPU time in your profiler's "
+                           "key_averages(): {want!r} is.", top=top, want=by_self))
+
+
+q4 = Exercise(
+    "5.2 q4: save a trace and name the top operator",
+    _check_trace_and_top,
+    usage="q4.check(profile_and_save)",
+    api=True,
+    checked=("checked: your trace file parsed with the step's range, and your top operator is the one with "
+             "the most self CPU time in your profiler."),
+    hints=["Profile one call of the step function you are given; once the profiler has stopped, write its trace to the path, then look "
+           "through its per-operator averages for the one whose own time (not counting the operators it "
+           "called) is largest.",
+           "profile(activities=[ProfilerActivity.CPU]) as a `with` block; the profiler's export_chrome_trace "
+           "and key_averages() methods after the block; each row of key_averages() has a name and times, and "
+           "Python's max() takes key= (PyTorch docs: 'PyTorch Profiler' recipe).",
+           "# profile the step, save the trace, then:\n"
+           "top = max(prof.key_averages(), key=lambda e: e.____).____\n"
+           "# and return both the profiler and top"],
+    solution_code=(
+        "def profile_and_save(step, path):\n"
+        "    with profile(activities=[ProfilerActivity.CPU]) as prof:\n"
+        "        step()\n"
+        "    prof.export_chrome_trace(path)\n"
+        "    top = max(prof.key_averages(), key=lambda e: e.self_cpu_time_total).key\n"
+        "    return prof, top\n\nq4.check(profile_and_save)"
+    ),
 )
