@@ -29,6 +29,7 @@ from effitrain_helpers.teach.exercises import solutions_enabled
 from effitrain_helpers.teach.grade import COLUMNS, NO_EXERCISES, Row
 from effitrain_helpers.teach.progress import progress_table
 from effitrain_helpers.teach.workbook import MANIFEST, NEW, NOT_OURS, UNCHANGED, Workbook
+from test_workbook import _lesson  # a tiny solved lesson (tests/ is on the path under pytest)
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 20  # seconds per notebook for the real runs: kernel start-up on a busy 2-core machine included
@@ -215,15 +216,6 @@ def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing
 
 
 # ---------------------------------------------------------------- workbook: the manifest, concurrent runs
-
-def _lesson(path: Path, note: str = "Read this first.") -> None:
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("from effitrain_helpers.teach.checks.start_here import q1"),
-        nbformat.v4.new_code_cell("# BEGIN SOLUTION\nmatrix_bytes = 4_000_000\n# END SOLUTION\nq1.check(matrix_bytes)"),
-        nbformat.v4.new_markdown_cell(note),
-    ])
-    nbformat.write(nb, path)
-
 
 @pytest.fixture
 def source(tmp_path):
