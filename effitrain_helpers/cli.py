@@ -615,7 +615,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _os_error(err: OSError) -> str:
-    """An ``OSError`` in one line: what failed on which path, and what to check."""
+    """An ``OSError`` in one line: what failed on which path, and what to check (a ``TimeoutError`` says its own)."""
+    if isinstance(err, TimeoutError) and str(err):
+        return str(err)
     what = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
     where = f" ({err.filename})" if err.filename else ""
     return (f"{what}{where}. Fix: check that the path exists, is the kind of file expected and can be read "

@@ -579,10 +579,27 @@ def restarted_run(checkpoints, out, crash_at: int, dropout: float = 0.1) -> None
         torch.save({**state, "attempt": attempt}, out)
 
 
+def _end_tree(pid: int) -> None:
+    """Kill the process ``pid`` and every process below it; the descendants are listed first, because torchrun's
+    ranks run in sessions of their own, which a kill of its process group does not reach."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        family = parent.children(recursive=True) + [parent]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(family, timeout=10)
+
+
 def _torchrun(checkpoints, out, crash_at: int, processes: int, timeout: float = 300.0) -> dict:
     """``torchrun --standalone --max-restarts 1 --nproc_per_node N -m effitrain_helpers.training.resume ...`` on
     the CPU; rank 0's saved final state."""
-    import signal
     import subprocess
     import sys
 
@@ -597,9 +614,10 @@ def _torchrun(checkpoints, out, crash_at: int, processes: int, timeout: float = 
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and the ranks it started
-        proc.communicate()
-        raise
+        _end_tree(proc.pid)  # torchrun and the ranks it started (each rank in a session of its own)
+        proc.communicate(timeout=30)
+        raise TimeoutError(f"torchrun did not finish within {timeout:.0f} s; it and its ranks were ended. "
+                           "Fix: run it again on a quieter machine, or give a larger timeout.") from None
     if not Path(out).is_file():
         raise RuntimeError(f"torchrun exited with {proc.returncode} and no result:\n{stderr[-2000:]}")
     return {**torch.load(out, weights_only=False), "log": stdout + stderr}
