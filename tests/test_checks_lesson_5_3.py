@@ -360,7 +360,8 @@ def test_cli_resume_with_dropout_is_bit_identical(tmp_path, capsys):
                  "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["max_difference"] == 0.0 and set(result["differences"].values()) == {0.0}
-    assert result["resumed_from"] == 3 and result["lost_steps"] == 2 and "rank 1" in result["crash"]
+    assert result["resumed_from"] == 3 and result["lost_steps"] == 2 and "on purpose after 5 steps" in result["crash"]
+    assert "memory" not in result["crash"], "the intended kill is not an out-of-memory death"
     assert resume.latest_checkpoint(keep / "crashed", report=None).name == "step_15"
     assert resume.latest_checkpoint(keep / "uninterrupted", report=None).name == "step_15"
 
@@ -431,14 +432,32 @@ def test_5_3_q5_rejects_what_is_not_a_function():
     assert result.status == "incorrect" and "save function itself" in result.message
 
 
+def test_the_intended_kill_is_reported_as_that_and_other_failures_as_they_were():
+    from effitrain_helpers.processes.launch import OOM_HINT, RankFailed
+
+    def dies(rank, exc_type, message):
+        def launch(*args, **kwargs):
+            raise RankFailed(rank, exc_type, message, "")
+        return launch
+
+    intended = resume._crash(dies(1, "ProcessExit", f"was killed by signal 9 (SIGKILL). {OOM_HINT}"), RankFailed,
+                             None, crash_at=5)
+    assert "on purpose after 5 steps" in intended and "memory" not in intended
+    other = resume._crash(dies(0, "ValueError", "bad batch"), RankFailed, None, crash_at=5)
+    assert other == "rank 0 raised ValueError: bad batch"
+    assert resume._crash(lambda *a, **k: None, RankFailed, None, crash_at=5) is None
+
+
 @pytest.mark.slow
 def test_a_torchrun_that_times_out_leaves_no_rank_behind():
     """torchrun's ranks run in sessions of their own: ending its process group alone left them running (and the
-    pipes open, so the caller waited forever). ``_end_tree`` ends the process and everything below it."""
+    pipes open, so the caller waited forever). ``end_tree`` ends the process and everything below it."""
     import subprocess
     import sys
 
     import psutil
+
+    from effitrain_helpers.processes.ending import end_tree
 
     grandchild = "import time; time.sleep(60)"
     child = ("import subprocess, sys, time; "
@@ -449,6 +468,6 @@ def test_a_torchrun_that_times_out_leaves_no_rank_behind():
         time.sleep(0.1)
     below = psutil.Process(proc.pid).children(recursive=True)
     assert below, "the child never started its own process"
-    resume._end_tree(proc.pid)
+    end_tree(proc.pid)
     proc.wait(timeout=10)
     assert not [p for p in below if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -143,6 +143,8 @@ def end_processes(run: str) -> int:
     started, a child in a session of its own included); returns how many were killed."""
     import psutil
 
+    from effitrain_helpers.processes.ending import kill_all
+
     found = []
     for proc in psutil.process_iter():
         try:
@@ -150,13 +152,7 @@ def end_processes(run: str) -> int:
                 found.append(proc)
         except (psutil.Error, OSError):  # gone meanwhile, another user's, a zombie
             continue
-    for proc in found:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(found, timeout=5)
-    return len(found)
+    return kill_all(found, timeout=5)
 
 
 def _run_notebook(nb, workdir: Path, env: dict, limit: float) -> None:

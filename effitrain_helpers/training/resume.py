@@ -357,10 +357,15 @@ def _check_empty(checkpoints) -> None:
 
 
 def _crash(launch, RankFailed, fn, *args, **kwargs) -> str | None:
-    """Launch the run meant to crash; the first line of its ``RankFailed`` (None if it did not crash)."""
+    """Launch the run meant to crash (``kwargs["crash_at"]``: when rank 1 kills itself); one line on how it
+    ended: the intended kill said as that (not with launch's out-of-memory hint for a rank that died by
+    SIGKILL), any other failure as the first line of its ``RankFailed``; None if it did not crash."""
     try:
         launch(fn, *args, **kwargs)
     except RankFailed as err:
+        if err.rank == 1 and err.exc_type == "ProcessExit":
+            return tr("rank 1 killed itself on purpose after {steps} steps, as the experiment intends; the other "
+                      "ranks were ended", steps=kwargs["crash_at"])
         return str(err).splitlines()[0]
     return None
 
@@ -579,42 +584,34 @@ def restarted_run(checkpoints, out, crash_at: int, dropout: float = 0.1) -> None
         torch.save({**state, "attempt": attempt}, out)
 
 
-def _end_tree(pid: int) -> None:
-    """Kill the process ``pid`` and every process below it; the descendants are listed first, because torchrun's
-    ranks run in sessions of their own, which a kill of its process group does not reach."""
-    import psutil
-
-    try:
-        parent = psutil.Process(pid)
-        family = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(family, timeout=10)
-
-
 def _torchrun(checkpoints, out, crash_at: int, processes: int, timeout: float = 300.0) -> dict:
     """``torchrun --standalone --max-restarts 1 --nproc_per_node N -m effitrain_helpers.training.resume ...`` on
-    the CPU; rank 0's saved final state."""
+    the CPU; rank 0's saved final state.
+
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: by default (torch 2.13, ``DynamicRendezvousHandler.next_rendezvous``)
+    every attempt's ranks reach the same TCPStore server, the agent's, kept from one rendezvous round to the next,
+    and ``init_process_group`` prefixes its keys with the group's name only (``default_pg``, ``0/cpu/``), not
+    the attempt: the restarted ranks can read the addresses the killed attempt's ranks left there and wait on
+    peers that no longer exist. With the variable set, each round's rank 0 starts a store of its own on a
+    fresh port (``RendezvousStoreInfo.build``), which holds nothing from an earlier attempt."""
     import subprocess
     import sys
 
     import torch
 
+    from effitrain_helpers.processes.ending import end_tree
+
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts", "1",
                "--nproc-per-node", str(processes), "-m", "effitrain_helpers.training.resume",
                str(checkpoints), str(out), str(crash_at)]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1",
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # a fresh store for each attempt (see above)
     proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _end_tree(proc.pid)  # torchrun and the ranks it started (each rank in a session of its own)
+        end_tree(proc.pid)  # torchrun and the ranks it started (each rank in a session of its own)
         proc.communicate(timeout=30)
         raise TimeoutError(f"torchrun did not finish within {timeout:.0f} s; it and its ranks were ended. "
                            "Fix: run it again on a quieter machine, or give a larger timeout.") from None
@@ -645,6 +642,10 @@ def restart_experiment(processes: int = 2, crash_at: int | None = None, dropout:
 
 
 if __name__ == "__main__":  # a rank under torchrun: checkpoints folder, result file, crash step
+    import faulthandler
+    import signal
     import sys
 
+    if hasattr(signal, "SIGUSR1"):  # a stuck rank tells where it waits: kill -USR1 <pid>
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     restarted_run(sys.argv[1], sys.argv[2], int(sys.argv[3]))

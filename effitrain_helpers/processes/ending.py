@@ -1,0 +1,35 @@
+"""Ending processes for good: a list of them, or one process and everything below it.
+
+The one home of "kill, then wait until they are gone", shared by the graders (a notebook's kernel and all it
+started) and the torchrun experiments (torchrun and its ranks, each in a session of its own, which a kill of
+torchrun's process group does not reach)."""
+
+from __future__ import annotations
+
+
+def kill_all(procs, timeout: float = 10.0) -> int:
+    """SIGKILL every ``psutil.Process`` in ``procs`` (those already gone are skipped) and wait up to ``timeout``
+    seconds until they are; returns how many were given."""
+    import psutil
+
+    procs = list(procs)
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=timeout)
+    return len(procs)
+
+
+def end_tree(pid: int, timeout: float = 10.0) -> None:
+    """Kill the process ``pid`` and every process below it, descendants listed first (while ``pid`` is alive,
+    so none is orphaned out of reach)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        family = parent.children(recursive=True) + [parent]
+    except psutil.NoSuchProcess:
+        return
+    kill_all(family, timeout=timeout)
