@@ -326,7 +326,7 @@ def _add_resume_parser(sub) -> None:
 
 def _nodes(args) -> int:
     """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
-    from effitrain_helpers.processes.nodes import namespace_refusal, run_nodes
+    from effitrain_helpers.training.nodes import namespace_refusal, run_nodes
 
     form = args.form or ("loopback" if namespace_refusal() else "namespaces")
     try:

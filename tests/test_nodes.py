@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from effitrain_helpers.processes import nodes
+from effitrain_helpers.training import nodes
 
 ROOT = os.geteuid() == 0 and nodes.namespace_refusal() is None
 
