@@ -324,6 +324,40 @@ def _add_resume_parser(sub) -> None:
     p.set_defaults(func=_resume)
 
 
+def _nodes(args) -> int:
+    """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
+    from effitrain_helpers.training.nodes import namespace_refusal, run_nodes
+
+    form = args.form or ("loopback" if namespace_refusal() else "namespaces")
+    try:
+        result = run_nodes(form, args.nproc_per_node, timeout=args.timeout)
+    except PermissionError as err:
+        print(f"effitrain nodes: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for rank in result["ranks"]:
+        print(tr("rank {rank}: node {node}, local rank {local}, address {address}, {samples:,} samples seen",
+                 rank=rank["rank"], node=rank["node"], local=rank["local_rank"], address=rank["address"],
+                 samples=rank["samples_seen"]))
+    print(tr("{form}: world size {n} on {nodes} nodes in {seconds:.1f} s; final weights identical on every rank: "
+             "{identical}", form=form, n=result["world_size"], nodes=len(result["nodes"]),
+             seconds=result["seconds"], identical=result["identical_weights"]))
+    return 0
+
+
+def _add_nodes_parser(sub) -> None:
+    p = sub.add_parser("nodes", help="chapter 5: two torchrun agents, one per node (network namespaces or loopback)")
+    p.add_argument("--form", choices=("namespaces", "loopback"), default=None,
+                   help="namespaces (root: two namespaces joined by a veth pair) or loopback (default: namespaces "
+                        "as root, else loopback)")
+    p.add_argument("--nproc-per-node", type=int, default=2, help="ranks per node (default 2: world size 4)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before both agents are ended (default 300)")
+    p.add_argument("--json", action="store_true", help="one JSON record: world_size, nodes, ranks, identical_weights")
+    p.set_defaults(func=_nodes)
+
+
 def _collectives(args) -> int:
     """Chapter 6, lesson 6.1: a ring, gloo's all_reduce and a parameter server, bytes and time per rank."""
     from effitrain_helpers.core.sizes import lesson_size
@@ -584,6 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_memory_parser(sub)
     _add_resume_parser(sub)
     _add_collectives_parser(sub)
+    _add_nodes_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)
     return parser

@@ -158,11 +158,12 @@ def train_accelerate(config: TrainConfig) -> dict:
     scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.epochs * len(train_loader))
     model, optimizer, train_loader, eval_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, eval_loader, scheduler)
-    history, start = [], time.perf_counter()
+    history, start, samples_seen = [], time.perf_counter(), 0
     for epoch in range(config.epochs):
         model.train()
         losses = []
         for batch in train_loader:
+            samples_seen += len(batch["labels"])
             loss = model(**batch).loss
             accelerator.backward(loss)
             optimizer.step()
@@ -179,7 +180,25 @@ def train_accelerate(config: TrainConfig) -> dict:
             tokenizer.save_pretrained(config.output_dir)
     return {"history": history, "seconds": seconds, "world_size": accelerator.num_processes,
             "rank": accelerator.process_index, "samples_per_second": config.epochs * len(data["train"]) / seconds,
-            "fingerprint": weights_fingerprint(accelerator.unwrap_model(model))}
+            "samples_seen": samples_seen, "fingerprint": weights_fingerprint(accelerator.unwrap_model(model))}
+
+
+def where_this_rank_runs() -> dict:
+    """This rank's place as torchrun set it (``GROUP_RANK``: its node, ``LOCAL_RANK``) and the address it
+    reaches the rendezvous host from: the source address the kernel picks to reach ``MASTER_ADDR`` (a UDP
+    ``connect`` sends no packet), so two nodes on two interfaces show two addresses."""
+    import os
+    import socket
+
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((master, 9))
+            address = probe.getsockname()[0]
+        except OSError:
+            address = None
+    return {"node": int(os.environ.get("GROUP_RANK", 0)), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+            "master_addr": master, "address": address}
 
 
 def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int = 64, drop_repeats: bool = True) -> dict:
@@ -222,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = train_accelerate(config)
-        fingerprints = gather_object([result["fingerprint"]])
+        ranks = gather_object([{"rank": result["rank"], **where_this_rank_runs(),
+                                "samples_seen": result["samples_seen"], "fingerprint": result["fingerprint"]}])
+        fingerprints = [rank["fingerprint"] for rank in ranks]
     except (ValueError, OSError) as err:  # bad data or model files: said before any step runs
         print(f"effitrain train: error: {err}", file=sys.stderr)
         return 2
@@ -232,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.distributed.destroy_process_group()
     if result["rank"] == 0:
         summary = {"world_size": result["world_size"], "history": result["history"],
-                   "samples_per_second": result["samples_per_second"], "fingerprints": fingerprints,
+                   "samples_per_second": result["samples_per_second"], "fingerprints": fingerprints, "ranks": ranks,
                    "identical_weights": len(set(fingerprints)) == 1}
         if args.json:
             print(json.dumps(summary))

@@ -1,0 +1,94 @@
+"""effitrain nodes: the course's training script across two torchrun agents (issue 30)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from effitrain_helpers.training import nodes
+
+ROOT = os.geteuid() == 0 and nodes.namespace_refusal() is None
+
+
+def test_without_rights_namespaces_are_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(PermissionError, match=r"need root \(CAP_NET_ADMIN\).*user 1000.*--form loopback"):
+        nodes.run_nodes("namespaces")
+
+
+def test_a_failing_ip_command_names_itself(monkeypatch):
+    failed = subprocess.CompletedProcess([], 2, "", "Operation not permitted")
+    monkeypatch.setattr(nodes.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(PermissionError, match=r"`ip netns add x` failed: Operation not permitted"):
+        nodes._ip("netns", "add", "x")
+
+
+def test_an_unknown_form_is_refused():
+    with pytest.raises(ValueError, match=r"'wifi' is not one of namespaces, loopback"):
+        nodes.run_nodes("wifi")
+
+
+def test_each_agent_joins_the_first_nodes_rendezvous():
+    node = {"namespace": "effitrain-node1-ab", "interface": "etveth1", "address": "169.254.77.2"}
+    command = nodes.agent_command(node, 1, "169.254.77.1:29400", "ab", 2, [])
+    assert command[:4] == ["ip", "netns", "exec", "effitrain-node1-ab"]
+    text = " ".join(command)
+    for part in ("--nnodes 2", "--node-rank 1", "--rdzv-backend c10d", "--rdzv-endpoint 169.254.77.1:29400",
+                 "is_host=false", "-m effitrain_helpers.training.train --json"):
+        assert part in text
+
+
+def _check_run(result: dict) -> None:
+    assert result["world_size"] == 4
+    assert [r["node"] for r in result["ranks"]] == [0, 0, 1, 1]
+    assert [r["local_rank"] for r in result["ranks"]] == [0, 1, 0, 1]
+    assert sum(r["samples_seen"] for r in result["ranks"]) == 64  # each sample of TRAIN_ARGS once
+    assert result["identical_weights"] and len({r["fingerprint"] for r in result["ranks"]}) == 1
+
+
+@pytest.mark.slow
+def test_loopback_two_nodes_world_size_four():
+    result = nodes.run_nodes("loopback")
+    _check_run(result)
+    assert {r["address"] for r in result["ranks"]} == {"127.0.0.1"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ROOT, reason="network namespaces need root and iproute2")
+def test_two_namespaces_reach_each_other_over_the_veth_only():
+    result = nodes.run_nodes("namespaces")
+    _check_run(result)
+    assert [r["address"] for r in result["ranks"]] == ["169.254.77.1"] * 2 + ["169.254.77.2"] * 2
+    assert {r["master_addr"] for r in result["ranks"]} == {"169.254.77.1"}
+    assert nodes.our_namespaces() == []
+
+
+@pytest.mark.slow
+def test_killed_mid_run_leaves_no_namespace_and_no_process():
+    import psutil
+
+    form = "namespaces" if ROOT else "loopback"
+    before = set(nodes.our_namespaces())
+    proc = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "nodes", "--form", form],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    family: list[psutil.Process] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:  # until both agents have started ranks
+        family = psutil.Process(proc.pid).children(recursive=True)
+        if sum("effitrain_helpers.training.train" in " ".join(p.cmdline()) for p in family
+               if p.is_running()) >= 4:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    made = set(nodes.our_namespaces()) - before
+    assert len(made) == (2 if ROOT else 0)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert set(nodes.our_namespaces()) & made == set()
+    alive = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
