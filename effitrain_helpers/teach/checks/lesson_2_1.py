@@ -174,7 +174,9 @@ q3 = Exercise(
     hints=["Always answering 1 is right on every row labelled 1: accuracy = share of 1s, and so is the precision.",
            "It finds every paraphrase, so recall = 1; F1 is the harmonic mean of precision and recall "
            "(scikit-learn docs, 'f1_score', writes the formula).",
-           "positive = float((labels == ____).float().____()), then always_yes = (____, ____)"],
+           "labels is a tensor: its share of 1s is one comparison and one reduction (torch docs, "
+           "'Reductions'); put that precision and the recall into F1's formula yourself: "
+           "always_yes = (____, ____)"],
     solution_code=(
         "labels = data[\"validation\"][:][\"labels\"]\npositive = float((labels == 1).float().mean())\n"
         "always_yes = (positive, 2 * positive * 1.0 / (positive + 1.0))\nq3.check(always_yes, labels)"

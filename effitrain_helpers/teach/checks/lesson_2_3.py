@@ -164,8 +164,9 @@ q3 = Exercise(
     _check_ring_bytes,
     usage='q3.check(mib_sent, scaling_n["gradient_mib"])',
     hints=["A ring all-reduce has two phases, reduce-scatter then all-gather; the gradient is cut into N chunks.",
-           "In each phase a process sends N-1 chunks of 1/N of the gradient (the factor 2 (N-1)/N is explained "
-           "in nccl-tests' doc/PERFORMANCE.md, 'bus bandwidth').",
-           "mib_sent = ____ * (____ - 1) / ____ * scaling_n[\"gradient_mib\"], with N the number of processes here."],
+           "In each phase a process sends all the chunks but one, each 1/N of the gradient (nccl-tests' "
+           "doc/PERFORMANCE.md, 'bus bandwidth', derives the total).",
+           "mib_sent = (MiB sent in the first phase) + (MiB sent in the second), each written with N and "
+           "scaling_n[\"gradient_mib\"]; N is how many processes the run above had (its output says)."],
     solution_code='mib_sent = 2 * (4 - 1) / 4 * scaling_n["gradient_mib"]\nq3.check(mib_sent, scaling_n["gradient_mib"])',
 )
