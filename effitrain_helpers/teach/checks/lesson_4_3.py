@@ -140,8 +140,8 @@ q1 = Exercise(
     usage="q1.check(adamw8bit_bytes)",
     hints=["Two cases: a small tensor keeps two float32 states; a large one keeps two uint8 states and, for each "
            "of them, one float32 absmax per block of 256 values (the last block may be partial).",
-           "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size (4096) decides the dtype, "
-           "and blocks = n // 256 + bool(n % 256); math.ceil does the same.",
+           "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size decides the dtype (its "
+           "default is in the signature of bitsandbytes.optim.AdamW8bit), and a partial last block counts as one.",
            "    if n < ____:\n"
            "        return ____ * n\n"
            "    return ____ * n + ____ * math.ceil(____)"],
@@ -155,7 +155,8 @@ q2 = Exercise(
     hints=["The rule counts a tensor's values, not the length of one side: compare each shape's number of values "
            "with min_8bit_size.",
            "A shape's number of values is the product of its sides (Python's math module has a function for it); "
-           "the rule in Optimizer2State.init_state is p.numel() < min_8bit_size (4096), so 4096 itself is 8-bit.",
+           "Optimizer2State.init_state compares p.numel() with min_8bit_size: read on which side a tensor of "
+           "exactly min_8bit_size values falls.",
            "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if ____}"],
     solution_code=("print(Q2_SHAPES)\n"
                    "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if math.prod(shape) < 4096}\n"
