@@ -310,7 +310,7 @@ def _remove_stale_folders() -> None:
 
 
 @contextmanager
-def _sigterm_ends_the_launch():
+def sigterm_ends_the_launch():
     """While workers run, SIGTERM to this process raises ``SystemExit``, so they are ended and the folder
     removed before the process exits (the default action would exit at once, leaving both behind).
 
@@ -357,7 +357,7 @@ def launch(
     threads = threads_per_process or max(1, usable_cores() // n)
     port = free_port()
     _remove_stale_folders()
-    with _sigterm_ends_the_launch(), tempfile.TemporaryDirectory(prefix=protocol.folder_prefix(os.getpid())) as tmp:
+    with sigterm_ends_the_launch(), tempfile.TemporaryDirectory(prefix=protocol.folder_prefix(os.getpid())) as tmp:
         folder = Path(tmp)
         (folder / protocol.PAYLOAD).write_bytes(_pickled(fn, args, kwargs))
         procs: list[subprocess.Popen] = []

@@ -124,8 +124,8 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
     """Train across two nodes of ``form`` (see the module), ``nproc`` ranks each; rank 0's summary with the
     nodes' settings. ``on_start(nodes)`` is called once the agents run (a test uses it to kill the run)."""
     from effitrain_helpers.core.validate import positive_int
-    from effitrain_helpers.processes.launch import _sigterm_ends_the_launch
-    from effitrain_helpers.training.resume import _end_tree
+    from effitrain_helpers.processes.launch import sigterm_ends_the_launch
+    from effitrain_helpers.processes.ending import end_tree
 
     if form not in FORMS:
         raise ValueError(tr("--form {form!r} is not one of {forms}. Fix: pass namespaces (as root) or loopback.",
@@ -137,7 +137,7 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
     made: list[str] = []
     agents: list[subprocess.Popen] = []
     start = time.perf_counter()
-    with _sigterm_ends_the_launch():
+    with sigterm_ends_the_launch():
         try:
             if form == "namespaces":
                 nodes = make_namespaces(run_id, made)
@@ -154,7 +154,7 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
                                   "--timeout.", seconds=timeout)) from None
         finally:
             for agent in agents:
-                _end_tree(agent.pid)
+                end_tree(agent.pid)
             delete_namespaces(made)
     summary = _summary(outputs[0][0])
     if summary is None or any(agent.returncode != 0 for agent in agents):
