@@ -52,6 +52,9 @@ def _one_world(n: int) -> dict:
         {"target": f"N={n}: ZeRO-2 sends an all-reduce's bytes (within 1%)",
          "ok": abs(sent / all_reduce_sent - 1) <= SAME_BYTES_AS_ALL_REDUCE_TOL},
         {"target": f"N={n}: ZeRO-3 parameter peak <= 1/N + largest unit", "ok": peak <= shards + largest_unit},
+        {"target": f"N={n}: ZeRO-1 broadcasts, counted, = the model's bytes (theory: every weight once)",
+         "ok": all(ranks[0]["results"][k]["communication"].get("broadcast") == 4 * sum(ranks[0]["tensor_values"])
+                   for k in ("ZeRO-1 by hand", "ZeroRedundancyOptimizer"))},
         {"target": f"N={n}: ZeRO-1 trains AdamW's weights", "ok": gaps["ZeRO-1 by hand"] <= ZERO1_WEIGHTS_MAX_DIFF},
         {"target": f"N={n}: ZeRO-2, ZeRO-3, fully_shard within 1e-4 of AdamW's weights",
          "ok": all(gaps[k] <= REDUCE_SCATTER_WEIGHTS_MAX_DIFF

@@ -187,3 +187,5 @@ def test_zero_stages_by_hand_hold_their_share_and_train_adamws_weights():
         assert got["ZeRO-3 by hand"]["bytes"]["parameters"] <= shards + max(units) + 4
     comm = ranks[0]["results"]["ZeRO-2 by hand"]["communication"]
     assert comm["reduce_scatter_single"] == comm["all_gather_single"] >= 4 * sum(ranks[0]["tensor_values"])
+    for stage in ("ZeRO-1 by hand", "ZeroRedundancyOptimizer"):  # every weight broadcast once, counted
+        assert ranks[0]["results"][stage]["communication"]["broadcast"] == 4 * sum(ranks[0]["tensor_values"])

@@ -18,7 +18,7 @@ each a few lines of ``torch.distributed`` (they run inside every rank of a group
   (what the notebook's table, ``benchmarks/zero_bench.py`` and the tests use).
 
 Payloads are counted by :class:`~effitrain_helpers.measure.communication.CommunicationCounter` (all-reduce,
-all-gather, reduce-scatter); it does not watch ``broadcast``, so ZeRO-1's broadcasts are given from theory.
+all-gather, reduce-scatter and broadcast), so ZeRO-1's broadcasts are measured too.
 """
 
 from __future__ import annotations
