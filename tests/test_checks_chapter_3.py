@@ -231,3 +231,49 @@ def test_3_3_q3_a_forward_pass_in_the_hardwares_16_bit_type():
     assert ("GradScaler" if device == "cpu" and other == torch.float16 else "this hardware") in wrong_type
     assert "float32 weights" in l33.q3.evaluate(converted_model).message
     assert l33.q3.evaluate(argmax).status == "incorrect"
+
+
+def _fp16_step(backward="scaled", step="scaler", update=True, autocast=True, zero=True):
+    """A learner's ``fp16_step``, right by default; each argument turns one part into a usual mistake."""
+
+    def fp16_step(model, optimizer, scaler, x):
+        with torch.autocast(device_type=x.device.type, dtype=torch.float16, enabled=autocast):
+            loss = model(x).sum()
+        (scaler.scale(loss) if backward == "scaled" else loss).backward()
+        scaler.step(optimizer) if step == "scaler" else optimizer.step()
+        if update:
+            scaler.update()
+        if zero:
+            optimizer.zero_grad()
+
+    return fp16_step
+
+
+def test_3_3_q4_a_float16_step_with_loss_scaling():
+    right = l33.q4.evaluate(_fp16_step())
+    assert right.status == "correct", right.message
+    assert "scale halved" in right.message
+
+
+def test_3_3_q4_names_an_unscaled_backward():
+    assert "unscaled loss" in l33.q4.evaluate(_fp16_step(backward="plain")).message
+
+
+def test_3_3_q4_names_optimizer_step_instead_of_the_scalers():
+    assert "not optimizer.step()" in l33.q4.evaluate(_fp16_step(step="optimizer")).message
+    assert "inf batch reached the weights" in l33.q4.evaluate(_fp16_step(step="optimizer", update=False)).message
+
+
+def test_3_3_q4_names_a_forgotten_update():
+    assert "call scaler.update()" in l33.q4.evaluate(_fp16_step(update=False)).message
+
+
+def test_3_3_q4_names_float16_without_a_scaler():
+    assert "never used the scaler" in l33.q4.evaluate(_fp16_step(backward="plain", step="optimizer",
+                                                                  update=False)).message
+
+
+def test_3_3_q4_names_other_mistakes():
+    assert "torch.autocast" in l33.q4.evaluate(_fp16_step(autocast=False)).message
+    assert "zero the gradients" in l33.q4.evaluate(_fp16_step(zero=False)).message
+    assert "function itself" in l33.q4.evaluate(3).message

@@ -98,7 +98,8 @@ q1 = Exercise(
            "The figure above shows bfloat16's m.",
            "PyTorch describes each floating-point type with an object (PyTorch docs, 'Type Info'); one of its "
            "attributes is exactly this gap.",
-           "bf16_gap = torch.____(____).____"],
+           "Print that object for torch.float32 and find, among its attributes, the value of the float32 row "
+           "of the table above; then ask the same of the type the question names."],
     solution_code="bf16_gap = torch.finfo(torch.bfloat16).eps\nq1.check(bf16_gap)",
 )
 q2 = Exercise(
@@ -134,4 +135,108 @@ q3 = Exercise(
                    "    dtype = torch.bfloat16 if LOW == \"bf16\" else torch.float16\n"
                    "    with torch.autocast(device_type=DEVICE, dtype=dtype):\n"
                    "        return model(**batch).logits\n\nq3.check(low_precision_logits)"),
+)
+
+
+INIT_SCALE = 2.0**10  # the checker's initial loss scale (2**16, GradScaler's default, overflows x = 1 here)
+
+
+def _scaled_run(step, device: str, batches: list) -> dict:
+    """Run ``step(model, optimizer, scaler, x)`` once per batch on a fresh 4-to-1 layer with a float16 scaler
+    (initial scale ``INIT_SCALE``) and record what happened: the methods of the scaler it called, the dtype the layer
+    computed in, the weight change of each step, the scale after each step, and an error, if one was raised."""
+    import torch
+
+    from effitrain_helpers.teach.exercises import Spy
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = Spy(torch.amp.GradScaler(device, init_scale=INIT_SCALE), ("scale", "step", "update"))
+    dtypes, changes, scales, error = [], [], [], None
+    model.register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
+    for x in batches:
+        before = model.weight.detach().clone()
+        try:
+            step(model, optimizer, scaler, x)
+        except (AssertionError, RuntimeError) as exc:  # GradScaler's own complaints about the call order
+            error = str(exc)
+            break
+        changes.append((model.weight.detach() - before).abs().max().item())
+        scales.append(scaler.get_scale())
+    return {"calls": set(scaler.calls), "dtypes": dtypes, "changes": changes, "scales": scales, "error": error,
+            "finite": bool(torch.isfinite(model.weight).all())}
+
+
+def _reference_fp16_step(model, optimizer, scaler, x) -> None:
+    """One float16 step with loss scaling, the way the lesson teaches it (the checker's reference)."""
+    import torch
+
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+
+
+def _check_fp16_step(fn) -> None:
+    import math
+
+    import torch
+
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ones, bad = torch.ones(2, 4, device=device), torch.full((2, 4), float("inf"), device=device)
+    batches = [ones, bad, ones]
+    want, got = _scaled_run(_reference_fp16_step, device, batches), _scaled_run(fn, device, batches)
+    if got["error"] and "No inf checks" in got["error"]:
+        raise Incorrect(tr("scaler.update() found no step to judge: call scaler.step(optimizer), not "
+                           "optimizer.step(), so the scaler unscales the gradients and skips a step with inf."))
+    if got["dtypes"] and got["dtypes"][0] != torch.float16:
+        raise Incorrect(tr("the layer computed in {dtype}: run the forward pass and the loss inside "
+                           "torch.autocast(device_type=x.device.type, dtype=torch.float16).",
+                           dtype=got["dtypes"][0]))
+    if "scale" not in got["calls"] and "step" not in got["calls"]:
+        raise Incorrect(tr("your step never used the scaler: float16 without loss scaling lets small gradients "
+                           "become 0 and an inf gradient reach the weights (here they are {state}).",
+                           state=tr("finite") if got["finite"] else tr("inf or nan")))
+    if "scale" not in got["calls"]:
+        raise Incorrect(tr("loss.backward() ran on the unscaled loss: the scaler has no scale to undo and small "
+                           "gradients can become 0 in float16; call backward on scaler.scale(loss)."))
+    if got["error"] and "already been called since the last update" in got["error"]:
+        raise Incorrect(tr("the second scaler.step(optimizer) refused to run: call scaler.update() after each "
+                           "step, so the scale adapts (a skipped step halves it)."))
+    if not got["finite"]:
+        raise Incorrect(tr("the inf batch reached the weights: optimizer.step() ran on the scaled gradients; "
+                           "let scaler.step(optimizer) unscale them and skip that step."))
+    for number, (g, w) in enumerate(zip(got["changes"], want["changes"]), start=1):
+        if not math.isclose(g, w, rel_tol=1e-3, abs_tol=1e-9):
+            raise Incorrect(tr("at step {number} the weights moved differently from a scaled step's: zero the "
+                               "gradients after each step and step once per batch.", number=number))
+
+
+q4 = Exercise(
+    "3.3 q4: a float16 step with loss scaling",
+    _check_fp16_step,
+    usage="q4.check(fp16_step)",
+    api=True,
+    checked=("checked: float16 forward, scaled backward, a batch of inf skipped (weights unchanged) and the "
+             "scale halved, other steps equal to a reference scaled step."),
+    hints=["Multiply the loss by the scale before backward, let the scaler take the optimizer's step (it "
+           "unscales and skips a step whose gradients hold inf or nan), then let it adjust the scale.",
+           "torch.amp.GradScaler has one method for each of those three jobs (PyTorch docs, 'Automatic Mixed "
+           "Precision package', 'Gradient Scaling'); the loss-scaling cell of this lesson calls them.",
+           "with torch.autocast(device_type=____, dtype=____):\n"
+           "    loss = ____\n"
+           "____(loss).backward()\n"
+           "# then the scaler's step and its scale update, and zero the gradients"],
+    solution_code=("def fp16_step(model, optimizer, scaler, x):\n"
+                   "    with torch.autocast(device_type=x.device.type, dtype=torch.float16):\n"
+                   "        loss = model(x).sum()\n"
+                   "    scaler.scale(loss).backward()\n"
+                   "    scaler.step(optimizer)\n"
+                   "    scaler.update()\n"
+                   "    optimizer.zero_grad()\n\nq4.check(fp16_step)"),
 )
