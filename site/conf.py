@@ -46,12 +46,14 @@ nb_execution_timeout = 1800
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
+nb_ipywidgets_js = {}  # a widget shows its saved text; its JavaScript would come from a CDN
 
 # What each page's footer says about where and when it was executed (the lesson's own time is in the
 # execution table, `execution.html`).
-HARDWARE = (f"{platform.machine()}, {psutil.cpu_count()} CPU cores, "
-            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, {platform.system()}")
-EXECUTED_ON = msg("Executed on {hardware}, {when}, in {seconds:.1f} s ({method}).")
+HARDWARE = {"machine": platform.machine(), "cores": psutil.cpu_count(), "system": platform.system(),
+            "ram": psutil.virtual_memory().total / 2**30}
+EXECUTED_ON = msg("Executed on {machine}, {cores} CPU cores, {ram:.0f} GiB RAM, {system}, on {when}, "
+                  "in {seconds:.1f} s.")
 html_context = {
     "effitrain_lang": LANG,
     "effitrain_other": "pt-BR" if LANG == "en" else "en",
@@ -69,8 +71,8 @@ def _executed_on(app, pagename, templatename, context, doctree):
     if not data:
         return
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(data["mtime"]))
-    context["effitrain_executed"] = tr(EXECUTED_ON, lang=LANG, hardware=HARDWARE, when=when,
-                                       seconds=data["runtime"] or 0.0, method=data["method"])
+    context["effitrain_executed"] = tr(EXECUTED_ON, lang=LANG, when=when, seconds=data["runtime"] or 0.0,
+                                       **HARDWARE)
 
 
 def setup(app):
