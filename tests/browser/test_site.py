@@ -9,7 +9,6 @@ import http.server
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 from lab_page import REPO
