@@ -57,6 +57,7 @@ EXECUTED_ON = msg("Executed on {machine}, {cores} CPU cores, {ram:.0f} GiB RAM, 
 html_context = {
     "effitrain_lang": LANG,
     "effitrain_other": "pt-BR" if LANG == "en" else "en",
+    "default_mode": "light",  # pydata-sphinx-theme reads it here; empty, every page logs a console error
 }
 
 
