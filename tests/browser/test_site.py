@@ -59,6 +59,7 @@ def _assert_figure_and_table(page) -> None:
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.exhaustive  # builds two lessons twice: about 3 min on 2 cores (README, The workbook as a site)
 def test_site_pages_switch_and_search_stay_on_the_machine(site_page, site_url):
     page = site_page
     page.goto(f"{site_url}/index.html")
