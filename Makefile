@@ -20,7 +20,7 @@ WORKBOOK ?= $(or $(EFFITRAIN_WORKBOOK),my-workbook)
 # user's own overrides.json stays theirs.
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/effitrain.json
 
-.PHONY: env lab lab-instructor test test-fast test-all test-browser bench notebooks editions clean
+.PHONY: env lab lab-instructor test test-fast test-all test-browser bench notebooks editions clean site
 
 env: $(STAMP) $(LAB_OVERRIDES)
 
@@ -94,3 +94,12 @@ editions: env
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
+
+# The workbook as a static site (README, "The workbook as a site"): every lesson executed, both languages, into
+# build/site/ (index.html at its root). A release step: CI builds only the part the browser test opens.
+# A second `make site` re-executes only the lessons whose code changed (jupyter-cache, build/site-cache/).
+site: env
+	$(BIN)/pip install -q -e ".[site]"
+	@start=$$(date +%s); \
+	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python tools/site.py; status=$$?; \
+	echo "site took $$(( $$(date +%s) - start )) s"; exit $$status

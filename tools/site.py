@@ -1,0 +1,148 @@
+"""Build the workbook as a static site (``make site``; README, "The workbook as a site").
+
+Each language gets its own Sphinx tree: ``build/site/`` (English) and ``build/site/pt-BR/``. The pages are the
+student editions (``teach/editions.py``) with every solution executed and folded away: an exercise cell shows
+its starter code, and right after it the solution, executed, its code folded in a ``<details>`` (MyST-NB's
+``hide-input`` tag). The instructor notes are left out, as in the student edition. The start page is each
+tree's home; its hidden toctree lists the lessons in the syllabus order of ``teach/lessons.py``.
+
+MyST-NB executes the pages through jupyter-cache (``build/site-cache/<lang>``, keyed by each notebook's code),
+so a second build re-executes only the lessons whose code changed.
+
+    python tools/site.py                  # every lesson, both languages (the release build)
+    python tools/site.py --part           # the start page and lesson 1.1 in both languages (what CI builds)
+    python tools/site.py --lessons 1.1 2.2 --out build/site
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from effitrain_helpers.teach import editions, lessons  # noqa: E402
+
+LANGS = ("en", "pt-BR")
+PART = ("1.1",)  # the representative part CI builds: lesson 1.1 has a figure and tables
+START = "00_start_here.ipynb"
+CONF = ROOT / "site"
+EXECUTION_TITLE = lessons.msg("When and how long each page was executed")
+
+
+def lesson_files(numbers: list[str] | None = None) -> list[str]:
+    """The notebook names of the lessons ``numbers`` (all when None) that exist, in the syllabus order."""
+    table = lessons.lesson_table()
+    unknown = set(numbers or ()) - {lesson.number for lesson in table}
+    if unknown:
+        raise SystemExit(f"--lessons {' '.join(sorted(unknown))}: no such lesson; allowed: "
+                         f"{', '.join(lesson.number for lesson in table)}. Fix: pass lesson numbers such as 1.1.")
+    return [lesson.notebook for lesson in table
+            if lesson.notebook and (numbers is None or lesson.number in numbers)]
+
+
+def site_notebook(nb, name: str):
+    """``nb`` (a solved notebook) as the site shows it: the student edition's cells, each exercise followed by
+    its solution, executed and folded (``hide-input``); instructor notes dropped."""
+    import nbformat
+
+    marked = dict(editions.exercise_cells(nb, name))
+    student = editions.make_edition(nb, name, "student", solutions=True)
+    out = copy.deepcopy(nb)
+    cells = [student.cells[0]]  # the student edition's banner
+    blank_import = any(editions.BLANK_IMPORT in c.source for c in student.cells if c.cell_type == "code")
+    for i, cell in enumerate(out.cells):
+        if editions._is_instructor_only(cell):
+            continue
+        if i in marked:
+            starter = editions._replace(cell.source, marked[i], keep_solution=False)
+            if blank_import:  # the starter's ____ is defined, as in the student edition
+                starter = starter.replace(editions.BLANK_IMPORT + "\n", "")
+            cells.append(nbformat.v4.new_markdown_cell("```python\n" + starter + "\n```"))
+            tags = cell.metadata.setdefault("tags", [])
+            tags.append("hide-input")
+        cells.append(cell)
+    out.cells = cells
+    out.metadata.pop("widgets", None)
+    return out
+
+
+def toctree(files: list[str], lang: str) -> str:
+    """The hidden toctrees of the start page: one per chapter, its lessons in the syllabus order, then the
+    execution table."""
+    by_name = {lesson.notebook: lesson for lesson in lessons.lesson_table() if lesson.notebook}
+    chapters: dict[int, list[str]] = {}
+    for name in files:
+        chapters.setdefault(by_name[name].chapter, []).append(Path(name).stem)
+    blocks = [(f"{n}. {lessons.tr(lessons.CHAPTERS[n], lang=lang)}", stems) for n, stems in chapters.items()]
+    blocks.append((lessons.tr(EXECUTION_TITLE, lang=lang), ["execution"]))
+    return "\n\n".join(f"```{{toctree}}\n:hidden:\n:caption: {caption}\n\n" + "\n".join(stems) + "\n```"
+                       for caption, stems in blocks)
+
+
+def prepare(src: Path, files: list[str], lang: str) -> None:
+    """Write the Sphinx source tree of language ``lang``: ``index.ipynb`` (the start page), the lessons and
+    the execution table page. Files that did not change keep their time stamp (Sphinx rereads only those)."""
+    import nbformat
+
+    notebooks = editions.source_notebooks(None, lang)
+    src.mkdir(parents=True, exist_ok=True)
+    wanted = {"index.ipynb", "execution.md"} | set(files)
+    for old in src.iterdir():
+        if old.name not in wanted and old.suffix in (".ipynb", ".md"):
+            old.unlink()
+    pages = {name: site_notebook(notebooks[name], name) for name in files}
+    home = site_notebook(notebooks[START], START)
+    home.cells.append(nbformat.v4.new_markdown_cell(toctree(files, lang)))
+    pages["index.ipynb"] = home
+    for name, nb in pages.items():
+        _write_if_changed(src / name, nbformat.writes(nb))
+    heading = lessons.tr(EXECUTION_TITLE, lang=lang)
+    _write_if_changed(src / "execution.md", f"# {heading}\n\n```{{nb-exec-table}}\n```\n")
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def build(out: Path, numbers: list[str] | None, langs=LANGS, jobs: str = "1") -> None:
+    """Build the site of the lessons ``numbers`` (all when None) into ``out`` (English at its root, every
+    other language in ``out/<lang>/``)."""
+    files = lesson_files(numbers)
+    work = ROOT / "build" / "site-src"
+    for lang in langs:
+        src = work / lang
+        prepare(src, files, lang)
+        html = out if lang == "en" else out / lang
+        cache = ROOT / "build" / "site-cache" / lang
+        command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-c", str(CONF),
+                   "-D", f"language={lang.replace('-', '_')}", "-D", f"nb_execution_cache_path={cache}",
+                   str(src), str(html), "-d", str(work / f"{lang}.doctrees")]
+        subprocess.run(command, check=True, cwd=src, env={**os.environ, "EFFITRAIN_SITE_LANG": lang})
+    (out / "site.json").write_text(json.dumps({"langs": list(langs), "lessons": files}, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "build" / "site"), help="the site's folder (default build/site)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--part", action="store_true", help="only the start page and lesson 1.1 (what CI builds)")
+    which.add_argument("--lessons", nargs="+", metavar="N.N", help="only these lessons (and the start page)")
+    args = parser.parse_args(argv)
+    numbers = list(PART) if args.part else args.lessons
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"--out {str(out)!r} is a file, not a folder. Fix: pass a folder path.")
+    build(out, numbers)
+    print(f"site built: {out / 'index.html'}")
+
+
+if __name__ == "__main__":
+    main()
