@@ -12,10 +12,18 @@ The language is ``SETTINGS.lang`` (``EFFITRAIN_LANG``, ``en`` by default; a tran
 first code cell), read at each call, or the ``lang`` argument. A message with no translation is shown in
 English: a missing translation never breaks a check. Used by ``teach.exercises`` (verdicts, hints, solutions),
 the lessons' checkers, ``teach.progress`` and ``teach.editions``.
+
+Numbers are written the language's way: a numeric field of ``tr`` (``{n:,}``, ``{x:.3f}``, ``{p:.1%}``) is
+formatted by Python's format spec, then its separators are those of the language's locale (Babel's CLDR data):
+in pt-BR ``28.996``, ``0,016``, ``12,5%``; English stays exactly ``str.format``. Code that shows a number outside
+a message (a table cell) calls :func:`number`. So a number a learner reads goes into ``tr`` as a field with a
+format spec, never pre-formatted into an f-string.
 """
 
 from __future__ import annotations
 
+import numbers
+import string
 from functools import lru_cache
 from pathlib import Path
 
@@ -74,13 +82,63 @@ def msg(text: str) -> str:
     return text
 
 
+@lru_cache(maxsize=None)
+def separators(lang: str) -> tuple[str, str]:
+    """``(decimal, group)`` separators of ``lang`` from Babel's locale data (``("," , ".")`` for pt-BR);
+    English's ``(".", ",")`` for a language Babel does not know."""
+    if lang == "en":
+        return ".", ","
+    from babel import Locale, UnknownLocaleError
+    from babel.numbers import get_decimal_symbol, get_group_symbol
+
+    try:
+        locale = Locale.parse(lang, sep="-" if "-" in lang else "_")
+    except (ValueError, UnknownLocaleError):
+        return ".", ","
+    return get_decimal_symbol(locale), get_group_symbol(locale)
+
+
+def _is_number(value) -> bool:
+    """A real number to write the language's way (a bool is a word, not a number)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def number(value, spec: str = "", lang: str | None = None) -> str:
+    """``format(value, spec)`` with ``lang``'s (default: ``SETTINGS.lang``) decimal and group separators:
+    ``number(28996, ",", "pt-BR") == "28.996"``, ``number(0.0164, ".3f", "pt-BR") == "0,016"``. A value that is
+    not a number is formatted as it is. The one home of the workbook's number formatting (``tr`` uses it)."""
+    text = format(value, spec)
+    if not _is_number(value):
+        return text
+    decimal, group = separators(lang or SETTINGS.lang)
+    if (decimal, group) == (".", ","):
+        return text
+    return text.translate(str.maketrans({".": decimal, ",": group}))
+
+
+class _LanguageFormatter(string.Formatter):
+    """``str.format`` whose numeric fields go through :func:`number` in the formatter's language."""
+
+    def __init__(self, lang: str):
+        super().__init__()
+        self.lang = lang
+
+    def format_field(self, value, format_spec: str) -> str:
+        return number(value, format_spec, self.lang)
+
+
 def tr(text: str, lang: str | None = None, **fields) -> str:
     """``text`` (an English message or template) in ``lang`` (default: ``SETTINGS.lang``), with ``fields``
-    filled in by ``str.format``. Without fields the text is returned as it is (braces and all)."""
-    template = catalog(lang or SETTINGS.lang).get(text, text)
+    filled in by ``str.format``, numbers with the language's separators (:func:`number`). Without fields the
+    text is returned as it is (braces and all)."""
+    lang = lang or SETTINGS.lang
+    template = catalog(lang).get(text, text)
     if not fields:
         return template
-    try:
+    if lang == "en":
         return template.format(**fields)
+    formatter = _LanguageFormatter(lang)
+    try:
+        return formatter.format(template, **fields)
     except (KeyError, IndexError, ValueError):  # a broken translation: the English never fails (a test checks)
-        return text.format(**fields)
+        return formatter.format(text, **fields)

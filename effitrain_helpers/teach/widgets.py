@@ -21,10 +21,10 @@ def benchmark_widget(sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048)):
     from effitrain_helpers.teach.plots import plot_gflops
 
     size_box = w.SelectMultiple(options=list(sizes), value=tuple(sizes[:3]), description=tr("sizes"), rows=len(sizes))
-    dtype_box = w.SelectMultiple(options=list(DTYPES), value=("float32",), description="dtypes", rows=3)
+    dtype_box = w.SelectMultiple(options=list(DTYPES), value=("float32",), description=tr("dtypes"), rows=3)
     families = ["cpu"] + sorted({d.split(":")[0] for d in available_devices() if d != "cpu"}) + ["all"]
     device_box = w.Dropdown(options=families, value="all", description=tr("device"))
-    button = w.Button(description="Run", button_style="primary", icon="play")
+    button = w.Button(description=tr("Run"), button_style="primary", icon="play")
     out = w.Output()
 
     def run(_=None) -> list | None:
@@ -72,7 +72,7 @@ def efficiency_widget(num_processes: int = 2, steps: int = 8):
     precision = w.Dropdown(options=list(PRECISIONS), value="fp32", description=tr("precision"))
     local_sgd = w.Dropdown(options=[(tr("off"), None)] + [(tr("every {k} steps", k=k), k) for k in (2, 4)],
                            value=None, description="local SGD")
-    button = w.Button(description="Run", button_style="primary", icon="play")
+    button = w.Button(description=tr("Run"), button_style="primary", icon="play")
     out = w.Output()
     cache: dict = {}
 
@@ -135,7 +135,7 @@ def optimizer_widget(steps: int = 60, optimizers: tuple[str, ...] = ("adamw", "a
     lr = w.FloatLogSlider(value=1e-3, base=10, min=-5, max=-1, step=0.25, description=tr("learning rate"),
                           readout_format=".1e", **labels)
     step_box = w.IntSlider(value=steps, min=5, max=max(400, steps), step=5, description=tr("steps"), **labels)
-    button = w.Button(description="Run", button_style="primary", icon="play")
+    button = w.Button(description=tr("Run"), button_style="primary", icon="play")
     out = w.Output()
 
     def run(_=None):
