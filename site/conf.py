@@ -12,7 +12,6 @@ import time
 
 import psutil
 
-from effitrain_helpers.core.language import msg
 
 LANG = os.environ.get("EFFITRAIN_SITE_LANG", "en")
 project = "effitrain"
@@ -52,8 +51,6 @@ nb_ipywidgets_js = {}  # a widget shows its saved text; its JavaScript would com
 # execution table, `execution.html`).
 HARDWARE = {"machine": platform.machine(), "cores": psutil.cpu_count(), "system": platform.system(),
             "ram": psutil.virtual_memory().total / 2**30}
-EXECUTED_ON = msg("Executed on {machine}, {cores} CPU cores, {ram:.0f} GiB RAM, {system}, on {when}, "
-                  "in {seconds:.1f} s.")
 html_context = {
     "effitrain_lang": LANG,
     "effitrain_other": "pt-BR" if LANG == "en" else "en",
@@ -67,12 +64,13 @@ def _executed_on(app, pagename, templatename, context, doctree):
     from myst_nb.sphinx_ import NbMetadataCollector
 
     from effitrain_helpers.core.language import tr
+    from effitrain_helpers.teach.lessons import SITE_EXECUTED_ON
 
     data = NbMetadataCollector.get_exec_data(app.env, pagename) if pagename in app.env.all_docs else None
     if not data:
         return
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(data["mtime"]))
-    context["effitrain_executed"] = tr(EXECUTED_ON, lang=LANG, when=when, seconds=data["runtime"] or 0.0,
+    context["effitrain_executed"] = tr(SITE_EXECUTED_ON, lang=LANG, when=when, seconds=data["runtime"] or 0.0,
                                        **HARDWARE)
 
 

@@ -33,7 +33,6 @@ LANGS = ("en", "pt-BR")
 PART = ("1.1",)  # the representative part CI builds: lesson 1.1 has a figure and tables
 START = "00_start_here.ipynb"
 CONF = ROOT / "site"
-EXECUTION_TITLE = lessons.msg("When and how long each page was executed")
 
 
 def lesson_files(numbers: list[str] | None = None) -> list[str]:
@@ -81,7 +80,7 @@ def toctree(files: list[str], lang: str) -> str:
     for name in files:
         chapters.setdefault(by_name[name].chapter, []).append(Path(name).stem)
     blocks = [(f"{n}. {lessons.tr(lessons.CHAPTERS[n], lang=lang)}", stems) for n, stems in chapters.items()]
-    blocks.append((lessons.tr(EXECUTION_TITLE, lang=lang), ["execution"]))
+    blocks.append((lessons.tr(lessons.SITE_EXECUTION_TITLE, lang=lang), ["execution"]))
     return "\n\n".join(f"```{{toctree}}\n:hidden:\n:caption: {caption}\n\n" + "\n".join(stems) + "\n```"
                        for caption, stems in blocks)
 
@@ -103,7 +102,7 @@ def prepare(src: Path, files: list[str], lang: str) -> None:
     pages["index.ipynb"] = home
     for name, nb in pages.items():
         _write_if_changed(src / name, nbformat.writes(nb))
-    heading = lessons.tr(EXECUTION_TITLE, lang=lang)
+    heading = lessons.tr(lessons.SITE_EXECUTION_TITLE, lang=lang)
     _write_if_changed(src / "execution.md", f"# {heading}\n\n```{{nb-exec-table}}\n```\n")
 
 

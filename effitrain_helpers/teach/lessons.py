@@ -145,3 +145,9 @@ def exercise_census() -> dict[str, tuple[int, int]]:
         api = sum(e.api for e in exercises)
         census[lesson] = (api, len(exercises) - api)
     return census
+
+
+# The lessons as a site (tools/site.py, site/conf.py): the page of execution times, and each page's footer.
+SITE_EXECUTION_TITLE = msg("When and how long each page was executed")
+SITE_EXECUTED_ON = msg("Executed on {machine}, {cores} CPU cores, {ram:.0f} GiB RAM, {system}, on {when}, "
+                       "in {seconds:.1f} s.")

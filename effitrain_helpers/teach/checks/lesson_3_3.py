@@ -230,8 +230,8 @@ q4 = Exercise(
            "Precision package', 'Gradient Scaling'); the loss-scaling cell of this lesson calls them.",
            "with torch.autocast(device_type=____, dtype=____):\n"
            "    loss = ____\n"
-           "____(loss).backward()\n"
-           "# then the scaler's step and its scale update, and zero the gradients"],
+           "# backward, on the loss the scaler made larger\n"
+           "# then the scaler's own step and its scale update, and zero the gradients"],
     solution_code=("def fp16_step(model, optimizer, scaler, x):\n"
                    "    with torch.autocast(device_type=x.device.type, dtype=torch.float16):\n"
                    "        loss = model(x).sum()\n"
