@@ -1,7 +1,7 @@
 # Two commands set everything up (see README):
 #   make lab    create the environment, write or update your own copy of the lessons in my-workbook/
 #               (blank exercises; a notebook you changed is never overwritten) and open JupyterLab on it
-#   make test   create the environment and run the test suite (what CI runs; under 30 min on 2 cores)
+#   make test   create the environment and run the test suite (what CI runs; under 40 min on 2 cores)
 #   make test-fast   the tests that start no process and run no notebook (while you work)
 #   make test-all    make test plus the exhaustive tier (every student edition executed; before a release)
 # make lab-instructor opens the solved notebooks (notebooks/, with the instructor notes) instead.
