@@ -3,7 +3,8 @@
 One tree per language: ``EFFITRAIN_SITE_LANG`` (set by tools/site.py) says which; English is built at the
 site's root, pt-BR in ``pt-BR/``. Every page is a notebook executed by MyST-NB through jupyter-cache. Nothing is
 loaded from another host: the theme bundles its fonts and icons, the copy buttons are ``_static/site.js``, and
-no lesson has math, so MathJax is left out (``nb_render_markdown_format`` below keeps ``$`` literal).
+the formulas (``$...$`` and ``$$...$$`` in lessons 1.1, 3.1, 5.3) are rendered by the MathJax 3 that
+tools/site.py fetched (``EFFITRAIN_SITE_MATHJAX``, copied into ``_static/mathjax/``).
 """
 
 import os
@@ -14,13 +15,18 @@ import psutil
 
 
 LANG = os.environ.get("EFFITRAIN_SITE_LANG", "en")
+MATHJAX = os.environ.get("EFFITRAIN_SITE_MATHJAX")
+if not MATHJAX or not os.path.isfile(os.path.join(MATHJAX, "mathjax", "tex-chtml.js")):
+    raise SystemExit(f"EFFITRAIN_SITE_MATHJAX={MATHJAX!r}: not a folder holding mathjax/tex-chtml.js. "
+                     "Fix: build the site with `python tools/site.py` (it fetches MathJax and sets it).")
 project = "effitrain"
 author = "effitrain"
 root_doc = "index"
 extensions = ["myst_nb"]
 exclude_patterns = ["_build", "*.doctrees"]
 templates_path = [os.path.join(os.path.dirname(__file__), "_templates")]
-html_static_path = [os.path.join(os.path.dirname(__file__), "_static")]
+html_static_path = [os.path.join(os.path.dirname(__file__), "_static"), MATHJAX]
+mathjax_path = "mathjax/tex-chtml.js"  # relative: served from this site's _static/, not from a CDN
 html_js_files = ["site.js"]
 html_css_files = ["site.css"]
 html_theme = "sphinx_book_theme"
@@ -35,8 +41,8 @@ html_theme_options = {
     "footer_content_items": ["executed-on.html"],
 }
 
-# No lesson writes math; a `$` in a lesson is an amount, not TeX. MathJax would come from a CDN: not loaded.
-myst_enable_extensions = []
+# Lessons write TeX between dollars ($n^3$ inline, $$...$$ as a display); no lesson writes `$` for money.
+myst_enable_extensions = ["dollarmath"]
 myst_dmath_double_inline = False
 suppress_warnings = ["mystnb.unknown_mime_type"]
 

@@ -6,6 +6,10 @@ its starter code, and right after it the solution, executed, its code folded in 
 ``hide-input`` tag). The instructor notes are left out, as in the student edition. The start page is each
 tree's home; its hidden toctree lists the lessons in the syllabus order of ``teach/lessons.py``.
 
+MathJax 3 (pinned below, its checksum checked) is fetched once with ``npm pack`` into ``build/mathjax-<version>/``
+and served from each tree's ``_static/mathjax/``: the formulas of lessons 1.1, 3.1 and 5.3 render with no
+request to another host (MathJax 3 ships its fonts; MathJax 4 would fetch them).
+
 MyST-NB executes the pages through jupyter-cache (``build/site-cache/<lang>``, keyed by each notebook's code),
 so a second build re-executes only the lessons whose code changed.
 
@@ -18,10 +22,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +41,42 @@ LANGS = ("en", "pt-BR")
 PART = ("1.1",)  # the representative part CI builds: lesson 1.1 has a figure and tables
 START = "00_start_here.ipynb"
 CONF = ROOT / "site"
+MATHJAX_VERSION = "3.2.2"
+MATHJAX_SHA256 = "1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09"  # of mathjax-3.2.2.tgz
+# What the site serves of MathJax's es5/ folder: the TeX-to-HTML component, the TeX extensions it loads on
+# demand, its fonts, and the menu's accessibility parts (loaded when a reader turns them on).
+MATHJAX_PARTS = ("tex-chtml.js", "input/", "output/chtml/", "ui/", "a11y/", "sre/", "adaptors/")
+
+
+def mathjax(folder: Path = ROOT / "build" / f"mathjax-{MATHJAX_VERSION}") -> Path:
+    """The folder whose ``mathjax/`` holds MathJax's ``tex-chtml.js`` and what it loads (Sphinx copies it into
+    ``_static/``). Fetched once with ``npm pack mathjax@<MATHJAX_VERSION>``; the tarball's SHA-256 is checked."""
+    if (folder / "mathjax" / "tex-chtml.js").is_file():
+        return folder
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SystemExit(f"npm not found: the site serves MathJax {MATHJAX_VERSION}, fetched once with "
+                         f"`npm pack mathjax@{MATHJAX_VERSION}` into {folder}. Fix: install Node.js (it has npm), "
+                         "or unpack that tarball's package/es5/ there as mathjax/ yourself.")
+    with tempfile.TemporaryDirectory(prefix="effitrain-mathjax-") as tmp:
+        subprocess.run([npm, "pack", f"mathjax@{MATHJAX_VERSION}", "--pack-destination", tmp, "--silent"],
+                       check=True, timeout=600, stdout=subprocess.DEVNULL)
+        tarball = Path(tmp) / f"mathjax-{MATHJAX_VERSION}.tgz"
+        digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+        if digest != MATHJAX_SHA256:
+            raise SystemExit(f"{tarball.name}: SHA-256 {digest}, expected {MATHJAX_SHA256}. Fix: nothing to "
+                             "fix here; the registry served another file, do not build the site with it.")
+        staging = Path(tmp) / "mathjax"
+        with tarfile.open(tarball) as tar:
+            members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith("package/es5/")
+                       and m.name.removeprefix("package/es5/").startswith(MATHJAX_PARTS)]
+            for member in members:
+                member.name = member.name.removeprefix("package/es5/")
+            tar.extractall(staging, members=members, filter="data")
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder / "mathjax", ignore_errors=True)
+        shutil.move(staging, folder / "mathjax")
+    return folder
 
 
 def lesson_files(numbers: list[str] | None = None) -> list[str]:
@@ -120,12 +164,18 @@ def build(out: Path, numbers: list[str] | None, langs=LANGS, jobs: str = "1") ->
         src = work / lang
         prepare(src, files, lang)
         html = out if lang == "en" else out / lang
-        cache = ROOT / "build" / "site-cache" / lang
-        command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-c", str(CONF),
-                   "-D", f"language={lang.replace('-', '_')}", "-D", f"nb_execution_cache_path={cache}",
-                   str(src), str(html), "-d", str(work / f"{lang}.doctrees")]
-        subprocess.run(command, check=True, cwd=src, env={**os.environ, "EFFITRAIN_SITE_LANG": lang})
+        sphinx(src, html, lang, ROOT / "build" / "site-cache" / lang, work / f"{lang}.doctrees", jobs)
     (out / "site.json").write_text(json.dumps({"langs": list(langs), "lessons": files}, indent=2) + "\n")
+
+
+def sphinx(src: Path, html: Path, lang: str, cache: Path, doctrees: Path, jobs: str = "1") -> None:
+    """Build the Sphinx tree ``src`` (language ``lang``) into ``html`` with the site's configuration, executing
+    its notebooks through the jupyter-cache at ``cache`` (a notebook whose code is in it is not re-executed)."""
+    command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-c", str(CONF),
+               "-D", f"language={lang.replace('-', '_')}", "-D", f"nb_execution_cache_path={cache}",
+               str(src), str(html), "-d", str(doctrees)]
+    env = {**os.environ, "EFFITRAIN_SITE_LANG": lang, "EFFITRAIN_SITE_MATHJAX": str(mathjax())}
+    subprocess.run(command, check=True, cwd=src, env=env)
 
 
 def main(argv: list[str] | None = None) -> None:
