@@ -168,13 +168,15 @@ def build(out: Path, numbers: list[str] | None, langs=LANGS, jobs: str = "1") ->
     (out / "site.json").write_text(json.dumps({"langs": list(langs), "lessons": files}, indent=2) + "\n")
 
 
-def sphinx(src: Path, html: Path, lang: str, cache: Path, doctrees: Path, jobs: str = "1") -> None:
+def sphinx(src: Path, html: Path, lang: str, cache: Path, doctrees: Path, jobs: str = "1",
+           mathjax_folder: Path | None = None) -> None:
     """Build the Sphinx tree ``src`` (language ``lang``) into ``html`` with the site's configuration, executing
-    its notebooks through the jupyter-cache at ``cache`` (a notebook whose code is in it is not re-executed)."""
+    its notebooks through the jupyter-cache at ``cache`` (a notebook whose code is in it is not re-executed).
+    ``mathjax_folder``: where ``mathjax/tex-chtml.js`` lies (default: :func:`mathjax`, fetched once)."""
     command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-c", str(CONF),
                "-D", f"language={lang.replace('-', '_')}", "-D", f"nb_execution_cache_path={cache}",
                str(src), str(html), "-d", str(doctrees)]
-    env = {**os.environ, "EFFITRAIN_SITE_LANG": lang, "EFFITRAIN_SITE_MATHJAX": str(mathjax())}
+    env = {**os.environ, "EFFITRAIN_SITE_LANG": lang, "EFFITRAIN_SITE_MATHJAX": str(mathjax_folder or mathjax())}
     subprocess.run(command, check=True, cwd=src, env=env)
 
 
