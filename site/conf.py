@@ -11,9 +11,6 @@ import os
 import platform
 import time
 
-import psutil
-
-
 LANG = os.environ.get("EFFITRAIN_SITE_LANG", "en")
 MATHJAX = os.environ.get("EFFITRAIN_SITE_MATHJAX")
 if not MATHJAX or not os.path.isfile(os.path.join(MATHJAX, "mathjax", "tex-chtml.js")):
@@ -55,8 +52,18 @@ nb_ipywidgets_js = {}  # a widget shows its saved text; its JavaScript would com
 
 # What each page's footer says about where and when it was executed (the lesson's own time is in the
 # execution table, `execution.html`).
-HARDWARE = {"machine": platform.machine(), "cores": psutil.cpu_count(), "system": platform.system(),
-            "ram": psutil.virtual_memory().total / 2**30}
+def _hardware() -> dict:
+    """The machine the pages are executed on: its CPU by name and instruction set (bf16 is fast on AMX, slow on
+    AVX2), its GPUs if any, cores, memory and system."""
+    from effitrain_helpers.core.devices import hardware_summary
+
+    summary = hardware_summary()
+    machine = ", ".join([f"{summary.cpu_model} ({summary.cpu_isa})"] + [gpu.name for gpu in summary.gpus])
+    return {"machine": machine, "cores": summary.logical_cores, "system": platform.system(),
+            "ram": summary.memory_total_gib}
+
+
+HARDWARE = _hardware()
 html_context = {
     "effitrain_lang": LANG,
     "effitrain_other": "pt-BR" if LANG == "en" else "en",

@@ -45,6 +45,14 @@ def test_mathjax_is_served_by_the_site_and_dollar_math_is_on(monkeypatch, tmp_pa
     assert conf["nb_ipywidgets_js"] == {}, "widget JavaScript would be loaded from a CDN"
 
 
+def test_each_page_says_on_which_hardware_it_was_executed(monkeypatch, tmp_path):
+    from effitrain_helpers.core.devices import cpu_model_name
+
+    conf = _conf(monkeypatch, tmp_path)
+    assert "executed-on.html" in conf["html_theme_options"]["footer_content_items"]
+    assert conf["HARDWARE"]["machine"].startswith(cpu_model_name() + " (SIMD "), conf["HARDWARE"]
+
+
 def test_conf_without_mathjax_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("EFFITRAIN_SITE_MATHJAX", str(tmp_path / "nothing"))
     with pytest.raises(SystemExit, match=r"EFFITRAIN_SITE_MATHJAX=.*nothing.*Fix: build the site with"):

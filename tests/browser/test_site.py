@@ -52,9 +52,12 @@ def site_page(browser, site_url):
     context.close()
 
 
-def _assert_figure_and_table(page) -> None:
+def _assert_figure_table_and_math(page) -> None:
     assert page.locator("div.cell_output img").count() >= 1, "the lesson shows no figure"
     assert page.locator("div.cell_output table").count() >= 1, "the lesson shows no table"
+    # MathJax (served from _static/mathjax/) turned the lesson's $n^3$ into rendered math, not TeX source
+    page.locator("mjx-container").first.wait_for(timeout=30_000)
+    assert "mathjax/tex-chtml.js" in page.locator("script[src*=mathjax]").first.get_attribute("src")
 
 
 @pytest.mark.browser
@@ -67,7 +70,7 @@ def test_site_pages_switch_and_search_stay_on_the_machine(site_page, site_url):
     assert nav.get_by_role("link", name="1.1", exact=False).count() >= 1, nav.inner_text()
 
     page.goto(f"{site_url}/{LESSON}")
-    _assert_figure_and_table(page)
+    _assert_figure_table_and_math(page)
     assert page.locator("details").count() >= 1, "no solution folded away in <details>"
     assert "Executed on" in page.locator(".effitrain-executed").inner_text()
     assert page.locator("div.highlight .effitrain-copy").count() >= 1, "no copy button on the code cells"
@@ -76,11 +79,14 @@ def test_site_pages_switch_and_search_stay_on_the_machine(site_page, site_url):
     page.wait_for_load_state()
     assert page.url == f"{site_url}/pt-BR/{LESSON}", page.url
     assert page.locator("html").get_attribute("lang").startswith("pt")
-    _assert_figure_and_table(page)
+    _assert_figure_table_and_math(page)
     assert "Executado em" in page.locator(".effitrain-executed").inner_text()
     page.locator("a.effitrain-lang-switch").click()
     page.wait_for_load_state()
     assert page.url == f"{site_url}/{LESSON}", page.url
+
+    page.goto(f"{site_url}/execution.html")
+    assert "1_1_prepare_models" in page.locator("table").first.inner_text(), "no execution table row for 1.1"
 
     page.goto(f"{site_url}/search.html?q=Accelerator")
     results = page.locator("#search-results li")
