@@ -20,7 +20,7 @@ WORKBOOK ?= $(or $(EFFITRAIN_WORKBOOK),my-workbook)
 # user's own overrides.json stays theirs.
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/effitrain.json
 
-.PHONY: env lab lab-instructor test test-fast test-all test-browser bench notebooks editions clean site
+.PHONY: env lab lab-instructor test test-fast test-all test-browser bench notebooks editions clean site site-env
 
 env: $(STAMP) $(LAB_OVERRIDES)
 
@@ -61,7 +61,8 @@ test: env
 	echo "test suite took $$(( $$(date +%s) - start )) s"; exit $$status
 
 # Everything, the exhaustive tier included (README, Contributing): before a release or a change to editions.
-test-all: env
+# The site's tests build part of it, so the [site] extra is installed first.
+test-all: site-env
 	@start=$$(date +%s); \
 	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python -m pytest; status=$$?; \
 	echo "all tests took $$(( $$(date +%s) - start )) s"; exit $$status
@@ -96,10 +97,13 @@ clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
 
 # The workbook as a static site (README, "The workbook as a site"): every lesson executed, both languages, into
-# build/site/ (index.html at its root). A release step: CI builds only the part the browser test opens.
+# build/site/ (index.html at its root). A release step: the exhaustive tier builds only the part its browser test opens.
 # A second `make site` re-executes only the lessons whose code changed (jupyter-cache, build/site-cache/).
-site: env
+# MathJax 3 is fetched once (npm pack, version and checksum pinned in tools/site.py) into build/mathjax-*/.
+site-env: env
 	$(BIN)/pip install -q -e ".[site]"
+
+site: site-env
 	@start=$$(date +%s); \
 	HF_HUB_OFFLINE=1 EFFITRAIN_SIZE=small $(BIN)/python tools/site.py; status=$$?; \
 	echo "site took $$(( $$(date +%s) - start )) s"; exit $$status

@@ -143,7 +143,8 @@ def test_the_start_page_lists_the_chapters_in_syllabus_order():
     assert tree.index(":caption: 1.") < tree.index(":caption: 2.") < tree.index(":caption: 6.")
 
 
-@pytest.mark.slow  # two Sphinx builds of two one-cell notebooks: about 40 s on 2 cores
+@pytest.mark.slow
+@pytest.mark.exhaustive  # needs the [site] extra (make test-all installs it, CI's make test does not)
 def test_a_changed_page_is_the_only_one_re_executed(tmp_path):
     src, html = tmp_path / "src", tmp_path / "html"
     src.mkdir()
