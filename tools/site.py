@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument("--lessons", nargs="+", metavar="N.N", help="only these lessons (and the start page)")
     args = parser.parse_args(argv)
     numbers = list(PART) if args.part else args.lessons
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # Sphinx runs in the source tree: a relative --out would land there
     if out.exists() and not out.is_dir():
         raise SystemExit(f"--out {str(out)!r} is a file, not a folder. Fix: pass a folder path.")
     build(out, numbers)
