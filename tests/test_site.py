@@ -144,7 +144,7 @@ def test_the_start_page_lists_the_chapters_in_syllabus_order():
 
 
 @pytest.mark.slow
-@pytest.mark.exhaustive  # needs the [site] extra (make test-all installs it, CI's make test does not)
+@pytest.mark.exhaustive  # needs the [site] extra (make test-all installs it, CI's make test does not); 88 s busy
 def test_a_changed_page_is_the_only_one_re_executed(tmp_path):
     src, html = tmp_path / "src", tmp_path / "html"
     src.mkdir()
