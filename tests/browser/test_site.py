@@ -1,6 +1,6 @@
-"""The workbook as a site (issue 31): the representative part the exhaustive tier builds (``tools/site.py --part``: the start
-page and lesson 1.1, a lesson with a figure and tables, in English and pt-BR), opened in Chromium from a local
-HTTP server: figure, table and formulas (MathJax from the site's own _static/) in each language, the folded
+"""The workbook as a site (issue 31): the representative part the exhaustive tier builds
+(``tools/site.py --part``: the start page and lesson 1.1, a lesson with a figure and tables, in English and
+pt-BR), opened in Chromium from a local HTTP server: figure, table and formulas (MathJax from the site's own _static/) in each language, the folded
 solution, the language switch, the execution table, the search. Every request that leaves the server is
 refused and recorded; no page may log a console error."""
 
