@@ -79,3 +79,12 @@ def test_nothing_trusts_remote_code():
     pattern = re.compile(r"trust_remote_code\s*=\s*True")
     files = list((ROOT / "effitrain_helpers").rglob("*.py")) + NOTEBOOKS + list((ROOT / "benchmarks").glob("*.py"))
     assert [f.name for f in files if pattern.search(f.read_text())] == []
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test modules by basename (rootdir-relative packages are not used here), so two files
+    called the same in different folders stop the whole collection (CI failed so on tests/test_site.py)."""
+    seen: dict[str, Path] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        assert path.name not in seen, f"{path.relative_to(ROOT)} and {seen[path.name].relative_to(ROOT)} share a name"
+        seen[path.name] = path
