@@ -17,14 +17,60 @@ def _status(exercise, *answers):
     return exercise.evaluate(*answers)
 
 
-def test_4_1_q1_state_bytes():
-    n = sum(p.numel() for p in l41.q1_model().parameters())
-    assert _status(l41.q1, 8 * n).status == "correct"
-    assert "step" in _status(l41.q1, 8 * n + 12).message
-    assert "two" in _status(l41.q1, 4 * n).message
-    assert "bytes, not values" in _status(l41.q1, 2 * n).message
-    assert _status(l41.q1, "lots").status == "incorrect"
+def _state_bytes(model, keys=("exp_avg", "exp_avg_sq"), trainable_only=True, step=True):
+    params = [p for p in model.parameters() if p.requires_grad or not trainable_only]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer = torch.optim.AdamW(params)
+    if step:
+        optimizer.step()
+    return sum(s[k].numel() * s[k].element_size() for s in optimizer.state.values() for k in keys)
+
+
+def test_4_1_q1_state_bytes_right():
+    assert _status(l41.q1, _state_bytes).status == "correct"
+    assert "frozen part" in _status(l41.q1, _state_bytes).message
     assert _status(l41.q1, ____).status == "not attempted"
+
+
+def test_4_1_q1_counts_step():
+    message = _status(l41.q1, lambda m: _state_bytes(m, keys=("exp_avg", "exp_avg_sq", "step"))).message
+    assert "`step` counters" in message
+
+
+def test_4_1_q1_one_copy():
+    assert "one copy" in _status(l41.q1, lambda m: 4 * sum(p.numel() for p in m.parameters())).message
+
+
+def test_4_1_q1_counts_frozen_parameters():
+    assert "frozen" in _status(l41.q1, lambda m: _state_bytes(m, trainable_only=False)).message
+    assert "frozen" in _status(l41.q1, lambda m: 8 * sum(p.numel() for p in m.parameters())).message
+
+
+def test_4_1_q1_values_not_bytes():
+    values = lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)  # noqa: E731
+    assert "bytes, not values" in _status(l41.q1, lambda m: 2 * values(m)).message
+    assert "bytes, not values" in _status(l41.q1, values).message
+
+
+def test_4_1_q1_no_step_taken():
+    assert "first optimizer.step()" in _status(l41.q1, lambda m: _state_bytes(m, step=False)).message
+
+
+def test_4_1_q1_hard_coded():
+    right = _state_bytes(l41.q1_model())
+    assert "not be written in" in _status(l41.q1, lambda m: right).message
+    assert "not be written in" in _status(l41.q1, lambda m: 530_720).message  # near miss, still the same number
+
+
+def test_4_1_q1_float32_assumed():
+    message = _status(l41.q1, lambda m: 8 * sum(p.numel() for p in m.parameters() if p.requires_grad)).message
+    assert "float64" in message
+
+
+def test_4_1_q1_not_a_function_or_not_a_number():
+    assert "function itself" in _status(l41.q1, 528_640).message
+    assert _status(l41.q1, lambda m: "lots").status == "incorrect"
 
 
 def _by_hand(p, grads, bias_correction=True, coupled=False):

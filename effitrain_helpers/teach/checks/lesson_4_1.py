@@ -7,7 +7,6 @@ import math
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 
-MODEL_SHAPES = {"embedding": (1000, 64), "linear.weight": (32, 64), "linear.bias": (32,)}  # q1's model
 LR, BETAS, EPS, WEIGHT_DECAY = 0.1, (0.9, 0.999), 1e-8, 0.1  # q2's settings
 
 
@@ -19,20 +18,79 @@ def q1_model():
     return torch.nn.ModuleDict({"embedding": torch.nn.Embedding(1000, 64), "linear": torch.nn.Linear(64, 32)})
 
 
-def _check_state_bytes(answer) -> None:
-    got = as_number(answer)
-    n = sum(math.prod(s) for s in MODEL_SHAPES.values())
-    if math.isclose(got, 8 * n):
-        return
-    if math.isclose(got, 8 * n + 4 * len(MODEL_SHAPES)):
-        raise Incorrect(tr("close: that includes the 4-byte `step` counters; the question asks for the two "
-                           "moving averages only."))
-    if math.isclose(got, 4 * n):
-        raise Incorrect(tr("that is one float32 copy of the parameters; AdamW keeps two (exp_avg and exp_avg_sq)."))
-    if math.isclose(got, 2 * n) or math.isclose(got, n):
-        raise Incorrect(tr("count bytes, not values: each float32 value takes 4 bytes."))
-    raise Incorrect(tr("{got:.0f} bytes is not it: count the model's parameters (sum of numel over "
-                       "model.parameters()), then 2 states x 4 bytes each.", got=got))
+def _frozen_model():
+    """A model of the checker's own with a frozen part: its embedding has requires_grad False."""
+    import torch
+
+    torch.manual_seed(1)
+    model = torch.nn.ModuleDict({"embedding": torch.nn.Embedding(200, 16), "linear": torch.nn.Linear(16, 8)})
+    model["embedding"].requires_grad_(False)
+    return model
+
+
+def _float64_model():
+    """A small model of the checker's own in float64 (8 bytes a value)."""
+    import torch
+
+    torch.manual_seed(2)
+    return torch.nn.Sequential(torch.nn.Linear(10, 6), torch.nn.Linear(6, 3)).double()
+
+
+CHECK_MODELS = (q1_model, _frozen_model, _float64_model)
+
+
+def _state_truth(model) -> dict[str, int]:
+    """What a real AdamW gives after one zero-gradient step, and what the common slips give instead."""
+    import torch
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p in trainable:
+        p.grad = torch.zeros_like(p)
+    optimizer = torch.optim.AdamW(trainable)
+    optimizer.step()
+    moments = [s[k] for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")]
+    steps = [s["step"] for s in optimizer.state.values() if torch.is_tensor(s["step"])]
+    nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
+    everything = list(model.parameters())
+    return {"truth": nbytes(moments), "step": nbytes(moments) + nbytes(steps),
+            "one_copy": nbytes(moments) // 2, "frozen": 2 * nbytes(everything),
+            "values": sum(t.numel() for t in moments), "values_one": sum(t.numel() for t in moments) // 2,
+            "float32": 2 * 4 * sum(p.numel() for p in trainable)}
+
+
+def _check_state_bytes(fn) -> None:
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself (adamw_state_bytes, without calling it); you gave {fn!r}.",
+                           fn=fn))
+    answers = [as_number(fn(make())) for make in CHECK_MODELS]
+    if len(set(answers)) == 1 and answers[0] != 0:
+        raise Incorrect(tr("{got:.0f} bytes for every model: the number must come from the model you are given "
+                           "(its optimizer.state), not be written in.", got=answers[0]))
+    for make, got in zip(CHECK_MODELS, answers):
+        want = _state_truth(make())
+        if math.isclose(got, want["truth"]):
+            continue
+        if got == 0:
+            raise Incorrect(tr("0 bytes: optimizer.state is empty until the first optimizer.step(); give the "
+                               "trainable parameters zero gradients and take one step before counting."))
+        named = [("float32", msg("that assumes 4 bytes a value, but this model is in float64: use each state "
+                                 "tensor's element_size().")),
+                 ("step", msg("close: that includes the `step` counters; count only the two moving averages, "
+                              "exp_avg and exp_avg_sq.")),
+                 ("one_copy", msg("that is one copy of the parameters; AdamW keeps two tensors per parameter "
+                                  "(exp_avg and exp_avg_sq): count both.")),
+                 ("frozen", msg("that counts the frozen parameters too: those with requires_grad False get no "
+                                "gradient and no state; build AdamW over the trainable parameters only.")),
+                 ("values", msg("count bytes, not values: multiply each tensor's numel() by its "
+                                "element_size().")),
+                 ("values_one", msg("count bytes, not values: multiply each tensor's numel() by its "
+                                    "element_size()."))]
+        for key, message in named:
+            if want[key] != want["truth"] and math.isclose(got, want[key]):
+                raise Incorrect(tr(message))
+        raise Incorrect(tr("{got:.0f} bytes is not it for {model}(): a real AdamW keeps {want} bytes of exp_avg "
+                           "and exp_avg_sq after its first step.", got=got, model=make.__name__.lstrip("_"),
+                           want=want["truth"]))
 
 
 def _adamw_reference(p0, grads):
@@ -179,15 +237,27 @@ def _check_param_groups(make_adamw) -> None:
 q1 = Exercise(
     "4.1 q1: AdamW's state bytes for a model",
     _check_state_bytes,
-    usage="q1.check(moment_bytes)",
-    hints=["AdamW keeps two tensors the shape of each parameter (exp_avg and exp_avg_sq), in float32: count "
-           "the model's values, then bytes.",
-           "p.numel() gives the values of a tensor (torch.Tensor.numel in the PyTorch docs), and "
-           "exercise_model.parameters() gives every parameter tensor; a float32 value takes 4 bytes.",
-           "moment_bytes = ____ * ____ * sum(____ for p in exercise_model.parameters())"],
-    solution_code=("exercise_model = q1_model()\n"
-                   "moment_bytes = 2 * 4 * sum(p.numel() for p in exercise_model.parameters())\n"
-                   "q1.check(moment_bytes)"),
+    usage="q1.check(adamw_state_bytes)",
+    api=True,
+    checked=("checked on q1_model(), a model with a frozen part and a float64 one: the bytes of exp_avg and "
+             "exp_avg_sq in a real AdamW's state, without the step counters."),
+    hints=["Measure, do not compute: build a real torch.optim.AdamW over the parameters that train, make its "
+           "state exist with one step, then add up the bytes of the two moving averages it keeps.",
+           "optimizer.state is empty until the first optimizer.step(), and a step needs gradients: zeros "
+           "(torch.zeros_like(p) as p.grad) will do. Parameters with requires_grad False must stay out. "
+           "optimizer.state maps each parameter to a dict with 'step', 'exp_avg' and 'exp_avg_sq'; "
+           "t.numel() * t.element_size() is a tensor's bytes.",
+           "trainable = [p for p in model.parameters() if ____]\n"
+           "for p in trainable:\n    p.grad = ____\noptimizer = torch.optim.AdamW(____)\noptimizer.step()\n"
+           "return sum(____ for state in optimizer.state.values() for key in (\"exp_avg\", \"exp_avg_sq\"))"],
+    solution_code=(
+        "def adamw_state_bytes(model):\n"
+        "    trainable = [p for p in model.parameters() if p.requires_grad]\n"
+        "    for p in trainable:\n        p.grad = torch.zeros_like(p)\n"
+        "    optimizer = torch.optim.AdamW(trainable)\n    optimizer.step()\n"
+        "    return sum(state[key].numel() * state[key].element_size()\n"
+        "               for state in optimizer.state.values() for key in (\"exp_avg\", \"exp_avg_sq\"))\n\n"
+        "q1.check(adamw_state_bytes)"),
 )
 q2 = Exercise(
     "4.1 q2: AdamW by hand",
