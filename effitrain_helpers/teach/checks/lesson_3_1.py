@@ -55,7 +55,8 @@ def _check_no_sync_by_hand(train_fn) -> None:
                            "outside model.no_sync().", processes=PROCESSES, drift=drift))
     if len(first["syncs"]) == micro:
         raise Incorrect(tr("DDP all-reduced at every one of the {micro} micro-batches, {k} times the "
-                           "communication needed: run the backward of the first k-1 inside model.no_sync().",
+                           "communication needed: run the forward and the backward of the first k-1 inside model.no_sync() (DDP decides at the "
+                           "forward pass whether the next backward all-reduces).",
                            micro=micro, k=k))
     if first["syncs"] != [k * (i + 1) for i in range(STEPS)]:
         raise Incorrect(tr("DDP all-reduced after micro-batches {syncs}, not after every {k}-th only.",
@@ -182,18 +183,18 @@ q1 = Exercise(
     checked=("checked in 2 real processes: DDP all-reduced and the optimizer stepped only at every k-th "
              "micro-batch, and the weights equal full-batch steps (within 1e-5)."),
     hints=["DDP all-reduces the gradients during every backward(), unless told not to: a context manager of "
-           "the DDP model switches that off for the micro-batches that only accumulate. The k-th backward runs "
+           "the DDP model switches that off, around the forward and the backward of the micro-batches that "
+           "only accumulate. The k-th backward runs "
            "outside it, so the summed gradients are averaged across the processes once, then the step.",
            "The context manager is a method of the DistributedDataParallel model (PyTorch docs: "
            "DistributedDataParallel.no_sync). Count the micro-batches with enumerate() over "
            "DataLoader(dataset, batch_size=4); the k summed gradients must average, not add up.",
            "for i, batch in enumerate(DataLoader(dataset, batch_size=4)):\n"
-           "    loss = ____  # this micro-batch's share of the big batch's loss\n"
            "    if (i + 1) % k:  # not the k-th: accumulate only\n"
            "        with model.____():\n"
-           "            ...  # backward\n"
+           "            ...  # forward, then backward of this micro-batch's share of the big batch's loss\n"
            "    else:\n"
-           "        ...  # backward (all-reduced), then step and zero_grad"],
+           "        ...  # the same outside it (all-reduced), then step and zero_grad"],
     solution_code=(
         "def train_by_hand(model, optimizer, dataset, k):\n"
         "    for i, batch in enumerate(DataLoader(dataset, batch_size=4)):\n"
