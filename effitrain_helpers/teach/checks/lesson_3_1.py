@@ -39,8 +39,6 @@ def _run_by_hand(train_fn, k: int) -> dict:
 
 
 def _check_no_sync_by_hand(train_fn) -> None:
-    import torch
-
     k = 4
     ranks = run_learner_in_processes(_run_by_hand, train_fn, k, processes=PROCESSES)
     first, micro = ranks[0], STEPS * k
@@ -55,8 +53,8 @@ def _check_no_sync_by_hand(train_fn) -> None:
                            "outside model.no_sync().", processes=PROCESSES, drift=drift))
     if len(first["syncs"]) == micro:
         raise Incorrect(tr("DDP all-reduced at every one of the {micro} micro-batches, {k} times the "
-                           "communication needed: run the forward and the backward of the first k-1 inside model.no_sync() (DDP decides at the "
-                           "forward pass whether the next backward all-reduces).",
+                           "communication needed: run the forward and the backward of the first k-1 inside "
+                           "model.no_sync() (DDP decides at the forward pass whether the next backward all-reduces).",
                            micro=micro, k=k))
     if first["syncs"] != [k * (i + 1) for i in range(STEPS)]:
         raise Incorrect(tr("DDP all-reduced after micro-batches {syncs}, not after every {k}-th only.",
@@ -187,9 +185,10 @@ q1 = Exercise(
            "only accumulate. The k-th backward runs "
            "outside it, so the summed gradients are averaged across the processes once, then the step.",
            "The context manager is a method of the DistributedDataParallel model (PyTorch docs: "
-           "DistributedDataParallel.no_sync). Count the micro-batches with enumerate() over "
-           "DataLoader(dataset, batch_size=4); the k summed gradients must average, not add up.",
-           "for i, batch in enumerate(DataLoader(dataset, batch_size=4)):\n"
+           "DistributedDataParallel, the context manager that disables gradient synchronisations). Number the "
+           "micro-batches of DataLoader(dataset, batch_size=4) with a Python built-in, to know which is the "
+           "k-th; the k summed gradients must average, not add up.",
+           "for i, batch in ____:  # the micro-batches of 4, numbered from 0\n"
            "    if (i + 1) % k:  # not the k-th: accumulate only\n"
            "        with model.____():\n"
            "            ...  # forward, then backward of this micro-batch's share of the big batch's loss\n"
@@ -198,9 +197,10 @@ q1 = Exercise(
     solution_code=(
         "def train_by_hand(model, optimizer, dataset, k):\n"
         "    for i, batch in enumerate(DataLoader(dataset, batch_size=4)):\n"
-        "        if (i + 1) % k:\n            with model.no_sync():\n"
-        "                (model(**batch).loss / k).backward()\n"
-        "        else:\n            (model(**batch).loss / k).backward()\n"
+        "        if (i + 1) % k:  # not the k-th: accumulate, no all-reduce\n"
+        "            with model.no_sync():\n                (model(**batch).loss / k).backward()\n"
+        "        else:  # the k-th: this backward all-reduces the summed gradients\n"
+        "            (model(**batch).loss / k).backward()\n"
         "            optimizer.step()\n            optimizer.zero_grad()\n\nq1.check(train_by_hand)"
     ),
 )
