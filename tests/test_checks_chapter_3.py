@@ -11,10 +11,65 @@ from effitrain_helpers.teach.checks import lesson_3_2 as l32
 from effitrain_helpers.teach.checks import lesson_3_3 as l33
 
 
-def test_3_1_q1():
-    assert l31.q1.evaluate(4).status == "correct"
-    assert "ONE process" in l31.q1.evaluate(8).message
-    assert "samples" in l31.q1.evaluate(2).message
+def _by_hand(no_sync="all but the k-th", divide=True, step="k-th"):
+    """A learner's ``train_by_hand`` for 3.1 q1, right by default; each argument turns one part into a usual
+    mistake: ``no_sync`` "never", "always" or "backward only" (the forward outside it), ``divide=False`` (the
+    loss not divided by k), ``step="every"``."""
+
+    def train_by_hand(model, optimizer, dataset, k):
+        from contextlib import nullcontext
+
+        from torch.utils.data import DataLoader
+
+        for i, batch in enumerate(DataLoader(dataset, batch_size=4)):
+            last = (i + 1) % k == 0
+            quiet = no_sync == "always" or (no_sync == "all but the k-th" and not last)
+            backward_only = no_sync == "backward only" and not last
+            with model.no_sync() if quiet and not backward_only else nullcontext():
+                loss = model(**batch).loss
+            with model.no_sync() if quiet or backward_only else nullcontext():
+                (loss / k if divide else loss).backward()
+            if last or step == "every":
+                optimizer.step()
+                optimizer.zero_grad()
+
+    return train_by_hand
+
+
+@pytest.mark.slow
+def test_3_1_q1_no_sync_by_hand_in_two_processes():
+    result = l31.q1.evaluate(_by_hand())
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.slow
+def test_3_1_q1_names_a_missing_no_sync():
+    assert "times the communication" in l31.q1.evaluate(_by_hand(no_sync="never")).message
+
+
+@pytest.mark.slow
+def test_3_1_q1_names_no_sync_around_the_backward_only():
+    message = l31.q1.evaluate(_by_hand(no_sync="backward only")).message
+    assert "times the communication" in message and "forward" in message
+
+
+@pytest.mark.slow
+def test_3_1_q1_names_no_sync_on_every_micro_batch():
+    assert "drifted apart" in l31.q1.evaluate(_by_hand(no_sync="always")).message
+
+
+@pytest.mark.slow
+def test_3_1_q1_names_a_loss_not_divided_by_k():
+    assert "times too large" in l31.q1.evaluate(_by_hand(divide=False)).message
+
+
+@pytest.mark.slow
+def test_3_1_q1_names_a_step_at_every_micro_batch():
+    assert "stepped at every micro-batch" in l31.q1.evaluate(_by_hand(step="every")).message
+
+
+def test_3_1_q1_wants_a_function():
+    assert "function itself" in l31.q1.evaluate(4).message
 
 
 @pytest.mark.slow

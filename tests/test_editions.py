@@ -255,7 +255,8 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("2_2_", "lesson_2_2", "q2", "import math"),
     ("2_2_", "lesson_2_2", "q3", ""),
     ("2_3_", "lesson_2_3", "q2", ""),
-    ("3_1_", "lesson_3_1", "q1", ""),
+    pytest.param("3_1_", "lesson_3_1", "q1", "from torch.utils.data import DataLoader",
+                 marks=pytest.mark.slow),  # it launches 2 processes
     ("3_1_", "lesson_3_1", "q3", "bytes_per_sample = 1000.0"),
     ("3_2_", "lesson_3_2", "q2", "from types import SimpleNamespace as S\nmodel = S(config=S(n_layers=2, dim=8))"),
     ("3_3_", "lesson_3_3", "q1", "import torch"),

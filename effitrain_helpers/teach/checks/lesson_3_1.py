@@ -9,17 +9,74 @@ from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, ru
 MICRO_BATCH, STEPS, PROCESSES = 4, 2, 2  # q2's workload: micro-batches of 4, 2 optimizer steps, 2 processes
 
 
-def _check_steps_for_batch(answer) -> None:
-    micro, processes, target = 8, 2, 64
-    got = as_number(answer)
-    if got == target // micro:
-        raise Incorrect(tr("{got:g} micro-batches of {micro} make {target} in ONE process; here {processes} "
-                           "processes each contribute a micro-batch at every micro-step.", got=got, micro=micro,
-                           target=target, processes=processes))
-    if got != target // (micro * processes):
-        raise Incorrect(tr("with {got:g}, one optimizer step sees {got:g} x {micro} x {processes} = {value:g} "
-                           "samples, not {target}.", got=got, micro=micro, processes=processes,
-                           value=got * micro * processes, target=target))
+def _run_by_hand(train_fn, k: int) -> dict:
+    """In each process of the group: the learner's ``train_fn(ddp_model, optimizer, share, k)`` on a
+    DistributedDataParallel model and this rank's share of the rows (its micro-batches of MICRO_BATCH, as
+    Accelerate would hand them out), watched. Records, in micro-batches run so far, when DDP all-reduced the
+    gradients (a comm hook that counts, then does DDP's own all-reduce) and when the optimizer stepped."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = tiny_model()
+    forwards, syncs, steps = [], [], []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    ddp = DistributedDataParallel(model)
+
+    def counting_hook(state, bucket):
+        syncs.append(len(forwards))
+        return allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, counting_hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    optimizer.register_step_post_hook(lambda *_: steps.append(len(forwards)))
+    rows, rank = tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS), dist.get_rank()
+    share = [row for i, row in enumerate(rows) if (i // MICRO_BATCH) % PROCESSES == rank]
+    train_fn(ddp, optimizer, share, k)
+    return {"forwards": len(forwards), "syncs": syncs, "steps": steps,
+            "weight": model.linear.weight.detach().cpu().clone()}
+
+
+def _check_no_sync_by_hand(train_fn) -> None:
+    k = 4
+    ranks = run_learner_in_processes(_run_by_hand, train_fn, k, processes=PROCESSES)
+    first, micro = ranks[0], STEPS * k
+    if first["forwards"] != micro:
+        raise Incorrect(tr("each process should run {micro} micro-batches of {micro_batch} (its share); yours ran "
+                           "{count}: loop over DataLoader(dataset, batch_size={micro_batch}).", micro=micro,
+                           micro_batch=MICRO_BATCH, count=first["forwards"]))
+    if not first["syncs"]:
+        drift = max(float((r["weight"] - first["weight"]).abs().max()) for r in ranks)
+        raise Incorrect(tr("DDP never all-reduced the gradients, so the {processes} processes drifted apart "
+                           "(their weights differ by {drift:.1e}): the k-th micro-batch's backward must run "
+                           "outside model.no_sync().", processes=PROCESSES, drift=drift))
+    if len(first["syncs"]) == micro:
+        raise Incorrect(tr("DDP all-reduced at every one of the {micro} micro-batches, {k} times the "
+                           "communication needed: run the forward and the backward of the first k-1 inside "
+                           "model.no_sync() (DDP decides at the forward pass whether the next backward all-reduces).",
+                           micro=micro, k=k))
+    if first["syncs"] != [k * (i + 1) for i in range(STEPS)]:
+        raise Incorrect(tr("DDP all-reduced after micro-batches {syncs}, not after every {k}-th only.",
+                           syncs=first["syncs"], k=k))
+    if not first["steps"]:
+        raise Incorrect(tr("the weights never changed: call optimizer.step() after the k-th micro-batch."))
+    if len(first["steps"]) == micro:
+        raise Incorrect(tr("the optimizer stepped at every micro-batch: step (and zero_grad) only after the "
+                           "k-th, once the gradients of all k are summed and all-reduced."))
+    if first["steps"] != [k * (i + 1) for i in range(STEPS)]:
+        raise Incorrect(tr("the optimizer stepped after micro-batches {steps}, not once every {k}.",
+                           steps=first["steps"], k=k))
+    tolerance = 1e-5
+    gap = max(float((r["weight"] - _big_batch_weight(k)).abs().max()) for r in ranks)
+    if gap <= tolerance:
+        return
+    if max(float((r["weight"] - _big_batch_weight(k, lr=0.1 * k)).abs().max()) for r in ranks) <= tolerance:
+        raise Incorrect(tr("the weights moved as if the gradients were {k} times too large: divide each "
+                           "micro-batch's loss by k before backward().", k=k))
+    raise Incorrect(tr("the weights differ from {steps} steps on batches of {batch} by {gap:.1e} (tolerance "
+                       "{tolerance:g}).", steps=STEPS, batch=PROCESSES * k * MICRO_BATCH, gap=gap,
+                       tolerance=tolerance))
 
 
 def _run_learner(train_fn, k: int) -> dict:
@@ -37,12 +94,13 @@ def _run_learner(train_fn, k: int) -> dict:
     return {"flags": flags, "steps": steps, "weight": model.linear.weight.detach().cpu().clone()}
 
 
-def _big_batch_weight(k: int):
-    """The weights after STEPS plain SGD steps on batches of PROCESSES x k x MICRO_BATCH rows, in one process."""
+def _big_batch_weight(k: int, lr: float = 0.1):
+    """The weights after STEPS plain SGD steps on batches of PROCESSES x k x MICRO_BATCH rows, in one process
+    (q1's and q2's reference; ``lr`` k times larger stands for gradients k times too large)."""
     import torch
 
     model = tiny_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     rows = tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS)
     size = PROCESSES * MICRO_BATCH * k
     for i in range(0, len(rows), size):
@@ -116,13 +174,35 @@ def _check_fitting_micro_batch(answer, bytes_per_sample, budget) -> None:
 
 
 q1 = Exercise(
-    "3.1 q1: how many micro-batches?",
-    _check_steps_for_batch,
-    usage="q1.check(accumulation_steps)",
-    hints=["One optimizer step sees micro-batch x processes x accumulation steps samples.",
-           "Solve recipe batch = micro-batch x processes x k for k; the three numbers are in the cell above.",
-           "accumulation_steps = ____ // (____ * ____)"],
-    solution_code="accumulation_steps = 64 // (8 * 2)\nq1.check(accumulation_steps)",
+    "3.1 q1: accumulation by hand with DDP's no_sync, in 2 processes",
+    _check_no_sync_by_hand,
+    usage="q1.check(train_by_hand)",
+    api=True,
+    checked=("checked in 2 real processes: DDP all-reduced and the optimizer stepped only at every k-th "
+             "micro-batch, and the weights equal full-batch steps (within 1e-5)."),
+    hints=["DDP all-reduces the gradients during every backward(), unless told not to: a context manager of "
+           "the DDP model switches that off, around the forward and the backward of the micro-batches that "
+           "only accumulate. The k-th backward runs "
+           "outside it, so the summed gradients are averaged across the processes once, then the step.",
+           "The context manager is a method of the DistributedDataParallel model (PyTorch docs: "
+           "DistributedDataParallel, the context manager that disables gradient synchronisations). Number the "
+           "micro-batches of DataLoader(dataset, batch_size=4) with a Python built-in, to know which is the "
+           "k-th; the k summed gradients must average, not add up.",
+           "for i, batch in ____:  # the micro-batches of 4, numbered from 0\n"
+           "    if (i + 1) % k:  # not the k-th: accumulate only\n"
+           "        with model.____():\n"
+           "            ...  # forward, then backward of this micro-batch's share of the big batch's loss\n"
+           "    else:\n"
+           "        ...  # the same outside it (all-reduced), then step and zero_grad"],
+    solution_code=(
+        "def train_by_hand(model, optimizer, dataset, k):\n"
+        "    for i, batch in enumerate(DataLoader(dataset, batch_size=4)):\n"
+        "        if (i + 1) % k:  # not the k-th: accumulate, no all-reduce\n"
+        "            with model.no_sync():\n                (model(**batch).loss / k).backward()\n"
+        "        else:  # the k-th: this backward all-reduces the summed gradients\n"
+        "            (model(**batch).loss / k).backward()\n"
+        "            optimizer.step()\n            optimizer.zero_grad()\n\nq1.check(train_by_hand)"
+    ),
 )
 q2 = Exercise(
     "3.1 q2: gradient accumulation with Accelerate, in 2 processes",
