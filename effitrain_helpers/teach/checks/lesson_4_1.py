@@ -243,13 +243,13 @@ q1 = Exercise(
              "exp_avg_sq in a real AdamW's state, without the step counters."),
     hints=["Measure, do not compute: build a real torch.optim.AdamW over the parameters that train, make its "
            "state exist with one step, then add up the bytes of the two moving averages it keeps.",
-           "optimizer.state is empty until the first optimizer.step(), and a step needs gradients: zeros "
+           "optimizer.state is empty until the optimizer has stepped once, and a step needs gradients: zeros "
            "(torch.zeros_like(p) as p.grad) will do. Parameters with requires_grad False must stay out. "
            "optimizer.state maps each parameter to a dict with 'step', 'exp_avg' and 'exp_avg_sq'; "
            "t.numel() * t.element_size() is a tensor's bytes.",
-           "trainable = [p for p in model.parameters() if ____]\n"
-           "for p in trainable:\n    p.grad = ____\noptimizer = torch.optim.AdamW(____)\noptimizer.step()\n"
-           "return sum(____ for state in optimizer.state.values() for key in (\"exp_avg\", \"exp_avg_sq\"))"],
+           "After the step, each trainable p has its state: s = optimizer.state[p]; what you want is\n"
+           "s[\"exp_avg\"] and s[\"exp_avg_sq\"] in bytes, added over every p (s[\"step\"] stays out). "
+           "Which parameters did the optimizer get, and what did you give them as gradients?"],
     solution_code=(
         "def adamw_state_bytes(model):\n"
         "    trainable = [p for p in model.parameters() if p.requires_grad]\n"
