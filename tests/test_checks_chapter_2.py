@@ -7,7 +7,7 @@ from transformers import TrainingArguments
 from effitrain_helpers.teach.checks import lesson_2_1 as l21
 from effitrain_helpers.teach.checks import lesson_2_2 as l22
 from effitrain_helpers.teach.checks import lesson_2_3 as l23
-from effitrain_helpers.teach.exercises import Spy
+from effitrain_helpers.teach.exercises import Spy, ____
 
 
 def _make_trainer(collator=True, metrics=True, **changes):
@@ -126,11 +126,52 @@ def test_2_2_q1_reference_and_plain_mistakes_without_processes():
     assert len(weights) == 2 and weights[0].shape == (2, 6)
 
 
-@pytest.mark.parametrize("answer, words", [(564, ""), (282, "halfway"), (188, "one epoch"), (94, "one epoch"),
-                                           (100, "not it")])
-def test_2_2_q2(answer, words):
-    result = l22.q2.evaluate(answer)
-    assert (result.status == "correct") == (words == "") and words in result.message
+def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True, per_epoch=False, swap=False,
+                     step=True):
+    """A q2 answer; each flag changed makes one known mistake (``swap``: warm-up and length swapped)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    def train_with_warmup(accelerator, model, optimizer, train_loader, epochs):
+        per_process = epochs * len(train_loader)
+        total = per_process * accelerator.num_processes if all_processes else per_process
+        warmup = (total if warmup_all_processes else per_process) // 4
+        if swap:
+            warmup, total = total, warmup
+        scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=warmup, num_training_steps=total)
+        if prepare:
+            scheduler = accelerator.prepare(scheduler)
+        for _ in range(epochs):
+            for batch in train_loader:
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                if step and not per_epoch:
+                    scheduler.step()
+                optimizer.zero_grad()
+            if step and per_epoch:
+                scheduler.step()
+
+    return train_with_warmup
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, words", [
+    ({}, ""),
+    ({"all_processes": False, "warmup_all_processes": False}, "reached 0 after 4 of 8 optimizer steps"),
+    ({"per_epoch": True}, "stepped once per epoch"),
+    ({"prepare": False}, "ended at 0.0667, too high (67% of its peak instead of 0): the scheduler was not passed"),
+    ({"swap": True}, "the warm-up is longer than the run"),
+    ({"warmup_all_processes": False}, "the warm-up lasted 1 optimizer step(s), not 2"),
+    ({"prepare": False, "all_processes": False, "warmup_all_processes": False}, "reaches 0 on time, but only"),
+    ({"step": False}, "never changed"),
+])
+def test_2_2_q2_reads_the_prepared_schedule_in_2_real_processes(flags, words):
+    result = l22.q2.evaluate(_warmup_training(**flags))
+    assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
+def test_2_2_q2_refuses_what_is_not_a_function():
+    assert "pass your function itself" in l22.q2.evaluate(564).message
+    assert l22.q2.evaluate(____).status == "not attempted"
 
 
 @pytest.mark.parametrize("answer, words", [

@@ -3,7 +3,9 @@
 q1's checker runs the learner's whole training function in 2 real processes (``launch``) on a tiny model and
 judges what happened: the model came back wrapped for DDP, Accelerate saw a world of 2, each rank trained on
 its own half of the samples, the ranks ended with identical weights, the prepared scheduler reached the end
-of its schedule, and the weights equal those of one process training on the global batches.
+of its schedule, and the weights equal those of one process training on the global batches. q2's checker runs
+the learner's warm-up schedule, prepared, in 2 real processes and reads the learning rate of every optimizer
+step: its peak after the first quarter of the steps, 0 at the last step and not before.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, run_learner_in_processes
 
 CHECKS = ("data_sharding", "model_replication", "gradient_aggregation", "parameter_synchronization")
 
@@ -127,18 +129,87 @@ def _check_training_fn(fn) -> None:
                            "pile up."))
 
 
-def _check_schedule_length(answer) -> None:
-    got = as_number(answer)
-    batches = math.ceil(3000 / 16)
-    if got == 3 * batches:
-        return
-    if got in (3 * math.ceil(batches / 2), 3 * math.ceil(3000 / 32)):
-        raise Incorrect(tr("that is the scheduler.step() calls of one process; a prepared scheduler steps once "
-                           "per process at each call, so this schedule would end halfway through training."))
-    if got in (batches, math.ceil(batches / 2)):
-        raise Incorrect(tr("that covers one epoch; the rate must reach zero after all 3."))
-    raise Incorrect(tr("{answer!r} is not it: count the batches of 16 in 3,000 pairs, as one loader before "
-                       "prepare would, over 3 epochs.", answer=answer))
+Q2_PROCESSES, Q2_SAMPLES, Q2_BATCH, Q2_EPOCHS, Q2_LR = 2, 32, 4, 2, 0.1  # q2: 4 batches per epoch and rank
+
+
+def _run_learner_schedule(fn) -> dict:
+    """Inside one launched process: prepare a tiny model, its SGD optimizer and loader with a real Accelerator,
+    run the learner's ``fn(accelerator, model, optimizer, train_loader, epochs)`` and report the learning rate
+    each optimizer step used, the rate at the end, and how often a prepared scheduler's ``step`` was called."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.scheduler import AcceleratedScheduler
+    from torch.utils.data import DataLoader
+
+    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+
+    accelerator = Accelerator()
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=Q2_LR)
+    used: list[float] = []  # the rate of each optimizer step, read just before it
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
+    loader = DataLoader(tiny_rows(Q2_SAMPLES), batch_size=Q2_BATCH)
+    model, prepared_optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    original, calls = AcceleratedScheduler.step, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    AcceleratedScheduler.step = counted
+    try:
+        fn(accelerator, model, prepared_optimizer, loader, Q2_EPOCHS)
+    finally:
+        AcceleratedScheduler.step = original
+    return {"used": used, "final": optimizer.param_groups[0]["lr"], "prepared_calls": len(calls),
+            "per_epoch": len(loader), "world": accelerator.num_processes}
+
+
+def _check_schedule(fn) -> None:
+    first = run_learner_in_processes(_run_learner_schedule, fn, processes=Q2_PROCESSES, timeout=120)[0]
+    used, final, per_epoch = first["used"], first["final"], first["per_epoch"]
+    steps, warm = len(used), first["per_epoch"] * Q2_EPOCHS // 4
+    if steps != Q2_EPOCHS * per_epoch:
+        raise Incorrect(tr("the optimizer stepped {steps} times, not {want} ({epochs} epochs of {per_epoch} "
+                           "batches in each process): keep one optimizer.step() per batch.", steps=steps,
+                           want=Q2_EPOCHS * per_epoch, epochs=Q2_EPOCHS, per_epoch=per_epoch))
+    changes = [i for i in range(1, steps) if not math.isclose(used[i], used[i - 1])]
+    if not changes and math.isclose(final, used[0]):
+        raise Incorrect(tr("the learning rate never changed (it stayed at {lr:.3g}): call scheduler.step() "
+                           "after each optimizer.step().", lr=final))
+    if all(i % per_epoch == 0 for i in changes):
+        raise Incorrect(tr("the learning rate changed only at the ends of epochs: the scheduler stepped once per "
+                           "epoch, but its schedule counts optimizer steps; call scheduler.step() inside the "
+                           "batch loop, after each optimizer.step()."))
+    if not first["prepared_calls"]:
+        if math.isclose(final, 0, abs_tol=1e-12):
+            raise Incorrect(tr("your rate reaches 0 on time, but only because the scheduler was left out of "
+                               "accelerator.prepare and sized for one process. Prepare it (it then also holds "
+                               "back during gradient accumulation and after skipped fp16 steps) and size it "
+                               "for the steps of all processes."))
+        raise Incorrect(tr("the learning rate ended at {lr:.3g}, too high ({fraction:.0%} of its peak instead of "
+                           "0): the scheduler was not passed to accelerator.prepare, so it stepped once per "
+                           "call instead of once per process per call. Prepare it.", lr=final,
+                           fraction=final / Q2_LR))
+    peak = max(range(steps), key=lambda i: (used[i], -i))  # the first step at the highest rate
+    early = [i for i in range(peak + 1, steps) if math.isclose(used[i], 0, abs_tol=1e-12)]
+    if early:
+        raise Incorrect(tr("the learning rate reached 0 after {at} of {steps} optimizer steps and the rest "
+                           "trained at rate 0: a prepared scheduler steps {n} times per call (once per "
+                           "process), so size the schedule, warm-up included, for the steps of all {n} "
+                           "processes, not of one.", at=early[0], steps=steps, n=first["world"]))
+    if used[peak] < Q2_LR * (1 - 1e-6):
+        raise Incorrect(tr("the learning rate never reached its peak {peak:g} (its highest was {top:.3g}, at the "
+                           "last step): the warm-up is longer than the run. num_warmup_steps is a quarter of "
+                           "num_training_steps; did you swap the two?", peak=Q2_LR, top=used[peak]))
+    if not math.isclose(final, 0, abs_tol=1e-12):
+        raise Incorrect(tr("the learning rate ended at {lr:.3g} instead of 0: the schedule is longer than the run "
+                           "({steps} optimizer steps in each of {n} processes).", lr=final, steps=steps,
+                           n=first["world"]))
+    if peak != warm:
+        raise Incorrect(tr("the warm-up lasted {peak} optimizer step(s), not {warm} (a quarter of {steps}): "
+                           "the prepared scheduler counts the warm-up in steps of all processes too, so size "
+                           "num_warmup_steps like num_training_steps.", peak=peak, warm=warm, steps=steps))
 
 
 def _check_failing(answer) -> None:
@@ -194,17 +265,39 @@ q1 = Exercise(
     ),
 )
 q2 = Exercise(
-    "2.2 q2: how long the prepared schedule must be",
-    _check_schedule_length,
-    usage="q2.check(schedule_length)",
+    "2.2 q2: a warm-up schedule under accelerator.prepare",
+    _check_schedule,
+    usage="q2.check(train_with_warmup)",
+    api=True,
+    checked=("checked in 2 real processes: the learning rate peaked after the first quarter of the optimizer "
+             "steps and reached 0 at the last step, not before."),
     hints=[
-        "A prepared scheduler steps once per process at every call: think of the batches of all processes "
-        "together, not of one process's calls.",
-        "That is the length of the training DataLoader before prepare, times the epochs (accelerate/scheduler.py, "
-        "AcceleratedScheduler.step).",
-        "schedule_length = ____ * math.ceil(____ / ____)",
+        "A prepared scheduler steps the scheduler it wraps once per process at every call "
+        "(accelerate/scheduler.py, AcceleratedScheduler.step): count the steps of all processes together, "
+        "for the warm-up as for the whole run.",
+        "transformers' get_linear_schedule_with_warmup takes num_warmup_steps and num_training_steps (docs: "
+        "'Optimization', 'Schedules'); accelerator.prepare(...) wraps a scheduler too; the Accelerator knows "
+        "how many processes run (an attribute: Accelerate docs, 'Accelerator').",
+        "total = ____ * len(____) * ____\n"
+        "scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=____,\n"
+        "                                            num_training_steps=____)\n"
+        "scheduler = accelerator.____(____)\n"
+        "... and one scheduler call in the loop: once per batch or once per epoch?",
     ],
-    solution_code="schedule_length = 3 * math.ceil(3000 / 16)\nq2.check(schedule_length)",
+    solution_code=(
+        "def train_with_warmup(accelerator, model, optimizer, train_loader, epochs):\n"
+        "    total = epochs * len(train_loader) * accelerator.num_processes\n"
+        "    scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=total // 4,\n"
+        "                                                num_training_steps=total)\n"
+        "    scheduler = accelerator.prepare(scheduler)\n"
+        "    for epoch in range(epochs):\n"
+        "        for batch in train_loader:\n"
+        "            accelerator.backward(model(**batch).loss)\n"
+        "            optimizer.step()\n"
+        "            scheduler.step()\n"
+        "            optimizer.zero_grad()\n\n"
+        "q2.check(train_with_warmup)"
+    ),
 )
 q3 = Exercise(
     "2.2 q3: what breaks without gradient averaging",
