@@ -22,7 +22,7 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     "1.2": {"small": {"n_images": 60, "n_sounds": 40}, "full": {"n_images": 600, "n_sounds": 400}},
     "1.3": {"small": {"n_train": 800, "n_validation": 200}, "full": {"n_train": 3668, "n_validation": 408}},
     "2.1": {"small": {"n_train": 3000, "n_validation": 200}, "full": {"n_train": 3668, "n_validation": 408}},
-    "2.2": {"small": {"n_train": 800, "epochs": 2}, "full": {"n_train": 3000, "epochs": 3}},
+    "2.2": {"small": {"n_train": 1600, "epochs": 2}, "full": {"n_train": 3000, "epochs": 3}},
     "3.1": {"small": {"steps": 3}, "full": {"steps": 10}},  # optimizer steps per run
     "3.2": {"small": {"seq_lens": (32, 64, 128)}, "full": {"seq_lens": (128, 256, 512)}},
     "3.3": {"small": {"steps": 6}, "full": {"steps": 30}},
