@@ -262,7 +262,8 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("3_3_", "lesson_3_3", "q1", "import torch"),
     ("3_3_", "lesson_3_3", "q2", "import torch"),
     ("4_1_", "lesson_4_1", "q1", "import torch\nfrom effitrain_helpers.teach.checks.lesson_4_1 import q1_model"),
-    ("4_2_", "lesson_4_2", "q3", ""),
+    ("4_2_", "lesson_4_2", "q3", "import torch\nfrom transformers import Adafactor\n"
+     "from effitrain_helpers.teach.checks.lesson_4_2 import Q3_BETA1, Q3_LR"),
     ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
     ("5_1_", "lesson_5_1", "q2", ""),
     ("5_1_", "lesson_5_1", "q3", ""),
