@@ -99,11 +99,36 @@ def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=T
     return my_training
 
 
-@pytest.mark.parametrize("answer, words", [((32, 94), ""), ((16, 188), "batch of one device"),
-                                           ((32, 188), "each see 16"), ((32, 93), "rounded down"), ((32, 90), "not it")])
-def test_2_1_q4(answer, words):
-    result = l21.q4.evaluate(answer)
-    assert (result.status == "correct") == (words == "") and words in result.message
+def _make_arguments(**changes):
+    """A q4 answer: TrainingArguments for 2 processes with micro-batches of 4; changed arguments make the known
+    mistakes."""
+    def make_arguments(output_dir):
+        base = dict(output_dir=output_dir, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                    use_cpu=True, report_to="none")
+        return TrainingArguments(**{**base, **changes})
+
+    return make_arguments
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes, words", [
+    ({}, ""),
+    ({"gradient_accumulation_steps": 4}, "Divide by the number of processes"),  # 16 // 4: processes forgotten
+    ({"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1}, "per_device_train_batch_size is per "
+                                                                             "process"),
+    ({"gradient_accumulation_steps": 1}, "no accumulation"),
+    ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}, "fixes the per-device batch at 4"),
+    ({"gradient_accumulation_steps": 3}, "(3 micro-batches of 4 x 2 processes), not 16"),
+])
+def test_2_1_q4_trains_the_learners_arguments_in_2_real_processes(changes, words):
+    result = l21.q4.evaluate(_make_arguments(**changes))
+    assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
+def test_2_1_q4_refuses_what_is_not_training_arguments():
+    assert "pass your function itself" in l21.q4.evaluate({"per_device_train_batch_size": 4}).message
+    result = l21.q4.evaluate(lambda output_dir: {"output_dir": output_dir, "per_device_train_batch_size": 4})
+    assert result.status == "incorrect" and "returned dict" in result.message, result
 
 
 @pytest.mark.slow
