@@ -246,7 +246,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("1_1_", "lesson_1_1", "q1", "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
      "from accelerate import Accelerator\nfrom effitrain_helpers.sources.models import choose_model\n"
      "choice = choose_model()"),
-    ("1_1_", "lesson_1_1", "q3", ""),
+    ("1_1_", "lesson_1_1", "q3", "import torch"),
     ("1_1_", "lesson_1_1", "q4", ""),
     ("1_2_", "lesson_1_2", "q2", "from transformers import AutoImageProcessor\n"
      "from effitrain_helpers.sources.processors import choose_image_processor\n"
