@@ -205,7 +205,7 @@ q2 = Exercise(
            "say which); the answer is seconds per step, not in all.",
            "accelerator.____()  # before the clock starts, and again before it stops\n"
            "start = ____\n"
-           "# n calls of step()\n"
+           "# the n steps\n"
            "return (____ - ____) / ____"],
     solution_code=(
         "def my_time_steps(accelerator, step, n):\n"
