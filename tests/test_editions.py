@@ -254,7 +254,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("1_3_", "lesson_1_3", "q2", ""),
     ("2_2_", "lesson_2_2", "q2", "import math"),
     ("2_2_", "lesson_2_2", "q3", ""),
-    ("2_3_", "lesson_2_3", "q2", ""),
+    pytest.param("2_3_", "lesson_2_3", "q2", "import time", marks=pytest.mark.slow),  # it launches 2 processes
     pytest.param("3_1_", "lesson_3_1", "q1", "from torch.utils.data import DataLoader",
                  marks=pytest.mark.slow),  # it launches 2 processes
     ("3_1_", "lesson_3_1", "q3", "bytes_per_sample = 1000.0"),
