@@ -261,7 +261,7 @@ q2 = Exercise(
            "the global tensor (torch.distributed.tensor, documented at pytorch.org/docs). A tensor's bytes are "
            "its number of elements times the bytes of one element, both Tensor methods. The gradient is "
            "p.grad; optimizer.state maps each parameter to a dict whose values are its state tensors.",
-           "params = list(model.parameters())\n"
+           "# params: the model's parameters, as a list\n"
            "tensors = params + [____ for p in params] + [____ for s in ____ for v in ____]\n"
            "total = sum(____ for t in tensors)  # t: its local part when it is a DTensor"],
     solution_code=(
