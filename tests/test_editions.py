@@ -265,7 +265,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("4_2_", "lesson_4_2", "q3", "import torch\nfrom transformers import Adafactor\n"
      "from effitrain_helpers.teach.checks.lesson_4_2 import Q3_BETA1, Q3_LR"),
     ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
-    ("5_1_", "lesson_5_1", "q2", ""),
+    pytest.param("5_1_", "lesson_5_1", "q2", "", marks=pytest.mark.slow),  # it launches 2 processes
     ("5_1_", "lesson_5_1", "q3", ""),
     ("5_2_", "lesson_5_2", "q2", _ONE_5_2),
     ("5_2_", "lesson_5_2", "q3", _ONE_5_2),
