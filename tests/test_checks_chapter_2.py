@@ -99,11 +99,36 @@ def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=T
     return my_training
 
 
-@pytest.mark.parametrize("answer, words", [((32, 94), ""), ((16, 188), "batch of one device"),
-                                           ((32, 188), "each see 16"), ((32, 93), "rounded down"), ((32, 90), "not it")])
-def test_2_1_q4(answer, words):
-    result = l21.q4.evaluate(answer)
-    assert (result.status == "correct") == (words == "") and words in result.message
+def _make_arguments(**changes):
+    """A q4 answer: TrainingArguments for 2 processes with micro-batches of 4; changed arguments make the known
+    mistakes."""
+    def make_arguments(output_dir):
+        base = dict(output_dir=output_dir, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                    use_cpu=True, report_to="none")
+        return TrainingArguments(**{**base, **changes})
+
+    return make_arguments
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes, words", [
+    ({}, ""),
+    ({"gradient_accumulation_steps": 4}, "Divide by the number of processes"),  # 16 // 4: processes forgotten
+    ({"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1}, "per_device_train_batch_size is per "
+                                                                             "process"),
+    ({"gradient_accumulation_steps": 1}, "no accumulation"),
+    ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}, "fixes the per-device batch at 4"),
+    ({"gradient_accumulation_steps": 3}, "(3 micro-batches of 4 x 2 processes), not 16"),
+])
+def test_2_1_q4_trains_the_learners_arguments_in_2_real_processes(changes, words):
+    result = l21.q4.evaluate(_make_arguments(**changes))
+    assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
+def test_2_1_q4_refuses_what_is_not_training_arguments():
+    assert "pass your function itself" in l21.q4.evaluate({"per_device_train_batch_size": 4}).message
+    result = l21.q4.evaluate(lambda output_dir: {"output_dir": output_dir, "per_device_train_batch_size": 4})
+    assert result.status == "incorrect" and "returned dict" in result.message, result
 
 
 @pytest.mark.slow
@@ -216,11 +241,56 @@ def test_2_3_q1_plain_mistakes_and_the_truth():
     assert len(l23._true_predictions()) == l23.SAMPLES
 
 
-@pytest.mark.parametrize("answer, words", [((1.0, 4.0), ""), ((4.0, 4.0), "share the same cores"),
-                                           ((1.0, 1.0), "its own compute"), ((0.5, 4.0), "does not grow")])
-def test_2_3_q2(answer, words):
+def _time_steps(wait_at_start=True, wait_at_end=True, per_step=True, clock="perf_counter", calls=0):
+    """A q2 answer; ``calls`` adds (or removes) calls of step() to the n asked for."""
+    import time
+
+    def my_time_steps(accelerator, step, n):
+        if wait_at_start:
+            accelerator.wait_for_everyone()
+        start = getattr(time, clock)()
+        for _ in range(n + calls):
+            step()
+        if wait_at_end:
+            accelerator.wait_for_everyone()
+        seconds = getattr(time, clock)() - start
+        return seconds / n if per_step else seconds
+
+    return my_time_steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answer, words", [
+    (_time_steps(), ""),
+    (_time_steps(clock="time"), ""),
+    (_time_steps(wait_at_end=False), "before stopping the clock"),
+    (_time_steps(wait_at_start=False), "before starting the clock"),
+    (_time_steps(wait_at_start=False, wait_at_end=False), "before stopping the clock"),
+    (_time_steps(per_step=False), "divide it by n"),
+    (_time_steps(calls=-1), "called step() 3 time(s) for n=4"),
+])
+def test_2_3_q2_times_a_slow_rank_in_2_real_processes(answer, words):
     result = l23.q2.evaluate(answer)
-    assert (result.status == "correct") == (words == "") and words in result.message
+    assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
+@pytest.mark.parametrize("reported, words", [
+    ((0.1, 0.1), ""), ((0.12, 0.11), ""), ((0.005, 0.1), "before stopping the clock"),
+    ((0.25, 0.1), "before starting the clock"), ((0.4, 0.4), "divide it by n"),
+    ((0.1, 0.05), "both should report"), (("0.1", 0.1), "as a number"),
+])
+def test_2_3_q2_judges_what_each_rank_reported(reported, words):
+    runs = [{"rank": r, "calls": l23.STEPS, "returned": t} for r, t in enumerate(reported)]
+    try:
+        l23._judge_timings(runs)
+        message = ""
+    except l23.Incorrect as err:
+        message = str(err)
+    assert (message == "") == (words == "") and words in message, message
+
+
+def test_2_3_q2_plain_mistakes():
+    assert "pass your function itself" in l23.q2.evaluate(0.1).message
 
 
 @pytest.mark.parametrize("answer, words", [(4.5, ""), (9.0, "every other process"), (2.25, "one of the two"),

@@ -155,18 +155,90 @@ def test_4_2_q2_adafactor_judged_by_three_real_steps():
     assert "function itself" in _status(l42.q2, build()(torch.nn.Linear(2, 2).parameters())).message
 
 
-def test_4_2_q3_beta1_bytes_match_a_real_step():
-    layer = torch.nn.Linear(256, 64)
-    optimizer = Adafactor(layer.parameters(), lr=1e-3, beta1=0.9, scale_parameter=False, relative_step=False)
-    layer(torch.randn(2, 256)).sum().backward()
-    optimizer.step()
+def _adafactor_bytes(model, beta1=l42.Q3_BETA1, trainable_only=True, step=True, count=None):
+    """A learner's adafactor_state_bytes: right by default, each keyword one slip."""
+    params = [p for p in model.parameters() if p.requires_grad or not trainable_only]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer = Adafactor(params, lr=l42.Q3_LR, beta1=beta1, scale_parameter=False, relative_step=False,
+                          warmup_init=False)
+    if step:
+        optimizer.step()
+    count = count or (lambda t: t.numel() * t.element_size())
+    return sum(count(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+
+
+def test_4_2_q3_state_bytes_right():
+    result = _status(l42.q3, _adafactor_bytes)
+    assert result.status == "correct" and "3-D weight" in result.message
+    assert _status(l42.q3, ____).status == "not attempted"
+
+    def starter(model):
+        return ____
+
+    assert _status(l42.q3, starter).status == "not attempted"
+
+
+def test_4_2_q3_agrees_with_the_theory_from_shapes():
+    from effitrain_helpers.measure.optimizer_memory import adafactor_state_bytes
+
+    for make in l42.CHECK_MODELS:
+        assert _adafactor_bytes(make()) == adafactor_state_bytes(make(), beta1=l42.Q3_BETA1)
+
+
+def test_4_2_q3_no_step_taken():
+    assert "first optimizer.step()" in _status(l42.q3, lambda m: _adafactor_bytes(m, step=False)).message
+
+
+def test_4_2_q3_adamw_count():
+    trainable = lambda m: [p for p in m.parameters() if p.requires_grad]  # noqa: E731
+    assert "AdamW's count" in _status(l42.q3, lambda m: 8 * sum(p.numel() for p in trainable(m))).message
     from effitrain_helpers.measure.optimizer_memory import state_bytes
 
-    measured = state_bytes(optimizer)
-    assert _status(l42.q3, measured).status == "correct"
-    assert "RMS" in _status(l42.q3, measured - 8).message
-    assert "exp_avg" in _status(l42.q3, measured - 4 * (256 * 64 + 64)).message
-    assert "AdamW's count" in _status(l42.q3, 8 * (256 * 64 + 64) + 8).message
+    def real_adamw(model):
+        for p in trainable(model):
+            p.grad = torch.zeros_like(p)
+        optimizer = torch.optim.AdamW(trainable(model))
+        optimizer.step()
+        return state_bytes(optimizer)  # step tensors included
+
+    assert "AdamW's count" in _status(l42.q3, real_adamw).message
+
+
+def test_4_2_q3_beta1_not_set():
+    assert "no exp_avg" in _status(l42.q3, lambda m: _adafactor_bytes(m, beta1=None)).message
+
+
+def test_4_2_q3_values_not_bytes():
+    assert "bytes, not values" in _status(l42.q3, lambda m: _adafactor_bytes(m, count=torch.numel)).message
+
+
+def test_4_2_q3_counts_frozen_parameters():
+    assert "frozen" in _status(l42.q3, lambda m: _adafactor_bytes(m, trainable_only=False)).message
+
+
+def test_4_2_q3_rms_left_out():
+    no_rms = lambda m: _adafactor_bytes(m) - 4 * sum(1 for p in m.parameters() if p.requires_grad)  # noqa: E731
+    assert "RMS is in the state too" in _status(l42.q3, no_rms).message
+
+
+def test_4_2_q3_step_is_not_a_tensor():
+    def every_value(model):
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p) if p.requires_grad else None
+        optimizer = Adafactor([p for p in model.parameters() if p.requires_grad], lr=1e-3, beta1=0.9,
+                              relative_step=False)
+        optimizer.step()
+        return sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values())
+
+    assert "Python int" in _status(l42.q3, every_value).message
+
+
+def test_4_2_q3_hard_coded_and_not_a_function():
+    assert "not be written in" in _status(l42.q3, lambda m: 67_336).message
+    assert "function itself" in _status(l42.q3, 67_336).message
+    assert "not it for" in _status(l42.q3, lambda m: 1 + _adafactor_bytes(m)).message
+    assert _status(l42.q3, lambda m: "lots").status == "incorrect"
 
 
 def test_4_3_q1_8bit_bytes():

@@ -1,11 +1,16 @@
 """Every checker of lesson 1.1, with known right and known wrong answers."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
+from torch.utils import benchmark
+from torch.utils.benchmark import Timer
 from accelerate import Accelerator
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
+from effitrain_helpers.teach.checks import lesson_1_1
 from effitrain_helpers.teach.checks.lesson_1_1 import STEP_NAMES, q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import ____
 
@@ -109,22 +114,86 @@ def test_q2_training_memory(answer, expected, words):
     assert result.status == expected and words in result.message
 
 
-@pytest.mark.parametrize(
-    "fn, expected, words",
-    [
-        (lambda n, t: 2 * n**3 / t / 1e9, "correct", ""),
-        (lambda n, t: n**3 / t / 1e9, "incorrect", "factor of 2"),
-        (lambda n, t: 2 * n**3 / t, "incorrect", "divide by 1e9"),
-        (lambda n, t: None, "incorrect", "return"),
-        (lambda n, t: 2.0, "incorrect", "n=512"),
-        (lambda n, t: 2 * n**2 / t / 1e9, "incorrect", "expected 2.0"),
-        (lambda n: 1, "incorrect", "TypeError"),
-        (2.0, "incorrect", "function itself"),
-    ],
-)
-def test_q3_gflops(fn, expected, words):
+# ---------------------------------------------------------------- q3: the learner's own benchmark.Timer
+
+def _timed(stmt="a @ b", n_of=lambda n: n, dtype_of=lambda dtype: dtype, rate=lambda n, s: 2 * n**3 / s / 1e9,
+           measure=lambda timer: timer.blocked_autorange(), setup="pass"):
+    """A learner's matmul_gflops(n, dtype), right unless one of its parts is swapped for a wrong one."""
+    def matmul_gflops(n, dtype):
+        a = torch.randn(n_of(n), n_of(n), dtype=dtype_of(dtype))
+        b = torch.randn(n_of(n), n_of(n), dtype=dtype_of(dtype))
+        timer = benchmark.Timer(stmt=stmt, setup=setup, globals={"a": a, "b": b})
+        return rate(n, measure(timer).median)
+    return matmul_gflops
+
+
+def _solution_gflops(n, dtype):  # the notebook's solution, word for word
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    timer = benchmark.Timer(stmt="a @ b", globals={"a": a, "b": b})
+    seconds = timer.blocked_autorange().median
+    return 2 * n**3 / seconds / 1e9
+
+
+def _imported_timer(n, dtype):  # `from torch.utils.benchmark import Timer`, timeit(number), all threads
+    a = torch.randn(n, n, dtype=dtype)
+    return 2 * n**3 / Timer("torch.mm(a, a)", globals={"a": a}, num_threads=2).timeit(20).median / 1e9
+
+
+def _perf_counter(n, dtype):  # timed by hand, no Timer
+    a = torch.randn(n, n, dtype=dtype)
+    start = time.perf_counter()
+    a @ a
+    return 2 * n**3 / (time.perf_counter() - start) / 1e9
+
+
+def _starter_gflops(n, dtype):
+    timer = ____
+    return ____(timer)
+
+
+@pytest.mark.parametrize("fn, expected, words", [
+    (_solution_gflops, "correct", "checked: with a stand-in Timer"),
+    (_imported_timer, "correct", "exactly 2 n^3 / seconds / 1e9"),
+    (_timed(rate=lambda n, s: n**3 / s / 1e9), "incorrect", "off by a factor of 2"),
+    (_timed(rate=lambda n, s: s), "incorrect", "that is the time in seconds"),
+    (_timed(rate=lambda n, s: 2 * n**3 / (s * 1e3) / 1e9), "incorrect", "1000 times too small"),
+    (_timed(rate=lambda n, s: 2 * n**3 / s / 1e6), "incorrect", "1000 times too many"),
+    (_timed(rate=lambda n, s: 2 * n**3 / s), "incorrect", "that is FLOP/s"),
+    (_timed(measure=lambda t: t.timeit(100), rate=lambda n, s: 2 * n**3 / (s / 100) / 1e9), "incorrect",
+     "already the time of one run"),
+    (_timed(rate=lambda n, s: 42.0), "incorrect", "returns 42.0 whatever the size and the timing"),
+    (lambda n, dtype: 42.0, "incorrect", "returns 42.0 whatever"),
+    (_perf_counter, "incorrect", "did not measure with torch.utils.benchmark.Timer"),
+    (_timed(stmt="a + b"), "incorrect", "multiplies no matrices"),
+    (_timed(stmt="c", setup="c = a @ b"), "incorrect", "the product is in `setup`"),
+    (_timed(n_of=lambda n: 32), "incorrect", "should multiply two 100 x 100 matrices once"),
+    (_timed(stmt="a @ b @ a"), "incorrect", "(2 product(s))"),
+    (_timed(dtype_of=lambda dtype: torch.float32), "incorrect", "your matrices are float32"),
+    (_timed(measure=lambda t: t.blocked_autorange(), rate=lambda n, s: None), "incorrect", "add a `return`"),
+    (lambda n, dtype: benchmark.Timer("a @ a", globals={"a": torch.ones(n, n, dtype=dtype)}).timeit(10),
+     "incorrect", "returns the Measurement"),
+    (_starter_gflops, "not attempted", "still contains ____"),
+    (2.0, "incorrect", "function itself"),
+    (lambda n: 1, "incorrect", "TypeError"),
+])
+def test_q3_matmul_gflops_runs_the_learners_timer(fn, expected, words):
     result = q3.evaluate(fn)
-    assert result.status == expected and words in result.message
+    assert result.status == expected and words in result.message, result
+
+
+def test_q3_a_rate_far_from_the_checkers_own_is_named(monkeypatch):
+    """The real run: a rate outside a factor of 4 of the checker's measurement before and after is wrong."""
+    monkeypatch.setattr(lesson_1_1, "_reference_gflops", lambda n, threads, device: 1e6)
+    result = q3.evaluate(_solution_gflops)
+    assert result.status == "incorrect" and "the checker's own measurement of the same product" in result.message
+    assert "a factor of 4, as the machine may be busy" in result.message
+
+
+def test_q3_leaves_the_real_timer_in_place_even_when_the_learner_fails():
+    q3.evaluate(_timed(rate=lambda n, s: 1 / 0))
+    assert benchmark.Timer is Timer and Timer.__module__ == "torch.utils.benchmark.utils.timer"
+    assert _imported_timer.__globals__["Timer"] is Timer
 
 
 ORDER = ["data sharding", "model replication", "gradient aggregation", "parameter synchronization"]

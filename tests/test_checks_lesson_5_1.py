@@ -1,16 +1,125 @@
-"""Lesson 5.1's checkers with right and wrong answers (q1 runs the learner's function in 2 processes: slow)."""
+"""Lesson 5.1's checkers with right and wrong answers (q1 and q2 run the learner's function in 2 processes: slow)."""
 
 import pytest
 
 from effitrain_helpers.teach.checks.lesson_5_1 import q1, q2, q3, q4
 
 
-def test_q2_bytes_per_gpu():
-    assert q2.evaluate((24, 3)).status == "correct"
-    assert "leaves out the gradients" in q2.evaluate((18, 2.25)).message
-    assert "divide by the number of GPUs" in q2.evaluate((24, 24)).message
-    assert "every GPU keeps full copies" in q2.evaluate((3, 3)).message
-    assert q2.evaluate(24).status == "incorrect"
+def _local(t):
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _nbytes(tensors, local=True):
+    return sum((_local(t) if local else t).numel() * t.element_size() for t in tensors)
+
+
+def _kinds(model, optimizer):
+    params = list(model.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values()]
+    return params, [p.grad for p in params if p.grad is not None], state
+
+
+def _counted(model, optimizer):
+    params, grads, state = _kinds(model, optimizer)
+    return _nbytes(params + grads + state)
+
+
+def _global_numel(model, optimizer):
+    params, grads, state = _kinds(model, optimizer)
+    return _nbytes(params + grads + state, local=False)
+
+
+def _global_gradients(model, optimizer):
+    params, grads, state = _kinds(model, optimizer)
+    return _nbytes(params + state) + _nbytes(grads, local=False)
+
+
+def _global_state(model, optimizer):
+    params, grads, state = _kinds(model, optimizer)
+    return _nbytes(params + grads) + _nbytes(state, local=False)
+
+
+def _parameters_only(model, optimizer):
+    return _nbytes(model.parameters())
+
+
+def _no_state(model, optimizer):
+    params, grads, _ = _kinds(model, optimizer)
+    return _nbytes(params + grads)
+
+
+def _no_gradients(model, optimizer):
+    params, _, state = _kinds(model, optimizer)
+    return _nbytes(params + state)
+
+
+def _no_steps(model, optimizer):
+    from torch.distributed.tensor import DTensor
+
+    params, grads, state = _kinds(model, optimizer)
+    return _nbytes(params + grads + [v for v in state if isinstance(v, DTensor)])
+
+
+def _times_world(model, optimizer):
+    import torch.distributed as dist
+
+    return _counted(model, optimizer) * dist.get_world_size()
+
+
+def _hard_coded(model, optimizer):
+    return 1_049_740  # rank 0's total in the lesson's table, typed in
+
+
+def _by_kind(model, optimizer):
+    params, grads, state = _kinds(model, optimizer)
+    return {"parameters": _nbytes(params), "gradients": _nbytes(grads), "optimizer state": _nbytes(state)}
+
+
+def _one_off(model, optimizer):
+    return _counted(model, optimizer) + 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count, words", [
+    (_counted, None),
+    (_global_numel, "numel() of a DTensor is the size of the global tensor"),
+    (_global_gradients, "p.grad of a sharded parameter is a DTensor too"),
+    (_global_state, "exp_avg and exp_avg_sq are counted whole"),
+    (_times_world, "that is this rank's bytes times 2"),
+    (_parameters_only, "only the parameters are counted"),
+    (_no_state, "the optimizer's state is missing"),
+    (_no_gradients, "the gradients are missing"),
+    (_no_steps, "is a 0-d tensor that is not sharded"),
+    (_hard_coded, "on every rank and for both models"),
+    (_by_kind, "your function returned dict"),
+    (_one_off, "rank 0, the lesson's model"),
+])
+def test_q2_counts_the_bytes_this_rank_holds(count, words):
+    result = q2.evaluate(count)
+    if words is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and words in result.message, result.message
+
+
+@pytest.mark.slow
+def test_q2_truth_is_the_theory_and_about_one_nth():
+    """What the checker takes as the truth is lesson 5.1's per-rank theory, and about 1/N of DDP's bytes."""
+    from effitrain_helpers.teach.checks.lesson_5_1 import _run_bytes, held_total
+    from effitrain_helpers.teach.exercises import run_learner_in_processes
+
+    ranks = run_learner_in_processes(_run_bytes, _counted, processes=2)
+    for rank in ranks:
+        for run in rank:
+            assert held_total(run) == run["theory"] == run["got"]
+            assert abs(held_total(run) - run["unsharded"] / 2) <= 0.02 * run["unsharded"]
+    assert held_total(ranks[0][0]) > held_total(ranks[1][0])  # rank 0's chunks round up
+
+
+def test_q2_refuses_what_is_not_a_function():
+    assert "pass your function itself" in q2.evaluate(1_049_740).message
 
 
 def test_q3_communication_ratio():

@@ -246,7 +246,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("1_1_", "lesson_1_1", "q1", "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
      "from accelerate import Accelerator\nfrom effitrain_helpers.sources.models import choose_model\n"
      "choice = choose_model()"),
-    ("1_1_", "lesson_1_1", "q3", ""),
+    ("1_1_", "lesson_1_1", "q3", "import torch"),
     ("1_1_", "lesson_1_1", "q4", ""),
     ("1_2_", "lesson_1_2", "q2", "from transformers import AutoImageProcessor\n"
      "from effitrain_helpers.sources.processors import choose_image_processor\n"
@@ -254,7 +254,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("1_3_", "lesson_1_3", "q2", ""),
     ("2_2_", "lesson_2_2", "q2", "import math"),
     ("2_2_", "lesson_2_2", "q3", ""),
-    ("2_3_", "lesson_2_3", "q2", ""),
+    pytest.param("2_3_", "lesson_2_3", "q2", "import time", marks=pytest.mark.slow),  # it launches 2 processes
     pytest.param("3_1_", "lesson_3_1", "q1", "from torch.utils.data import DataLoader",
                  marks=pytest.mark.slow),  # it launches 2 processes
     ("3_1_", "lesson_3_1", "q3", "bytes_per_sample = 1000.0"),
@@ -262,9 +262,10 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("3_3_", "lesson_3_3", "q1", "import torch"),
     ("3_3_", "lesson_3_3", "q2", "import torch"),
     ("4_1_", "lesson_4_1", "q1", "import torch\nfrom effitrain_helpers.teach.checks.lesson_4_1 import q1_model"),
-    ("4_2_", "lesson_4_2", "q3", ""),
+    ("4_2_", "lesson_4_2", "q3", "import torch\nfrom transformers import Adafactor\n"
+     "from effitrain_helpers.teach.checks.lesson_4_2 import Q3_BETA1, Q3_LR"),
     ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
-    ("5_1_", "lesson_5_1", "q2", ""),
+    pytest.param("5_1_", "lesson_5_1", "q2", "", marks=pytest.mark.slow),  # it launches 2 processes
     ("5_1_", "lesson_5_1", "q3", ""),
     ("5_2_", "lesson_5_2", "q2", _ONE_5_2),
     ("5_2_", "lesson_5_2", "q3", _ONE_5_2),

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from effitrain_helpers.training.scaling import idle_cores, scaling_verdict, unreliable_reasons
+from effitrain_helpers.training.scaling import idle_cores, scaling_verdict, time_steps, unreliable_reasons
 
 STEADY = {"workbook": [1.00, 1.02, 0.99], "compute": [0.90, 0.91, 0.90], "ddp": [1.01, 1.00, 1.00]}
 
@@ -61,3 +61,13 @@ def test_a_sound_run_gets_a_conclusion(many, words):
 def test_idle_cores_measures_this_machine():
     idle = idle_cores(interval=0.1)
     assert idle is None or 0 <= idle <= os.cpu_count() + 0.01
+
+
+def test_time_steps_returns_seconds_per_step_in_one_process():
+    import time
+
+    from accelerate import Accelerator
+
+    calls = []
+    seconds = time_steps(Accelerator(cpu=True), lambda: (calls.append(1), time.sleep(0.01)), 3)
+    assert len(calls) == 3 and 0.01 <= seconds < 0.5

@@ -13,7 +13,7 @@ from effitrain_helpers.training import train
 from effitrain_helpers.training.ddp_checks import four_steps, summarize_four_steps
 from effitrain_helpers.processes.launch import launch
 from effitrain_helpers.measure.metrics import accuracy_f1, majority_rate, trainer_metrics
-from effitrain_helpers.training.scaling import measure_scaling
+from effitrain_helpers.training.scaling import measure_scaling, time_steps
 
 SMALL = dict(n_train=160, n_validation=37, epochs=1, batch_size=8)
 
@@ -100,7 +100,14 @@ def test_summary_flags_each_failure():
 
 @pytest.mark.slow
 def test_scaling_measures_both_loops_and_the_collective():
-    one = measure_scaling(steps=2, rounds=1)
+    timed = []
+
+    def timer(accelerator, step, n):  # the lesson's timing, recording what it was asked to time
+        timed.append(n)
+        return time_steps(accelerator, step, n)
+
+    one = measure_scaling(steps=2, rounds=1, timer=timer)
+    assert timed == [1, 1, 1, 2, 2, 2], "a warm-up step, then the steps, of each of the three loops"
     assert one["world_size"] == 1 and one["communication_s_per_step"] == 0 and one["allreduce_s"] == 0
     two = launch(measure_scaling, steps=2, rounds=1, num_processes=2, quiet=True)[0]
     assert two["world_size"] == 2 and two["threads"] >= 1 and two["allreduce_gb_per_s"] > 0

@@ -300,7 +300,14 @@ def test_check_hint_and_solution_answer_in_portuguese(portuguese, monkeypatch, t
     assert repr(q4.evaluate(____)).startswith("⏳ Não tentado (1.1 q4: os quatro passos em ordem): troque o ____")
     wrong = q4.evaluate(list(STEP_NAMES))
     assert wrong.status == INCORRECT and wrong.message.startswith("a posição 2 está errada: um dispositivo só calcula")
-    assert q3.evaluate(lambda n, s: n**3 / s / 1e9).message.startswith("errado por um fator de 2")
+    import torch
+    from torch.utils import benchmark
+
+    def half_the_flops(n, dtype):
+        a = torch.randn(n, n, dtype=dtype)
+        return n**3 / benchmark.Timer("a @ a", globals={"a": a}).blocked_autorange().median / 1e9
+
+    assert q3.evaluate(half_the_flops).message.startswith("errado por um fator de 2")
     right = q1.evaluate(4 * 1000 * 1000)
     assert right.status == CORRECT and "✅ Correto" in right._repr_markdown_()
     assert "dê a resposta em bytes" in q1.evaluate(4.0).message

@@ -9,10 +9,13 @@ each), and :func:`summarize_data_parallel` turns every rank's runs into one :cla
 from __future__ import annotations
 
 import statistics
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from effitrain_helpers.core.language import msg
 from effitrain_helpers.measure.communication import CommunicationSummary
+from effitrain_helpers.training.runs import weights_fingerprint
 from effitrain_helpers.training.techniques import Techniques, run_techniques
 from effitrain_helpers.training.workload import check_steps
 
@@ -20,7 +23,8 @@ from effitrain_helpers.training.workload import check_steps
 @dataclass
 class ReplicaRun:
     """What one process of a data-parallel run reports for :func:`summarize_data_parallel` (lesson 3.2's own
-    loop returns one; :class:`~effitrain_helpers.training.techniques.TechniquesRun` has the same fields)."""
+    loop returns one, made by :class:`ReplicaRecorder`;
+    :class:`~effitrain_helpers.training.techniques.TechniquesRun` has the same fields)."""
 
     world_size: int
     local_sgd_enabled: bool
@@ -31,6 +35,55 @@ class ReplicaRun:
     seconds_per_step: float
     final_fingerprint: str
     parameter_bytes: int
+
+
+class ReplicaRecorder:
+    """The bookkeeping of lesson 3.2's loop in one process, kept out of the loop so that it shows only training.
+
+    Counts what the process sends (a :class:`CommunicationCounter` on the prepared model), times each step
+    (``with recorder.step():`` around the step itself), and after each step keeps its loss and a fingerprint of
+    the weights (:meth:`after_step`, not timed). :meth:`end_of_loop` marks where the loop ended, inside the
+    ``LocalSGD`` block, so that :meth:`run` can tell the loop's bytes from LocalSGD's closing average.
+    """
+
+    def __init__(self, accelerator, model):
+        from effitrain_helpers.measure.communication import CommunicationCounter
+
+        self.world_size = accelerator.num_processes
+        self.net = accelerator.unwrap_model(model)
+        self.counter = CommunicationCounter().watch(model)
+        self.losses: list[float] = []
+        self.fingerprints: list[str] = []
+        self.seconds: list[float] = []
+        self.in_loop: CommunicationSummary | None = None
+
+    @contextmanager
+    def step(self):
+        """Time the block: one training step."""
+        start = time.perf_counter()
+        yield
+        self.seconds.append(time.perf_counter() - start)
+
+    def after_step(self, loss) -> None:
+        """Keep the step's loss and the weights' fingerprint; count whether the step sent anything."""
+        self.losses.append(loss.item())
+        self.counter.step()
+        self.fingerprints.append(weights_fingerprint(self.net))
+
+    def end_of_loop(self) -> None:
+        """Call inside the ``LocalSGD`` block, after the loop: what was sent so far was sent by the loop."""
+        self.in_loop = self.counter.summary()
+
+    def run(self, local_sgd_enabled: bool) -> ReplicaRun:
+        """Stop counting and report: the bytes sent after :meth:`end_of_loop` are LocalSGD's closing average;
+        the time per step is the median without the first step (warm-up)."""
+        if self.in_loop is None:
+            raise RuntimeError("call end_of_loop() inside the LocalSGD block, after the loop, before run().")
+        self.counter.stop()
+        return ReplicaRun(self.world_size, local_sgd_enabled, self.losses, self.fingerprints, self.in_loop,
+                          self.counter.bytes - self.in_loop.bytes, statistics.median(self.seconds[1:]),
+                          weights_fingerprint(self.net),
+                          sum(p.numel() * p.element_size() for p in self.net.parameters()))
 
 
 @dataclass

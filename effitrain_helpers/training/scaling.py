@@ -95,25 +95,33 @@ def scaling_verdict(one: dict, many: dict) -> tuple[bool, str]:
     return True, conclusion + "\n" + tr("Reliable: repeats and rounds consistent, enough idle cores.")
 
 
-def _timed_steps(model, optimizer, batches, backward, sync_context, device) -> float:
-    """Seconds for one optimizer step per batch (the slowest rank's time, as a synchronous step waits for it)."""
-    import torch
-    import torch.distributed as dist
+def time_steps(accelerator, step, n: int) -> float:
+    """Seconds per step of ``n`` calls of ``step()`` for the whole group: every process waits for the others
+    before the clock starts and again before it stops, so each reports the slowest rank's time (lesson 2.3 shows
+    this loop in a cell, and its exercise 2 has the learner write it)."""
+    accelerator.wait_for_everyone()
+    start = time.perf_counter()
+    for _ in range(n):
+        step()
+    accelerator.wait_for_everyone()
+    return (time.perf_counter() - start) / n
 
+
+def _timed_steps(model, optimizer, batches, backward, sync_context, accelerator, timer) -> float:
+    """Seconds for one optimizer step per batch, as ``timer(accelerator, step, len(batches))`` measured them;
+    each ``step()`` ends by synchronising the device, so that the clock sees finished work on a GPU too."""
     from effitrain_helpers.measure.bench import synchronize
 
-    synchronize(str(device))
-    start = time.perf_counter()
-    for batch in batches:
+    remaining = iter(batches)
+
+    def step() -> None:
         with sync_context():
-            backward(model(**batch).loss)
+            backward(model(**next(remaining)).loss)
         optimizer.step()
         optimizer.zero_grad()
-    synchronize(str(device))
-    seconds = torch.tensor([time.perf_counter() - start], device=device)
-    if dist.is_initialized():
-        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-    return float(seconds)
+        synchronize(str(accelerator.device))
+
+    return float(timer(accelerator, step, len(batches))) * len(batches)
 
 
 def _allreduce_seconds(numel: int, device, repeats: int = 10) -> float:
@@ -135,8 +143,12 @@ def _allreduce_seconds(numel: int, device, repeats: int = 10) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, rounds: int = 3, seed: int = 0) -> dict:
+def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, rounds: int = 3, seed: int = 0,
+                    timer=time_steps) -> dict:
     """Time the workbook loop, its compute-only part, plain DDP and a raw all_reduce (see module docstring).
+
+    ``timer(accelerator, step, n)`` returns the seconds per step of ``n`` calls of ``step()`` for the whole
+    group (:func:`time_steps`; lesson 2.3 passes the one its cell shows).
 
     Also returns ``seconds_per_round`` (each loop's rounds), ``idle_cores`` (seen just before timing) and
     ``unreliable``: the reasons, if any, not to trust these timings (:func:`unreliable_reasons`).
@@ -179,14 +191,14 @@ def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, 
         "ddp": (ddp, ddp_optimizer, torch.Tensor.backward, contextlib.nullcontext),
     }
     for m, o, b, c in loops.values():  # warm-up
-        _timed_steps(m, o, batches[:1], b, c, accelerator.device)
+        _timed_steps(m, o, batches[:1], b, c, accelerator, timer)
     if dist.is_initialized():
         dist.barrier()  # every rank idle at once: what is busy now is other programs
     idle = idle_cores()
     times = {name: [] for name in loops}
     for _ in range(rounds):  # interleaved, so that a busy moment hits every loop alike
         for name, (m, o, b, c) in loops.items():
-            times[name].append(_timed_steps(m, o, batches[1:], b, c, accelerator.device))
+            times[name].append(_timed_steps(m, o, batches[1:], b, c, accelerator, timer))
     total, compute, ddp_seconds = (statistics.median(times[k]) for k in ("workbook", "compute", "ddp"))
     if world == 1:  # nothing to communicate: any difference between the two timings is noise
         compute = total

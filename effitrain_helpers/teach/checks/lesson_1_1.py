@@ -1,5 +1,6 @@
 """Exercises of lesson 1.1 (prepare models with AutoModel and Accelerator): q1 writes the lesson's calls
-(`from_pretrained`, `Accelerator()`, `prepare`), q2-q4 are the numbers and the order behind them."""
+(`from_pretrained`, `Accelerator()`, `prepare`), q3 times a matrix product with `torch.utils.benchmark.Timer`,
+q2 and q4 are the number and the order behind them."""
 
 from __future__ import annotations
 
@@ -100,25 +101,197 @@ def _check_training_mib(answer, model) -> None:
                        mib=mib, count=count))
 
 
-def _check_gflops_fn(fn) -> None:
-    if not callable(fn):
-        raise Incorrect(tr(_PASS_FUNCTION, fn=fn))
-    got = fn(1000, 1.0)
+# ---------------------------------------------------------------- q3: the learner times a product with Timer
+_FAKE_RUNS = ((100, "float64", 1e-3), (64, "float32", 2e-5))  # (n, dtype, the seconds the stand-in Timer reports)
+_REAL_N = 256  # the real run: float32, small enough to take well under a second on a 2-core CPU
+_REAL_FACTOR = 4  # the real rate may differ this much from the checker's own (the machine may be busy)
+_MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "dot", "mv")
+
+
+def _product_ops(stmt: str, setup: str, namespace: dict) -> list[tuple[str, list, list, str]]:
+    """Run ``setup`` then ``stmt`` once in ``namespace``; the matrix products ``stmt`` did, as
+    (op name, shapes of its tensor inputs, their dtypes, device type)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    found = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in _MATMULS:
+                tensors = [a for a in args if isinstance(a, torch.Tensor)]
+                found.append((name, [tuple(t.shape) for t in tensors], [t.dtype for t in tensors],
+                              tensors[0].device.type if tensors else "cpu"))
+            return func(*args, **(kwargs or {}))
+
+    exec(compile(setup, "<Timer setup>", "exec"), namespace)  # noqa: S102 - the learner's own Timer
+    with Record():
+        exec(compile(stmt, "<Timer stmt>", "exec"), namespace)  # noqa: S102
+    return found
+
+
+def _stand_in_timer(seconds: float, seen: list):
+    """A ``torch.utils.benchmark.Timer`` whose measurements report ``seconds`` per run of ``stmt``; each one
+    runs ``stmt`` once for real and appends to ``seen`` what it multiplied and how it was measured."""
+    import inspect
+    import textwrap
+
+    import torch
+    from torch.utils import benchmark
+
+    signature = inspect.signature(benchmark.Timer.__init__)  # the real one's, read before any patching
+
+    class StandIn(benchmark.Timer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)  # the real Timer's checks of its arguments
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            given = bound.arguments
+            self._mine = (textwrap.dedent(given["stmt"]).strip(), textwrap.dedent(given["setup"]).strip(),
+                          dict(given["globals"] or {}), given["num_threads"])
+
+        def _known(self, method: str, number: int) -> benchmark.Measurement:
+            stmt, setup, namespace, threads = self._mine
+            namespace.setdefault("torch", torch)
+            seen.append({"method": method, "number": number, "threads": threads, "stmt": stmt,
+                         "products": _product_ops(stmt, setup, namespace),
+                         "setup_products": _product_ops(setup, "pass", dict(namespace))})
+            spec = benchmark.TaskSpec(stmt=stmt, setup=setup, num_threads=threads)
+            return benchmark.Measurement(number, [seconds * number] * 5, spec)
+
+        def timeit(self, number: int = 1000000):
+            return self._known("timeit", number)
+
+        def blocked_autorange(self, callback=None, min_run_time: float = 0.2):
+            return self._known("blocked_autorange", 10)
+
+        def adaptive_autorange(self, threshold: float = 0.1, **kwargs):
+            return self._known("adaptive_autorange", 10)
+
+    return StandIn
+
+
+def _with_timer(fn, timer_cls, *args):
+    """``fn(*args)`` with ``timer_cls`` in place of ``torch.utils.benchmark.Timer``: in the module, and under any
+    global name of ``fn`` bound to the real Timer (``from torch.utils.benchmark import Timer``)."""
+    from torch.utils import benchmark
+    from torch.utils.benchmark.utils import timer as timer_module
+
+    real = benchmark.Timer
+    names = [k for k, v in getattr(fn, "__globals__", {}).items() if v is real]
+    benchmark.Timer = timer_module.Timer = timer_cls
+    for k in names:
+        fn.__globals__[k] = timer_cls
+    try:
+        return fn(*args)
+    finally:
+        benchmark.Timer = timer_module.Timer = real
+        for k in names:
+            fn.__globals__[k] = real
+
+
+def _rate(got) -> float:
+    import torch
+
     if got is None:
         raise Incorrect(tr("your function returns None: add a `return`."))
-    if math.isclose(got, 2.0, rel_tol=1e-6):
-        for n, t in ((512, 0.002), (64, 1e-5)):
-            want = 2 * n**3 / t / 1e9
-            if not math.isclose(fn(n, t), want, rel_tol=1e-6):
-                raise Incorrect(tr("right for n=1000, but for n={n}, t={t} s it gives {got!r} instead of {want:.4g}.",
-                                   n=n, t=t, got=fn(n, t), want=want))
+    if isinstance(got, torch.utils.benchmark.Measurement):
+        raise Incorrect(tr("your function returns the Measurement; return the GFLOP/s computed from its "
+                           "`median` (a number)."))
+    return as_number(got)
+
+
+def _judge_stand_in_run(got: float, n: int, dtype: str, seconds: float, seen: list) -> None:
+    """The learner's rate and product under the stand-in Timer that reported ``seconds`` per product."""
+    want = 2 * n**3 / seconds / 1e9
+    if not seen:
+        raise Incorrect(tr("your function did not measure with torch.utils.benchmark.Timer: create "
+                           "`benchmark.Timer(stmt=..., globals=...)` and call its blocked_autorange() or "
+                           "timeit(number)."))
+    run = seen[-1]
+    products = run["products"]
+    if not products:
+        if run["setup_products"]:
+            raise Incorrect(tr("the product is in `setup`, which the Timer runs once and does not time: put it "
+                               "in `stmt`."))
+        raise Incorrect(tr("the statement you timed, {stmt!r}, multiplies no matrices: `stmt` should be the "
+                           "product of your two n x n matrices.", stmt=run["stmt"]))
+    flops = sum(2 * math.prod(shapes[-2]) * (shapes[-1][-1] if len(shapes[-1]) >= 2 else 1)
+                for _, shapes, _, _ in products if len(shapes) >= 2)  # the last two inputs are the factors
+    if flops != 2 * n**3:
+        shapes = " and ".join(" x ".join(map(str, s)) for s in products[0][1])
+        raise Incorrect(tr("the statement you timed multiplies {shapes} ({count} product(s)); for n={n} it "
+                           "should multiply two {n} x {n} matrices once.", shapes=shapes, count=len(products),
+                           n=n))
+    used = {str(d).replace("torch.", "") for _, _, dtypes, _ in products for d in dtypes}
+    if used != {dtype}:
+        raise Incorrect(tr("asked for dtype=torch.{dtype}, your matrices are {used}: make them with "
+                           "dtype=dtype.", dtype=dtype, used=", ".join(sorted(used))))
+    if _close_rate(got, want):
         return
-    if math.isclose(got, 1.0, rel_tol=1e-6):
-        raise Incorrect(tr("off by a factor of 2: each of the n^3 multiply-adds counts as 2 floating-point "
-                           "operations."))
-    if math.isclose(got, 2e9, rel_tol=1e-6):
-        raise Incorrect(tr("that is FLOP/s; divide by 1e9 to get GFLOP/s."))
-    raise Incorrect(tr("for n=1000 and 1 s your function gives {got!r}; expected 2.0 GFLOP/s.", got=got))
+    number = run["number"] if run["method"] == "timeit" else None
+    named = [(want / 2, msg("off by a factor of 2: each of the n^3 multiply-adds counts as 2 floating-point "
+                            "operations.")),
+             (seconds, msg("that is the time in seconds; return the rate: 2 n^3 FLOPs / seconds / 1e9.")),
+             (want * 1e9, msg("that is FLOP/s; divide by 1e9 to get GFLOP/s.")),
+             (want * 1e3, msg("1000 times too many: Measurement.median is already in seconds, and a GFLOP is 1e9 "
+                              "FLOPs.")),
+             (want / 1e3, msg("1000 times too small: Measurement.median is in seconds, not milliseconds."))]
+    if number and number > 1:
+        named.append((want * number, msg("Measurement.median is already the time of one run of `stmt`: do not "
+                                         "divide it by `number` again.")))
+    for value, why in named:
+        if _close_rate(got, value):
+            raise Incorrect(tr(why))
+    raise Incorrect(tr("with a stand-in Timer that reports {ms:g} ms per product, n={n} should give {want:.4g} "
+                       "GFLOP/s; your function returned {got:.4g}.", ms=seconds * 1e3, n=n, want=want, got=got))
+
+
+def _close_rate(got: float, want: float) -> bool:
+    return math.isclose(got, want, rel_tol=1e-3)
+
+
+def _reference_gflops(n: int, threads: int, device: str) -> float:
+    """The checker's own rate for the same product: torch.mm of two n x n float32 matrices."""
+    import torch
+    from torch.utils import benchmark
+
+    a = torch.randn(n, n, device=device)
+    b = torch.randn_like(a)
+    timer = benchmark.Timer("torch.mm(a, b)", globals={"a": a, "b": b}, num_threads=threads)
+    return 2 * n**3 / timer.blocked_autorange(min_run_time=0.1).median / 1e9
+
+
+def _check_matmul_gflops(fn) -> None:
+    """Run the learner's ``fn(n, dtype)`` twice with a stand-in Timer (its arithmetic and its product, exactly),
+    then once with the real one (its rate, against the checker's own measurement in the same run)."""
+    import torch
+
+    if not callable(fn):
+        raise Incorrect(tr(_PASS_FUNCTION, fn=fn))
+    runs = []
+    for n, dtype, seconds in _FAKE_RUNS:
+        seen = []
+        runs.append((_rate(_with_timer(fn, _stand_in_timer(seconds, seen), n, getattr(torch, dtype))), seen))
+    if runs[0][0] == runs[1][0]:
+        raise Incorrect(tr("your function returns {got!r} whatever the size and the timing: compute the rate "
+                           "from the Timer's measurement.", got=runs[0][0]))
+    for (n, dtype, seconds), (got, seen) in zip(_FAKE_RUNS, runs):
+        _judge_stand_in_run(got, n, dtype, seconds, seen)
+    threads, device = seen[-1]["threads"], seen[-1]["products"][0][3]
+    low = high = None
+    for _ in range(2):  # once more before saying no: another program may have slowed one of the runs
+        before = _reference_gflops(_REAL_N, threads, device)
+        got = _rate(fn(_REAL_N, torch.float32))
+        after = _reference_gflops(_REAL_N, threads, device)
+        low, high = min(before, after) / _REAL_FACTOR, max(before, after) * _REAL_FACTOR
+        if low <= got <= high:
+            return
+    raise Incorrect(tr("with the real Timer your function gives {got:.3g} GFLOP/s for n={n}, but the checker's own "
+                       "measurement of the same product, just before and after, allows {low:.3g} to {high:.3g} "
+                       "(a factor of {factor}, as the machine may be busy): return the rate of the product the "
+                       "Timer measured.", got=got, n=_REAL_N, low=low, high=high, factor=_REAL_FACTOR))
 
 
 def _check_steps(steps) -> None:
@@ -177,14 +350,33 @@ q2 = Exercise(
     solution_code="train_mib = sum(p.numel() for p in model.parameters()) * 16 / 2**20\nq2.check(train_mib, model)",
 )
 q3 = Exercise(
-    "1.1 q3: GFLOP/s from a timing",
-    _check_gflops_fn,
-    usage="q3.check(my_gflops)",
-    hints=["An n x n by n x n product does n^3 multiply-adds: each of the n^2 results sums n products.",
-           "A multiply-add is two floating-point operations (FLOPs); a rate is operations over seconds; a GFLOP "
-           "is a billion (giga) of them: write that power of ten yourself (see the 'Measure it' cell above).",
-           "return ____ * n**____ / seconds / ____"],
-    solution_code="def my_gflops(n, seconds):\n    return 2 * n**3 / seconds / 1e9\n\nq3.check(my_gflops)",
+    "1.1 q3: time a matrix product with torch.utils.benchmark",
+    _check_matmul_gflops,
+    usage="q3.check(matmul_gflops)",
+    api=True,
+    checked=("checked: with a stand-in Timer reporting known times, your statement multiplied two n x n "
+             "matrices in dtype and your rate was exactly 2 n^3 / seconds / 1e9; with the real Timer it was "
+             "within a factor of 4 of the checker's own measurement (the machine may be busy)."),
+    hints=["Make two random n x n matrices in `dtype`, let a Timer run their product many times, and turn "
+           "the median time of one product into GFLOP/s as in the 'Measure it' cell: 2 n^3 FLOPs.",
+           "`benchmark.Timer` runs the Python statement `stmt` (a string) with the names of the dict `globals`; "
+           "its `blocked_autorange()` (or `timeit(number)`) returns a Measurement whose `median` is the seconds "
+           "of one run of `stmt` (PyTorch docs, 'Benchmark Utils - torch.utils.benchmark'). A GFLOP is a "
+           "billion FLOPs: write that power of ten yourself.",
+           "a = torch.____(n, n, dtype=____)\n"
+           "timer = benchmark.Timer(stmt=____, globals=____)\n"
+           "seconds = timer.____\n"
+           "return ____ / seconds / ____"],
+    solution_code=(
+        "from torch.utils import benchmark\n\n"
+        "def matmul_gflops(n, dtype):\n"
+        "    a = torch.randn(n, n, dtype=dtype)\n"
+        "    b = torch.randn(n, n, dtype=dtype)\n"
+        "    timer = benchmark.Timer(stmt=\"a @ b\", globals={\"a\": a, \"b\": b})\n"
+        "    seconds = timer.blocked_autorange().median\n"
+        "    return 2 * n**3 / seconds / 1e9\n\n"
+        "q3.check(matmul_gflops)"
+    ),
 )
 q4 = Exercise(
     "1.1 q4: the four steps in order",

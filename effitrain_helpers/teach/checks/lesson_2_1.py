@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 
 EPOCHS, BATCH, PAIRS = 2, 8, 32  # q1's run: 2 epochs of 4 steps
@@ -71,22 +71,99 @@ def _check_make_trainer(fn) -> None:
                            "in?"))
 
 
-def _check_global_batch(answer) -> None:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Incorrect(tr("answer should be a pair (total_batch, steps_per_epoch); you gave {answer!r}.",
-                           answer=answer))
-    total, steps = (as_number(a) for a in answer)
-    if total == 16:
-        raise Incorrect(tr("16 is the batch of one device; one optimizer step sees a batch on every process."))
-    if total != 32:
-        raise Incorrect(tr("total batch {total:g} is not right: per-device batch x number of processes.",
-                           total=total))
-    if steps == math.ceil(3000 / 16):
-        raise Incorrect(tr("that many steps would each see 16 pairs; with 2 processes a step sees 32."))
-    if steps == 3000 // 32:
-        raise Incorrect(tr("rounded down: the last, partial batch is still a step."))
-    if steps != math.ceil(3000 / 32):
-        raise Incorrect(tr("{steps:g} steps is not it: 3,000 pairs in global batches of 32.", steps=steps))
+PER_DEVICE, GLOBAL, PROCESSES, STEPS = 4, 16, 2, 2  # q4: micro-batches of 4, global batches of 16, 2 steps
+MAX_ROWS = 4096  # q4's data: enough rows for STEPS full steps of the learner's global batch, up to this
+
+
+def _train_counting(fn, n_rows: int) -> dict:
+    """In each process of the group: a real Trainer with the learner's ``fn(output_dir)`` arguments (run for
+    STEPS optimizer steps, saving and printing nothing) on a tiny regression and ``n_rows`` rows, watched. Records
+    the rows of every forward pass (a forward hook) and, at each optimizer step (a step hook on the optimizer
+    given to the Trainer), the rows this process had run so far."""
+    import tempfile
+
+    import torch
+    from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.trainer_utils import SaveStrategy
+
+    class Regression(torch.nn.Module):  # answers model(**batch)["loss"], as Trainer expects
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 1)
+
+        def forward(self, inputs, labels):
+            return {"loss": torch.nn.functional.mse_loss(self.linear(inputs).squeeze(-1), labels)}
+
+    torch.manual_seed(0)
+    model = Regression()
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(n_rows, 3, generator=generator), torch.randn(n_rows, generator=generator)
+    rows = [{"inputs": x[i], "labels": y[i]} for i in range(n_rows)]
+    forwards, steps = [], []
+    model.register_forward_hook(lambda _m, _a, kwargs, _o: forwards.append(len(kwargs["inputs"])), with_kwargs=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    optimizer.register_step_post_hook(lambda *_: steps.append(sum(forwards)))
+    with tempfile.TemporaryDirectory() as out:
+        args = fn(out)
+        args.max_steps, args.save_strategy, args.disable_tqdm = STEPS, SaveStrategy.NO, True
+        trainer = Trainer(model=model, args=args, train_dataset=rows, optimizers=(optimizer, None))
+        for quiet in (PrinterCallback, ProgressCallback):  # the check shows its verdict only
+            trainer.remove_callback(quiet)
+        trainer.train()
+    return {"forwards": forwards, "steps": steps, "world size": args.world_size}
+
+
+def _check_make_arguments(fn) -> None:
+    """Build the learner's TrainingArguments here (are they some?), then train a real Trainer with them in
+    PROCESSES real processes and count the rows every optimizer step saw, in all the processes together."""
+    import tempfile
+
+    from transformers import TrainingArguments
+
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
+    with tempfile.TemporaryDirectory() as out:
+        args = fn(out)
+    if not isinstance(args, TrainingArguments):
+        raise Incorrect(tr("make_arguments should return transformers.TrainingArguments(...), which Trainer "
+                           "takes as args=; yours returned {kind}.", kind=type(args).__name__))
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * PROCESSES
+    if STEPS * per_step > MAX_ROWS:
+        raise Incorrect(tr("your arguments make optimizer steps of {rows} rows in {processes} processes, far "
+                           "more than {expected}.", rows=per_step, processes=PROCESSES, expected=GLOBAL))
+    ranks = run_learner_in_processes(_train_counting, fn, STEPS * per_step, processes=PROCESSES, timeout=120)
+    first = ranks[0]
+    if len(first["steps"]) != STEPS:
+        raise Incorrect(tr("the Trainer took {count} optimizer step(s) in a run of max_steps={steps}.",
+                           count=len(first["steps"]), steps=STEPS))
+    micro = first["forwards"][0]
+    k = len(first["forwards"]) // STEPS  # micro-batches per optimizer step, in each process
+    seen = sum(r["steps"][0] for r in ranks)  # rows of the first optimizer step, all processes together
+    if seen == GLOBAL and micro == PER_DEVICE:
+        return
+    if micro == GLOBAL and k == 1:
+        raise Incorrect(tr("each of the {processes} processes took a batch of {micro} per step, so a step saw "
+                           "{seen}: per_device_train_batch_size is per process, and the exercise fixes it at "
+                           "{per_device}; gradient_accumulation_steps makes up the rest.", processes=PROCESSES,
+                           micro=micro, seen=seen, per_device=PER_DEVICE))
+    if micro != PER_DEVICE:
+        raise Incorrect(tr("each process ran micro-batches of {micro}; the exercise fixes the per-device batch at "
+                           "{per_device} (what fits in one process's memory): make up the global batch with "
+                           "gradient_accumulation_steps.", micro=micro, per_device=PER_DEVICE))
+    if k == 1:
+        raise Incorrect(tr("each optimizer step saw {seen} rows, {per_device} per process x {processes} "
+                           "processes: no accumulation. Let each process add up the gradients of several "
+                           "micro-batches before the step (gradient_accumulation_steps).", seen=seen,
+                           per_device=PER_DEVICE, processes=PROCESSES))
+    if seen == PROCESSES * GLOBAL:
+        raise Incorrect(tr("each optimizer step saw {seen} rows, {processes} times {expected}: {k} micro-batches "
+                           "of {micro} make {expected} in each process, and the {processes} processes each add "
+                           "theirs. Divide by the number of processes too.", seen=seen, processes=PROCESSES,
+                           expected=GLOBAL, k=k, micro=micro))
+    raise Incorrect(tr("each optimizer step saw {seen} rows ({k} micro-batches of {micro} x {processes} "
+                       "processes), not {expected}.", seen=seen, k=k, micro=micro, processes=PROCESSES,
+                       expected=GLOBAL))
 
 
 def _check_metrics_fn(fn) -> None:
@@ -183,12 +260,26 @@ q3 = Exercise(
     ),
 )
 q4 = Exercise(
-    "2.1 q4: the global batch in 2 processes",
-    _check_global_batch,
-    usage="q4.check((total_batch, steps_per_epoch))",
-    hints=["Each process takes its own batch of per_device_train_batch_size at every step.",
-           "Trainer calls it the total train batch size: per-device batch x world size (x gradient accumulation "
-           "steps, 1 here); an epoch is the pairs divided by it, the last partial batch included.",
-           "total_batch, steps_per_epoch = ____ * 2, math.ceil(3000 / ____)"],
-    solution_code="total_batch, steps_per_epoch = 16 * 2, math.ceil(3000 / 32)\nq4.check((total_batch, steps_per_epoch))",
+    "2.1 q4: TrainingArguments for a global batch of 16 in 2 processes",
+    _check_make_arguments,
+    usage="q4.check(make_arguments)",
+    api=True,
+    checked=("checked in 2 real processes: a Trainer with your arguments ran micro-batches of 4 in each "
+             "process, and every optimizer step saw 16 rows in all."),
+    hints=["One optimizer step sees per-device batch x accumulation steps x processes rows: each process can "
+           "run several micro-batches, adding up their gradients, before the step. The per-device batch and the "
+           "number of processes are given: solve for the accumulation.",
+           "TrainingArguments (transformers docs, 'Trainer' > 'TrainingArguments') takes "
+           "per_device_train_batch_size and gradient_accumulation_steps; Trainer's "
+           "get_total_train_batch_size multiplies them by the world size. Keep the run on the CPU, as in "
+           "exercise 1.",
+           "return TrainingArguments(output_dir=____, per_device_train_batch_size=____,\n"
+           "                         gradient_accumulation_steps=____ // (____ * ____), ...)"],
+    solution_code=(
+        "def make_arguments(output_dir):\n"
+        "    return TrainingArguments(output_dir=output_dir, per_device_train_batch_size=4,\n"
+        "                             gradient_accumulation_steps=16 // (4 * 2), use_cpu=True,\n"
+        "                             report_to=\"none\")\n\n"
+        "q4.check(make_arguments)"
+    ),
 )

@@ -2,7 +2,8 @@
 
 q1's checker runs the learner's evaluation in 2 real processes on an uneven split (37 samples in batches of 8)
 and counts the predictions each rank got back against the dataset's length, then compares them with the
-model's own predictions in one process.
+model's own predictions in one process. q2's checker runs the learner's step timing in 2 real processes where
+rank 1 starts late and steps slower (sleeps), and compares what each rank reported with the slow rank's step.
 """
 
 from __future__ import annotations
@@ -83,20 +84,62 @@ def _check_eval_fn(fn) -> None:
                            "evaluation mode with model.eval() before predicting.", samples=SAMPLES))
 
 
-def _check_ideal_speedups(answer) -> None:
-    n = 4
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Incorrect(tr("answer should be a pair (one shared CPU, N GPUs); you gave {answer!r}.", answer=answer))
-    cpu, gpu = (as_number(a) for a in answer)
-    if math.isclose(cpu, n):
-        raise Incorrect(tr("on one CPU the {n} processes share the same cores: each has 1/{n} of the compute.",
-                           n=n))
-    if not math.isclose(cpu, 1.0):
-        raise Incorrect(tr("{cpu} is not it: the total compute of one CPU does not grow with the number of "
-                           "processes.", cpu=cpu))
-    if not math.isclose(gpu, n):
-        raise Incorrect(tr("{gpu} is not it: with one GPU per process, each process brings its own compute.",
-                           gpu=gpu))
+STEPS, SLOW, FAST, LATE = 4, 0.1, 0.005, 0.6  # q2: rank 1's steps take SLOW s, rank 0's FAST; rank 1 starts LATE
+
+
+def _run_learner_timing(fn) -> dict:
+    """Inside one launched process: time the learner's ``fn(accelerator, step, STEPS)`` on a ``step`` that
+    sleeps (rank 1 is the slow rank: its steps take ``SLOW`` s against ``FAST``, and it arrives ``LATE`` s
+    after rank 0, as a rank still busy with earlier work would)."""
+    import time
+
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    rank = accelerator.process_index
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(SLOW if rank == 1 else FAST)
+
+    if rank == 1:
+        time.sleep(LATE)
+    out = fn(accelerator, step, STEPS)
+    return {"rank": rank, "calls": len(calls), "returned": out}
+
+
+def _check_time_steps(fn) -> None:
+    _judge_timings(run_learner_in_processes(_run_learner_timing, fn, processes=PROCESSES, timeout=120))
+
+
+def _judge_timings(runs: list[dict]) -> None:
+    """What the 2 ranks of :func:`_run_learner_timing` reported, against the slow rank's step of ``SLOW`` s."""
+    for run in runs:
+        if isinstance(run["returned"], bool) or not isinstance(run["returned"], (int, float)):
+            raise Incorrect(tr("return the seconds per step as a number; rank {rank} returned a {kind}.",
+                               rank=run["rank"], kind=type(run["returned"]).__name__))
+        if run["calls"] != STEPS:
+            raise Incorrect(tr("rank {rank} called step() {calls} time(s) for n={n}: run it exactly n times, "
+                               "inside the timed region.", rank=run["rank"], calls=run["calls"], n=STEPS))
+    fast, slow = (float(run["returned"]) for run in runs)
+    if slow > 2.5 * SLOW:
+        raise Incorrect(tr("rank 1 reported {got:.3f} s for steps of about {want:.2f} s: that is the total time "
+                           "of the {n} steps; divide it by n to get seconds per step.", got=slow, want=SLOW,
+                           n=STEPS))
+    if fast < 0.5 * SLOW:
+        raise Incorrect(tr("rank 0 reported {got:.3f} s per step, but a step of the group takes about {want:.2f} s "
+                           "(rank 1 is slower): rank 0 stopped its clock without waiting for rank 1 to finish. "
+                           "Call accelerator.wait_for_everyone() before stopping the clock.", got=fast,
+                           want=SLOW))
+    if fast > 1.6 * SLOW:
+        raise Incorrect(tr("rank 0 reported {got:.3f} s per step for steps of about {want:.2f} s: its clock "
+                           "started while rank 1 was still busy with earlier work ({late} s late), and counted "
+                           "that wait. Call accelerator.wait_for_everyone() before starting the clock.",
+                           got=fast, want=SLOW, late=LATE))
+    if not all(0.7 * SLOW < t < 1.6 * SLOW for t in (fast, slow)):
+        raise Incorrect(tr("ranks 0 and 1 reported {fast:.3f} and {slow:.3f} s per step; both should report "
+                           "the slowest rank's {want:.2f} s per step.", fast=fast, slow=slow, want=SLOW))
 
 
 def _check_ring_bytes(answer, gradient_mib) -> None:
@@ -149,15 +192,31 @@ q1 = Exercise(
     ),
 )
 q2 = Exercise(
-    "2.3 q2: ideal speedups",
-    _check_ideal_speedups,
-    usage="q2.check((on_one_cpu, on_4_gpus))",
-    hints=["Speedup = time with one process / time with N, if communication were free. Where does each "
-           "process's compute come from?",
-           "On one CPU the processes divide the same cores between them; with one GPU each, every process brings "
-           "a device of its own.",
-           "(on_one_cpu, on_4_gpus) = (____, ____): one of them is 1.0."],
-    solution_code="on_one_cpu, on_4_gpus = 1.0, 4.0\nq2.check((on_one_cpu, on_4_gpus))",
+    "2.3 q2: timing a step of the whole group",
+    _check_time_steps,
+    usage="q2.check(my_time_steps)",
+    api=True,
+    checked=("checked in 2 real processes where rank 1 is slower and starts late: both ranks reported the "
+             "slowest rank's seconds per step, step() ran n times."),
+    hints=["A step of N processes is as long as its slowest process. Line all processes up before the clock "
+           "starts, and again before it stops, so that no rank times only its own part.",
+           "Accelerate docs, 'Accelerator.wait_for_everyone': every process stops there until all have "
+           "arrived. For the clock, Python's time module has one meant for measuring short intervals (its docs "
+           "say which); the answer is seconds per step, not in all.",
+           "accelerator.____()  # before the clock starts, and again before it stops\n"
+           "start = ____\n"
+           "# the n steps\n"
+           "return (____ - ____) / ____"],
+    solution_code=(
+        "def my_time_steps(accelerator, step, n):\n"
+        "    accelerator.wait_for_everyone()\n"
+        "    start = time.perf_counter()\n"
+        "    for _ in range(n):\n"
+        "        step()\n"
+        "    accelerator.wait_for_everyone()\n"
+        "    return (time.perf_counter() - start) / n\n\n"
+        "q2.check(my_time_steps)"
+    ),
 )
 q3 = Exercise(
     "2.3 q3: what a ring all-reduce sends",

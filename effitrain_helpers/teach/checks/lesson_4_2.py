@@ -1,12 +1,13 @@
-"""Exercises of lesson 4.2 (Adafactor: row and column means instead of a full second moment)."""
+"""Exercises of lesson 4.2 (Adafactor: row and column means instead of a full second moment; its state bytes)."""
 
 from __future__ import annotations
 
 import math
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
-from effitrain_helpers.measure.optimizer_memory import adafactor_second_moment_numel
+from effitrain_helpers.measure.optimizer_memory import (adafactor_second_moment_numel, adamw_state_bytes,
+                                                        state_bytes)
 
 SHAPES = [(768, 3072), (30522, 768), (128,), (4, 8, 16), (1, 5)]
 
@@ -96,21 +97,111 @@ def _check_make_adafactor(make_adafactor) -> None:
                        "defaults)."))
 
 
-def _check_beta1_bytes(answer) -> None:
-    got = as_number(answer)
-    weight = 4 * (64 + 256) + 4 * 64 * 256 + 4  # rows + columns, exp_avg, RMS
-    bias = 4 * 64 + 4 * 64 + 4  # full exp_avg_sq, exp_avg, RMS
-    want = weight + bias
-    if math.isclose(got, want):
-        return
-    if math.isclose(got, want - 8):
-        raise Incorrect(tr("almost: each tensor also keeps `RMS`, a float32 0-d tensor (4 bytes)."))
-    if math.isclose(got, want - 4 * (64 * 256 + 64)):
-        raise Incorrect(tr("with beta1 set, Adafactor also keeps exp_avg, a full float32 copy of each parameter."))
-    if math.isclose(got, 4 * 2 * (64 * 256 + 64) + 8):
-        raise Incorrect(tr("that is AdamW's count: the weight's second moment is still factored (rows + columns)."))
-    raise Incorrect(tr("{got:.0f} bytes is not it. nn.Linear(256, 64) has weight (64, 256) and bias (64,); add "
-                       "their second-moment statistics, exp_avg, and one RMS each, 4 bytes per value.", got=got))
+Q3_LR, Q3_BETA1 = 1e-3, 0.9  # q3's settings (the bytes do not depend on them, only on beta1 being set)
+
+
+def q3_model():
+    """The model of exercise 3: nn.Linear(256, 64), a (64, 256) weight and a (64,) bias."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Linear(256, 64)
+
+
+def _frozen_model():
+    """A model of the checker's own with a frozen part: its embedding has requires_grad False."""
+    import torch
+
+    torch.manual_seed(1)
+    model = torch.nn.ModuleDict({"embedding": torch.nn.Embedding(200, 16), "linear": torch.nn.Linear(16, 8)})
+    model["embedding"].requires_grad_(False)
+    return model
+
+
+def _conv_model():
+    """A model of the checker's own with another shape: a Conv1d's 3-D weight (8, 4, 3) and a LayerNorm."""
+    import torch
+
+    torch.manual_seed(2)
+    return torch.nn.Sequential(torch.nn.Conv1d(4, 8, 3), torch.nn.LayerNorm(8))
+
+
+CHECK_MODELS = (q3_model, _frozen_model, _conv_model)
+
+
+def _real_adafactor(model, beta1=Q3_BETA1, frozen_too: bool = False):
+    """A real transformers.Adafactor over the model's trainable parameters (all of them with ``frozen_too``),
+    after one step with zero gradients."""
+    import torch
+    from transformers import Adafactor
+
+    params = [p for p in model.parameters() if p.requires_grad or frozen_too]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer = Adafactor(params, lr=Q3_LR, beta1=beta1, scale_parameter=False, relative_step=False,
+                          warmup_init=False)
+    optimizer.step()
+    return optimizer
+
+
+def _adafactor_truth(make) -> dict[str, int]:
+    """What a real Adafactor with beta1 keeps for ``make()``'s model, and what the common slips give instead."""
+    import torch
+
+    optimizer = _real_adafactor(make())
+    tensors = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    trainable = [p for p in make().parameters() if p.requires_grad]
+    rms = sum(s["RMS"].numel() * s["RMS"].element_size() for s in optimizer.state.values())
+    truth = state_bytes(optimizer)
+    return {"truth": truth, "no_rms": truth - rms,
+            "adamw": adamw_state_bytes(trainable, step_bytes=0), "adamw_step": adamw_state_bytes(trainable),
+            "no_beta1": state_bytes(_real_adafactor(make(), beta1=None)),
+            "frozen": state_bytes(_real_adafactor(make(), frozen_too=True)),
+            "values": sum(t.numel() for t in tensors)}
+
+
+_NAMED = [("adamw", msg("that is AdamW's count, two full copies of the parameters: Adafactor factors the second "
+                        "moment of a matrix (rows + columns), and only exp_avg is a full copy.")),
+          ("adamw_step", msg("that is AdamW's count, two full copies of the parameters: Adafactor factors the "
+                             "second moment of a matrix (rows + columns), and only exp_avg is a full copy.")),
+          ("no_beta1", msg("there is no exp_avg in that count: set beta1 (the exercise's Q3_BETA1) when you "
+                           "build Adafactor, or it keeps no first moment.")),
+          ("frozen", msg("that counts the frozen parameters too: those with requires_grad False get no "
+                         "gradient and no state; build Adafactor over the trainable parameters only.")),
+          ("values", msg("count bytes, not values: multiply each tensor's numel() by its element_size().")),
+          ("no_rms", msg("close: RMS is in the state too, a 0-d tensor per parameter; count every tensor in "
+                         "optimizer.state."))]
+
+
+def _check_adafactor_state_bytes(fn) -> None:
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself (adafactor_state_bytes, without calling it); you gave "
+                           "{fn!r}.", fn=fn))
+    answers = []
+    for make in CHECK_MODELS:
+        try:
+            answers.append(as_number(fn(make())))
+        except AttributeError as err:
+            if "'int' object" not in str(err):
+                raise
+            raise Incorrect(tr("{err}: Adafactor's `step` is a Python int, not a tensor; count only the values "
+                               "of optimizer.state that are tensors (torch.is_tensor).", err=err)) from None
+    if len(set(answers)) == 1 and answers[0] != 0:
+        raise Incorrect(tr("{got:.0f} bytes for every model: the number must come from the model you are given "
+                           "(its optimizer.state), not be written in.", got=answers[0]))
+    for make, got in zip(CHECK_MODELS, answers):
+        want = _adafactor_truth(make)
+        if math.isclose(got, want["truth"]):
+            continue
+        if got == 0:
+            raise Incorrect(tr("0 bytes: optimizer.state is empty until the first optimizer.step(); give the "
+                               "trainable parameters zero gradients and take one step before counting."))
+        for key, message in _NAMED:
+            if want[key] != want["truth"] and math.isclose(got, want[key]):
+                raise Incorrect(tr(message))
+        raise Incorrect(tr("{got:.0f} bytes is not it for {model}(): a real Adafactor with beta1 set keeps "
+                           "{want} bytes of tensors in its state after its first step.", got=got,
+                           model=make.__name__.lstrip("_"), want=want["truth"]))
 
 
 q1 = Exercise(
@@ -144,17 +235,30 @@ q2 = Exercise(
                    "                     warmup_init=False)\n\nq2.check(make_adafactor)"),
 )
 q3 = Exercise(
-    "4.2 q3: Adafactor with a first moment",
-    _check_beta1_bytes,
-    usage="q3.check(state_bytes_with_beta1)",
-    hints=["Count each tensor separately: nn.Linear(in_features, out_features) has a weight of shape "
-           "(out_features, in_features) and a bias of shape (out_features,); every value in the state is float32 "
-           "(how many bytes is that?).",
-           "Per tensor, Adafactor.step keeps: the second moment (row and column means for the weight, in full "
-           "for the bias), exp_avg (a full copy, because beta1 is set) and RMS (one value).",
-           "weight = B * (rows + columns) + B * rows * columns + B, with B the bytes of one float32 value; the "
-           "bias likewise, with its second moment kept in full."],
-    solution_code=("weight = 4 * (64 + 256) + 4 * 64 * 256 + 4   # rows + columns, exp_avg, RMS\n"
-                   "bias = 4 * 64 + 4 * 64 + 4                    # full exp_avg_sq, exp_avg, RMS\n"
-                   "state_bytes_with_beta1 = weight + bias\nq3.check(state_bytes_with_beta1)"),
+    "4.2 q3: Adafactor's state bytes with a first moment",
+    _check_adafactor_state_bytes,
+    usage="q3.check(adafactor_state_bytes)",
+    api=True,
+    checked=("checked on q3_model(), a model with a frozen part and one with a 3-D weight: the bytes of every "
+             "tensor in a real Adafactor's state with beta1 set, after one step."),
+    hints=["Measure, do not compute: build a real transformers.Adafactor with a first moment over the "
+           "parameters that train, make its state exist with one step, then add up the bytes of the tensors "
+           "it keeps.",
+           "Adafactor(params, lr=Q3_LR, beta1=Q3_BETA1, ...) with the three options q2 turned off. Its state "
+           "is empty until a step, and a step needs gradients (zeros will do) on the trainable parameters "
+           "only. Per parameter, Adafactor.step (transformers/optimization.py) keeps exp_avg_sq_row and "
+           "exp_avg_sq_col (a matrix or more) or exp_avg_sq (a vector), exp_avg, and RMS, a 0-d tensor; "
+           "its step is a Python int, not a tensor.",
+           "After the step, for each state dict s in optimizer.state.values(), add\n"
+           "t.numel() * t.element_size() for every value t of s that is a tensor (torch.is_tensor(____)). "
+           "Which parameters got gradients, and which did the optimizer get?"],
+    solution_code=(
+        "def adafactor_state_bytes(model):\n"
+        "    trainable = [p for p in model.parameters() if p.requires_grad]\n"
+        "    for p in trainable:\n        p.grad = torch.zeros_like(p)\n"
+        "    optimizer = Adafactor(trainable, lr=Q3_LR, beta1=Q3_BETA1, scale_parameter=False,\n"
+        "                          relative_step=False, warmup_init=False)\n    optimizer.step()\n"
+        "    return sum(value.numel() * value.element_size() for state in optimizer.state.values()\n"
+        "               for value in state.values() if torch.is_tensor(value))\n\n"
+        "q3.check(adafactor_state_bytes)"),
 )

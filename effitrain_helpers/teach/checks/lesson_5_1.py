@@ -90,28 +90,127 @@ def _check_sharding(shard_fn) -> None:
 
 
 GB = 1e9
+BYTES_MODELS = ({}, {"width": 32, "depth": 3, "classes": 5})  # q2: the lesson's model, and one of another shape
+MODEL_NAMES = (msg("the lesson's model"), msg("the second model"))
 
 
-def _check_bytes_per_gpu(answer) -> None:
-    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Incorrect(tr("answer with a pair: (ddp_gb, fsdp_gb)."))
-    ddp, fsdp = (as_number(a) for a in answer)
-    params, gpus = 1.5e9, 8
-    full = params * (4 + 4 + 8) / GB  # float32 parameters, gradients, AdamW's two moments
-    if abs(ddp - full) > 0.02 * full:
-        for bytes_per, missing in ((4 + 8, msg("the gradients")), (4 + 4, msg("AdamW's two states")),
-                                   (4, msg("gradients and AdamW's states"))):
-            if abs(ddp - params * bytes_per / GB) <= 0.02 * full:
-                raise Incorrect(tr("{ddp:g} GB leaves out {missing}: count 4 bytes of parameter, 4 of gradient and "
-                                   "8 of AdamW state per parameter.", ddp=ddp, missing=tr(missing)))
-        if abs(ddp - full / gpus) <= 0.02 * full:
-            raise Incorrect(tr("DDP does not divide anything: every GPU keeps full copies."))
-        raise Incorrect(tr("DDP: {ddp:g} GB per GPU is not what 1.5e9 parameters x bytes per parameter gives.",
-                           ddp=ddp))
-    if abs(fsdp - full) <= 0.02 * full:
-        raise Incorrect(tr("FSDP holds 1/N of each: divide by the number of GPUs."))
-    if abs(fsdp - full / gpus) > 0.02 * full / gpus:
-        raise Incorrect(tr("FSDP: {fsdp:g} GB is not DDP's bytes divided among {gpus} GPUs.", fsdp=fsdp, gpus=gpus))
+def _local(tensor):
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def _bytes(tensors, local: bool = True) -> int:
+    return sum((_local(t) if local else t).numel() * t.element_size() for t in tensors)
+
+
+def _run_bytes(count_fn) -> list[dict]:
+    """In each rank, for each of :data:`BYTES_MODELS`: the model sharded block by block, one forward, backward
+    and AdamW step (gradients kept), then the learner's ``count_fn(model, optimizer)``. Returns, per model,
+    what it returned and what this rank holds by kind (local shards, and the global sizes of the sharded)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from effitrain_helpers.training.model_sharding import sharding_batches, sharding_model, theory_bytes
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    found = []
+    for shape in BYTES_MODELS:
+        model = sharding_model(**shape)
+        unsharded = sum(theory_bytes([p.shape for p in model.parameters()], world, sharded=False).values())
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        tokens, labels = sharding_batches(1, BATCH, classes=shape.get("classes", 3))[0]
+        loss = torch.nn.functional.cross_entropy(model(tokens.chunk(world)[rank]), labels.chunk(world)[rank])
+        loss.backward()
+        optimizer.step()
+        params = list(model.parameters())
+        grads = [p.grad for p in params if p.grad is not None]
+        state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        sharded = [v for v in state if isinstance(v, DTensor)]
+        held = {"parameters": _bytes(params), "gradients": _bytes(grads), "sharded state": _bytes(sharded),
+                "steps": _bytes([v for v in state if not isinstance(v, DTensor)]),
+                "global parameters": _bytes(params, local=False), "global gradients": _bytes(grads, local=False),
+                "global state": _bytes(sharded, local=False), "unsharded": unsharded,
+                "theory": sum(theory_bytes([p.shape for p in params], world, sharded=True, rank=rank).values())}
+        got = count_fn(model, optimizer)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        found.append({"rank": rank, "world": world, **held,
+                      "got": got if isinstance(got, (int, float)) and not isinstance(got, bool)
+                      else type(got).__name__})
+    return found
+
+
+def _mistakes(h: dict) -> dict[str, int]:
+    """What a rank's count gives for each mistake the checker names, from what the rank holds (``h``)."""
+    state = h["sharded state"] + h["steps"]
+    truth = h["parameters"] + h["gradients"] + state
+    return {
+        "global": h["global parameters"] + h["global gradients"] + h["global state"] + h["steps"],
+        "global gradients": h["parameters"] + h["global gradients"] + state,
+        "global state": h["parameters"] + h["gradients"] + h["global state"] + h["steps"],
+        "times N": truth * h["world"],
+        "parameters only": h["parameters"],
+        "no state": h["parameters"] + h["gradients"],
+        "no gradients": h["parameters"] + state,
+        "no steps": h["parameters"] + h["gradients"] + h["sharded state"],
+    }
+
+
+_MISTAKE_MESSAGES = {
+    "global": msg("every rank returned the bytes of the whole model ({got:,} B for the lesson's): numel() of a "
+                  "DTensor is the size of the global tensor; count the part this rank stores, t.to_local()."),
+    "global gradients": msg("the gradients are counted whole: p.grad of a sharded parameter is a DTensor too; "
+                            "count its local shard."),
+    "global state": msg("AdamW's exp_avg and exp_avg_sq are counted whole: they are DTensors like the parameters "
+                        "they belong to; count their local shards."),
+    "times N": msg("that is this rank's bytes times {world} ({got:,} B for the lesson's model, which rank 0 holds "
+                   "{want:,} B of): the question is what this one rank holds, about 1/{world} of DDP's {full:,}."),
+    "parameters only": msg("only the parameters are counted: after a backward and a step the rank also holds "
+                           "its gradient shards (p.grad) and AdamW's state (optimizer.state)."),
+    "no state": msg("the optimizer's state is missing: optimizer.state[p] holds exp_avg, exp_avg_sq and step for "
+                    "every parameter p (twice the parameters' bytes, and more)."),
+    "no gradients": msg("the gradients are missing: after backward every parameter p holds its gradient shard "
+                        "in p.grad."),
+    "no steps": msg("{steps} B short on every rank: AdamW's state[p]['step'] is a 0-d tensor that is not "
+                    "sharded (not a DTensor), and it is held too."),
+}
+
+
+def held_total(h: dict) -> int:
+    """What a rank of :func:`_run_bytes` holds in all: local parameter, gradient and optimizer-state bytes."""
+    return h["parameters"] + h["gradients"] + h["sharded state"] + h["steps"]
+
+
+def _check_rank_bytes(count_fn) -> None:
+    ranks = run_learner_in_processes(_run_bytes, count_fn, processes=PROCESSES)
+    runs = [(model, run) for rank in ranks for model, run in zip(MODEL_NAMES, rank)]
+    bad = next((run for _, run in runs if isinstance(run["got"], str)), None)
+    if bad is not None:
+        raise Incorrect(tr("your function returned {kind}: return the number of bytes (an int).", kind=bad["got"]))
+    wrong = [(model, run) for model, run in runs if abs(run["got"] - held_total(run)) >= 0.5]
+    if not wrong:
+        return
+    first, second = ranks[0][0], ranks[1][0]
+    for mistake, message in _MISTAKE_MESSAGES.items():
+        if all(abs(run["got"] - _mistakes(run)[mistake]) < 0.5 for _, run in runs):
+            raise Incorrect(tr(message, got=first["got"], world=first["world"], want=held_total(first),
+                               full=first["unsharded"], steps=first["steps"]))
+    if len({run["got"] for _, run in runs}) == 1:
+        raise Incorrect(tr("{got:,} B on every rank and for both models: the ranks hold different bytes "
+                           "(rank 0 {want0:,}, rank 1 {want1:,} of the lesson's model); count the tensors of "
+                           "the model you are given, not a number from the table above.", got=first["got"],
+                           want0=held_total(first), want1=held_total(second)))
+    model, run = wrong[0]
+    raise Incorrect(tr("rank {rank}, {model}: {got:,} B, but the rank holds {want:,} B: {p:,} of parameters, "
+                       "{g:,} of gradients and {s:,} of optimizer state (local shards).", rank=run["rank"],
+                       model=tr(model), got=run["got"], want=held_total(run), p=run["parameters"],
+                       g=run["gradients"], s=run["sharded state"] + run["steps"]))
 
 
 def _check_communication_ratio(answer) -> None:
@@ -149,15 +248,32 @@ q1 = Exercise(
     ),
 )
 q2 = Exercise(
-    "5.1 q2: bytes per GPU for a 1.5B-parameter model",
-    _check_bytes_per_gpu,
-    usage="q2.check((ddp_gb, fsdp_gb))",
-    hints=["Per parameter, float32 training with AdamW keeps the parameter, its gradient and two moments.",
-           "That is 4 + 4 + 2 x 4 = 16 bytes per parameter; 1 GB = 1e9 bytes. FSDP divides all three among "
-           "the GPUs, DDP divides none.",
-           "ddp_gb = 1.5e9 * ____ / 1e9\nfsdp_gb = ____ / ____"],
-    solution_code=("ddp_gb = 1.5e9 * (4 + 4 + 8) / 1e9\nfsdp_gb = ddp_gb / 8\n"
-                   "q2.check((ddp_gb, fsdp_gb))"),
+    "5.1 q2: count the bytes this rank really holds, in 2 processes",
+    _check_rank_bytes,
+    usage="q2.check(bytes_on_this_rank)",
+    api=True,
+    checked=("checked in 2 processes, on the lesson's model and a second one, after a backward and an AdamW "
+             "step: every rank's count equals the bytes of its local parameter, gradient and state shards."),
+    hints=["Between a backward and the next zero_grad a rank holds three kinds of tensor: the parameters, "
+           "their gradients and the optimizer's state (one dict of tensors per parameter). Under FSDP2 most "
+           "of them are DTensors: each knows the global tensor it is a piece of, but stores only its piece.",
+           "A DTensor's to_local() returns the tensor this rank stores; numel() of the DTensor itself counts "
+           "the global tensor (torch.distributed.tensor, documented at pytorch.org/docs). A tensor's bytes are "
+           "its number of elements times the bytes of one element, both Tensor methods. The gradient is "
+           "p.grad; optimizer.state maps each parameter to a dict whose values are its state tensors.",
+           "# params: the model's parameters, as a list\n"
+           "tensors = params + [____ for p in params] + [____ for s in ____ for v in ____]\n"
+           "total = sum(____ for t in tensors)  # t: its local part when it is a DTensor"],
+    solution_code=(
+        "from torch.distributed.tensor import DTensor\n\n\n"
+        "def bytes_on_this_rank(model, optimizer):\n"
+        "    params = list(model.parameters())\n"
+        "    tensors = params + [p.grad for p in params if p.grad is not None]\n"
+        "    tensors += [v for state in optimizer.state.values() for v in state.values()]\n"
+        "    local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]\n"
+        "    total = sum(t.numel() * t.element_size() for t in local)\n"
+        "    return total\n\n\nq2.check(bytes_on_this_rank)"
+    ),
 )
 q3 = Exercise(
     "5.1 q3: how much more does FSDP send?",
