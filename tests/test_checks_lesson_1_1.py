@@ -183,11 +183,11 @@ def test_q3_matmul_gflops_runs_the_learners_timer(fn, expected, words):
 
 
 def test_q3_a_rate_far_from_the_checkers_own_is_named(monkeypatch):
-    """The real run: a rate outside a factor of 4 of the checker's measurement before and after is wrong."""
+    """The real run: a rate outside a factor of 20 of the checker's measurement before and after is wrong."""
     monkeypatch.setattr(lesson_1_1, "_reference_gflops", lambda n, threads, device: 1e6)
     result = q3.evaluate(_solution_gflops)
     assert result.status == "incorrect" and "the checker's own measurement of the same product" in result.message
-    assert "a factor of 4, as the machine may be busy" in result.message
+    assert "a factor of 20, as the machine may be busy" in result.message
 
 
 def test_q3_leaves_the_real_timer_in_place_even_when_the_learner_fails():

@@ -104,7 +104,8 @@ def _check_training_mib(answer, model) -> None:
 # ---------------------------------------------------------------- q3: the learner times a product with Timer
 _FAKE_RUNS = ((100, "float64", 1e-3), (64, "float32", 2e-5))  # (n, dtype, the seconds the stand-in Timer reports)
 _REAL_N = 256  # the real run: float32, small enough to take well under a second on a 2-core CPU
-_REAL_FACTOR = 4  # the real rate may differ this much from the checker's own (the machine may be busy)
+_REAL_FACTOR = 20  # the real rate may differ this much from the checker's own: another program may slow one
+# of the runs (a correct answer measured 10.8 times below the checker's own while a CI run shared the 2 cores)
 _MATMULS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "dot", "mv")
 
 
@@ -281,7 +282,7 @@ def _check_matmul_gflops(fn) -> None:
         _judge_stand_in_run(got, n, dtype, seconds, seen)
     threads, device = seen[-1]["threads"], seen[-1]["products"][0][3]
     low = high = None
-    for _ in range(2):  # once more before saying no: another program may have slowed one of the runs
+    for _ in range(3):  # twice more before saying no: another program may have slowed one of the runs
         before = _reference_gflops(_REAL_N, threads, device)
         got = _rate(fn(_REAL_N, torch.float32))
         after = _reference_gflops(_REAL_N, threads, device)
@@ -356,7 +357,7 @@ q3 = Exercise(
     api=True,
     checked=("checked: with a stand-in Timer reporting known times, your statement multiplied two n x n "
              "matrices in dtype and your rate was exactly 2 n^3 / seconds / 1e9; with the real Timer it was "
-             "within a factor of 4 of the checker's own measurement (the machine may be busy)."),
+             "within a factor of 20 of the checker's own measurement (the machine may be busy)."),
     hints=["Make two random n x n matrices in `dtype`, let a Timer run their product many times, and turn "
            "the median time of one product into GFLOP/s as in the 'Measure it' cell: 2 n^3 FLOPs.",
            "`benchmark.Timer` runs the Python statement `stmt` (a string) with the names of the dict `globals`; "
