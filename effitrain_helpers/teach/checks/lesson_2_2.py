@@ -290,7 +290,7 @@ q2 = Exercise(
         "    scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=total // 4,\n"
         "                                                num_training_steps=total)\n"
         "    scheduler = accelerator.prepare(scheduler)\n"
-        "    for epoch in range(epochs):\n"
+        "    for _ in range(epochs):\n"
         "        for batch in train_loader:\n"
         "            accelerator.backward(model(**batch).loss)\n"
         "            optimizer.step()\n"
