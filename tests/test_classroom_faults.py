@@ -193,7 +193,7 @@ def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing
               f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}], "
               "start_new_session=True)\nwhile True:\n    time.sleep(0.1)")
     (tmp_path / "temp").mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp_path / "temp")}
+    env = {**os.environ, "TMPDIR": str(tmp_path / "temp"), "PYTHONFAULTHANDLER": "1"}
     before = _hashes(subs)
     grading = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "grade", str(subs), "--out",
                                 str(tmp_path / "g.csv"), "--timeout", "600"], env=env, stderr=subprocess.PIPE,
@@ -208,7 +208,11 @@ def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing
     assert started(), "the notebook never started its process"
     stop = time.monotonic()
     grading.send_signal(sig)
-    _, err = grading.communicate(timeout=60)
+    try:
+        _, err = grading.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # SIGABRT makes faulthandler print where every thread of it waits
+        grading.send_signal(signal.SIGABRT)
+        pytest.fail(f"grade did not stop within 60 s of {sig.name}; its threads:\n{grading.communicate()[1]}")
     assert grading.returncode == code and time.monotonic() - stop < 30, err
     assert "Traceback" not in err and (sig != signal.SIGINT or "effitrain grade: interrupted" in err), err
     assert started() == [] and list((tmp_path / "temp").iterdir()) == [], "left behind"

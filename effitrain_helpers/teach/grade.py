@@ -33,7 +33,6 @@ a container or an account of its own when the submissions are not trusted.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import csv
 import math
 import os
@@ -138,6 +137,9 @@ async def _execute(nb, workdir: Path, env: dict, limit: float) -> None:
             await client.km.shutdown_kernel(now=True)
 
 
+STOP_WAIT = 10.0  # seconds an interrupted notebook's run gets to wind down (the kernel is already killed)
+
+
 def end_processes(run: str) -> int:
     """Kill every process whose environment carries ``RUN_ENV=run`` (a graded notebook's kernel and all it
     started, a child in a session of its own included); returns how many were killed."""
@@ -158,26 +160,36 @@ def end_processes(run: str) -> int:
 def _run_notebook(nb, workdir: Path, env: dict, limit: float) -> None:
     """:func:`_execute` in a thread of its own (``asyncio.run`` refuses a thread whose event loop already runs:
     a Jupyter kernel, where an instructor may call grade(); a test session holding Playwright's loop).
-    Whatever interrupts the wait (Ctrl-C, SIGTERM), the notebook's processes are killed at once and its run
-    cancelled before the exception goes on."""
-    running = {}
+    Whatever interrupts the wait (Ctrl-C, SIGTERM), the notebook's processes are killed at once, its run is
+    cancelled and given :data:`STOP_WAIT` seconds to wind down before the exception goes on: the thread is a
+    daemon, so a client that never finishes its cleanup cannot keep the command from exiting."""
+    running, outcome = {}, {}
 
     async def run() -> None:
         running["loop"], running["task"] = asyncio.get_running_loop(), asyncio.current_task()
         await _execute(nb, workdir, env, limit)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(asyncio.run, run())
+    def work() -> None:
         try:
-            future.result()
-        except BaseException:
-            if "loop" in running:
-                try:
-                    running["loop"].call_soon_threadsafe(running["task"].cancel)
-                except RuntimeError:  # the run ended meanwhile and its loop is closed
-                    pass
-            end_processes(env[RUN_ENV])
-            raise
+            asyncio.run(run())
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread, which raises it
+            outcome["error"] = err
+
+    thread = threading.Thread(target=work, name="effitrain-grade-notebook", daemon=True)
+    thread.start()
+    try:
+        thread.join()
+    except BaseException:
+        if "loop" in running:
+            try:
+                running["loop"].call_soon_threadsafe(running["task"].cancel)
+            except RuntimeError:  # the run ended meanwhile and its loop is closed
+                pass
+        end_processes(env[RUN_ENV])
+        thread.join(STOP_WAIT)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def grade_notebook(student: str, path: Path, limit: float) -> list[Row]:
