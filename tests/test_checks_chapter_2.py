@@ -125,6 +125,11 @@ def test_2_1_q4_trains_the_learners_arguments_in_2_real_processes(changes, words
     assert (result.status == "correct") == (words == "") and words in result.message, result
 
 
+def test_2_1_q4_names_use_cpu_left_out_before_it_trains():
+    result = l21.q4.evaluate(_make_arguments(use_cpu=False))
+    assert result.status == "incorrect" and "use_cpu is left False" in result.message, result
+
+
 def test_2_1_q4_refuses_what_is_not_training_arguments():
     assert "pass your function itself" in l21.q4.evaluate({"per_device_train_batch_size": 4}).message
     result = l21.q4.evaluate(lambda output_dir: {"output_dir": output_dir, "per_device_train_batch_size": 4})

@@ -97,8 +97,8 @@ def scaling_verdict(one: dict, many: dict) -> tuple[bool, str]:
 
 def time_steps(accelerator, step, n: int) -> float:
     """Seconds per step of ``n`` calls of ``step()`` for the whole group: every process waits for the others
-    before the clock starts and again before it stops, so each reports the slowest rank's time (lesson 2.3 shows
-    this loop in a cell, and its exercise 2 has the learner write it)."""
+    before the clock starts and again before it stops, so each reports the slowest rank's time (lesson 2.3's
+    exercise 2 has the learner write this timing; the lesson shows only a first, wrong try)."""
     accelerator.wait_for_everyone()
     start = time.perf_counter()
     for _ in range(n):
@@ -148,7 +148,7 @@ def measure_scaling(steps: int = 8, batch_size: int = 16, max_length: int = 64, 
     """Time the workbook loop, its compute-only part, plain DDP and a raw all_reduce (see module docstring).
 
     ``timer(accelerator, step, n)`` returns the seconds per step of ``n`` calls of ``step()`` for the whole
-    group (:func:`time_steps`; lesson 2.3 passes the one its cell shows).
+    group (:func:`time_steps`; tests pass others).
 
     Also returns ``seconds_per_round`` (each loop's rounds), ``idle_cores`` (seen just before timing) and
     ``unreliable``: the reasons, if any, not to trust these timings (:func:`unreliable_reasons`).

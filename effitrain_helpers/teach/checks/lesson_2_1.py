@@ -128,6 +128,9 @@ def _check_make_arguments(fn) -> None:
     if not isinstance(args, TrainingArguments):
         raise Incorrect(tr("make_arguments should return transformers.TrainingArguments(...), which Trainer "
                            "takes as args=; yours returned {kind}.", kind=type(args).__name__))
+    if not args.use_cpu:
+        raise Incorrect(tr("use_cpu is left False: on a machine with a GPU this Trainer would train there, and the "
+                           "exercise keeps the run on the CPU, as exercise 1 does."))
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * PROCESSES
     if STEPS * per_step > MAX_ROWS:
         raise Incorrect(tr("your arguments make optimizer steps of {rows} rows in {processes} processes, far "
@@ -264,22 +267,23 @@ q4 = Exercise(
     _check_make_arguments,
     usage="q4.check(make_arguments)",
     api=True,
-    checked=("checked in 2 real processes: a Trainer with your arguments ran micro-batches of 4 in each "
-             "process, and every optimizer step saw 16 rows in all."),
-    hints=["One optimizer step sees per-device batch x accumulation steps x processes rows: each process can "
-           "run several micro-batches, adding up their gradients, before the step. The per-device batch and the "
-           "number of processes are given: solve for the accumulation.",
-           "TrainingArguments (transformers docs, 'Trainer' > 'TrainingArguments') takes "
-           "per_device_train_batch_size and gradient_accumulation_steps; Trainer's "
-           "get_total_train_batch_size multiplies them by the world size. Keep the run on the CPU, as in "
+    checked=("checked in 2 real processes: a Trainer with your arguments ran on the CPU, micro-batches of 4 in "
+             "each process, and every optimizer step saw 16 rows in all."),
+    hints=["Each process can run several micro-batches, adding up their gradients, before the optimizer steps. "
+           "Count the rows one optimizer step sees across all the processes: two of the factors are given, "
+           "work out the third.",
+           "TrainingArguments (transformers docs, 'Trainer' > 'TrainingArguments') has one argument for the "
+           "batch of each device and one for accumulating gradients; Trainer's get_total_train_batch_size "
+           "shows how they combine with the world size. Keep the run on the CPU with the same argument as "
            "exercise 1.",
+           "accumulation = ____ // (____)  # micro-batches per process per step\n"
            "return TrainingArguments(output_dir=____, per_device_train_batch_size=____,\n"
-           "                         gradient_accumulation_steps=____ // (____ * ____), ...)"],
+           "                         ____, ____)"],
     solution_code=(
         "def make_arguments(output_dir):\n"
+        "    accumulation = 16 // (4 * 2)\n"
         "    return TrainingArguments(output_dir=output_dir, per_device_train_batch_size=4,\n"
-        "                             gradient_accumulation_steps=16 // (4 * 2), use_cpu=True,\n"
-        "                             report_to=\"none\")\n\n"
+        "                             gradient_accumulation_steps=accumulation, use_cpu=True)\n\n"
         "q4.check(make_arguments)"
     ),
 )

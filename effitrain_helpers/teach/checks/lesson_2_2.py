@@ -5,7 +5,8 @@ judges what happened: the model came back wrapped for DDP, Accelerate saw a worl
 its own half of the samples, the ranks ended with identical weights, the prepared scheduler reached the end
 of its schedule, and the weights equal those of one process training on the global batches. q2's checker runs
 the learner's warm-up schedule, prepared, in 2 real processes and reads the learning rate of every optimizer
-step: its peak after the first quarter of the steps, 0 at the last step and not before.
+step: its peak after the first quarter of the steps, 0 when the run ends (just after the last step) and not
+before.
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ q2 = Exercise(
     usage="q2.check(train_with_warmup)",
     api=True,
     checked=("checked in 2 real processes: the learning rate peaked after the first quarter of the optimizer "
-             "steps and reached 0 at the last step, not before."),
+             "steps and reached 0 when the run ended, just after the last optimizer step, not before."),
     hints=[
         "A prepared scheduler steps the scheduler it wraps once per process at every call "
         "(accelerate/scheduler.py, AcceleratedScheduler.step): count the steps of all processes together, "

@@ -202,7 +202,7 @@ q2 = Exercise(
            "starts, and again before it stops, so that no rank times only its own part.",
            "Accelerate docs, 'Accelerator.wait_for_everyone': every process stops there until all have "
            "arrived. For the clock, Python's time module has one meant for measuring short intervals (its docs "
-           "say which); the answer is seconds per step, not in all.",
+           "say which); the answer is seconds per step, not the total.",
            "accelerator.____()  # before the clock starts, and again before it stops\n"
            "start = ____\n"
            "# the n steps\n"
