@@ -26,7 +26,8 @@ from typing import Callable, Iterable
 import torch
 
 from effitrain_helpers.core.devices import available_devices, cpu_model_name
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
+from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.core.validate import positive_int
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -482,12 +483,19 @@ def reference_check(result: MatmulResult, min_run_time: float = 0.5) -> Verdict:
 
 
 def results_frame(results: list[MatmulResult]):
-    """The results as a pandas DataFrame for notebooks: median ms, spread (IQR / median), GFLOP/s, trust."""
+    """The results as a pandas DataFrame for notebooks: median ms, spread (IQR / median), GFLOP/s, trust; headers
+    and yes/no in the learner's language, numbers with its separators (numbers stay numbers in English)."""
     import pandas as pd
 
+    english = SETTINGS.lang == "en"
+
+    def num(value, spec: str):
+        return value if english else number(value, spec)
+
     return pd.DataFrame([{
-        "device": r.device, "dtype": r.dtype, "n": r.size, "median ms": round(r.seconds * 1e3, 3),
-        "spread": f"{r.spread:.0%}", "GFLOP/s": round(r.gflops, 1), "reliable": "no" if r.unreliable else "yes",
+        tr("device"): r.device, "dtype": r.dtype, "n": r.size, tr("median ms"): num(round(r.seconds * 1e3, 3), ""),
+        tr("spread"): number(r.spread, ".0%"), "GFLOP/s": num(round(r.gflops, 1), ""),
+        tr("reliable"): tr("no") if r.unreliable else tr("yes"),
     } for r in results])
 
 
@@ -565,11 +573,12 @@ def best_achievable(
 
 
 def results_table(results: list[MatmulResult]) -> str:
-    """A fixed-width table of results for terminals: median, min-max, spread (IQR / median), trust."""
-    lines = [f"{'device':<8} {'dtype':<9} {'size':>6} {'median ms':>10} {'min-max ms':>17} {'spread':>7} "
-             f"{'GFLOP/s':>9}  reliable"]
+    """A fixed-width table of results for terminals: median, min-max, spread (IQR / median), trust (headers, yes/no
+    and numbers in the learner's language)."""
+    lines = [f"{tr('device'):<8} {'dtype':<9} {tr('size'):>6} {tr('median ms'):>10} {tr('min-max ms'):>17} "
+             f"{tr('spread'):>7} {'GFLOP/s':>9}  {tr('reliable')}"]
     for r in results:
-        span = f"{r.seconds_min * 1e3:.3f}-{r.seconds_max * 1e3:.3f}"
-        lines.append(f"{r.device:<8} {r.dtype:<9} {r.size:>6} {r.seconds * 1e3:>10.3f} {span:>17} "
-                     f"{r.spread:>7.0%} {r.gflops:>9.1f}  {'no' if r.unreliable else 'yes'}")
+        span = f"{number(r.seconds_min * 1e3, '.3f')}-{number(r.seconds_max * 1e3, '.3f')}"
+        lines.append(f"{r.device:<8} {r.dtype:<9} {r.size:>6} {number(r.seconds * 1e3, '>10.3f')} {span:>17} "
+                     f"{number(r.spread, '>7.0%')} {number(r.gflops, '>9.1f')}  {tr('no') if r.unreliable else tr('yes')}")
     return "\n".join(lines)

@@ -83,13 +83,12 @@ def cached_model_ids() -> list[str]:
 
 
 def _not_found_message(name: str, what: str) -> str:
-    cached = ", ".join(cached_model_ids()) or "none"
-    return (
-        f"{what} {name!r} is neither a local folder nor in the Hugging Face cache, and the Hub cannot be reached "
-        f"(offline). Allowed: a folder written by save_pretrained, a cached id (cached here: {cached}), or "
-        f"None for the workbook's own. Fix: on a machine with network run `hf download {name}` "
-        "(or set HF_HUB_OFFLINE=0 when online), or pass the path of a local copy."
-    )
+    cached = ", ".join(cached_model_ids()) or tr("none")
+    return tr("{what} {name!r} is neither a local folder nor in the Hugging Face cache, and the Hub cannot be reached "
+              "(offline). Allowed: a folder written by save_pretrained, a cached id (cached here: {cached}), or "
+              "None for the workbook's own. Fix: on a machine with network run `hf download {name}` "
+              "(or set HF_HUB_OFFLINE=0 when online), or pass the path of a local copy.", what=tr(what), name=name,
+              cached=cached)
 
 
 def resolve_checkpoint(
@@ -116,18 +115,20 @@ def resolve_checkpoint(
         if path.is_dir():
             if not (path / marker).is_file():
                 raise ValueError(
-                    f"{what} folder {name!r} has no {marker}; allowed: a folder written by save_pretrained. "
-                    f"Fix: point to the folder that holds {marker}."
+            tr("{what} folder {name!r} has no {marker}; allowed: a folder written by save_pretrained. "
+                       "Fix: point to the folder that holds {marker}.", what=tr(what), name=name, marker=marker)
                 )
             problem = damage(path)
             if problem:
-                raise ValueError(f"{what} folder {name!r} is damaged: {problem}. Fix: copy or save it again "
-                                 "(save_pretrained), or pass another folder.")
+                raise ValueError(tr("{what} folder {name!r} is damaged: {problem}. Fix: copy or save it again "
+                                    "(save_pretrained), or pass another folder.", what=tr(what), name=name,
+                                    problem=problem))
             return ModelChoice(str(path), "local", tr("you gave a local folder"), what)
         if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
             raise ValueError(
-                f"{what} {name!r} is not an existing folder and not a Hub id like '{default_id}' or "
-                "'owner/name'. Fix: check the spelling of the path, or pass a Hub id."
+                tr("{what} {name!r} is not an existing folder and not a Hub id like '{default_id}' or "
+                   "'owner/name'. Fix: check the spelling of the path, or pass a Hub id.", what=tr(what), name=name,
+                   default_id=default_id)
             )
         snapshot = cached_snapshot(name, marker, needs_one_of)
         if snapshot is not None:

@@ -15,9 +15,10 @@ This module puts them side by side: :func:`measure_chapter` returns one :class:`
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.training.accumulation import measure_accumulation
 from effitrain_helpers.training.checkpointing import measure_checkpointing
 from effitrain_helpers.training.local_sgd import LOCAL_SGD_NEEDS, measure_local_sgd
@@ -135,13 +136,33 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
     return rows
 
 
+_TECHNIQUES = [  # (pattern of the English key, its template): the key stays English, the label is translated
+    (re.compile(r"gradient accumulation \(k=(?P<k>\d+)\)"), msg("gradient accumulation (k={k})")),
+    (re.compile(r"gradient checkpointing"), msg("gradient checkpointing")),
+    (re.compile(r"local SGD \(k=(?P<k>\d+), (?P<n>\d+) processes\)"), msg("local SGD (k={k}, {n} processes)")),
+    (re.compile(r"mixed precision \((?P<low>\w+)\)"), msg("mixed precision ({low})")),
+]
+
+
+def technique_label(technique: str) -> str:
+    """A row's technique (the English key the checks compare) as the learner reads it, in their language."""
+    for pattern, template in _TECHNIQUES:
+        found = pattern.fullmatch(technique)
+        if found:
+            fields = {k: int(v) if v.isdigit() else v for k, v in found.groupdict().items()}
+            return tr(template, **fields) if fields else tr(template)
+    return technique
+
+
 def chapter_table(rows: list[ChapterRow]) -> str:
-    """The rows as a Markdown table (ratios are technique on / off; lower is better), headings in the learner's
-    language (the verdicts and details are translated when measured; the technique names are the English keys)."""
+    """The rows as a Markdown table (ratios are technique on / off; lower is better), headings, technique names
+    and numbers in the learner's language (the verdicts and details are translated when measured; the rows keep
+    the English technique names as keys, :func:`technique_label` translates them for display)."""
     lines = [tr("| technique | memory (measured / theory) | time per step (measured / theory) | "
                 "synchronisations (measured / theory) | verdict |"), "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.technique} | {r.memory_ratio:.2f}x / {r.memory_expected:.2f}x | "
-                     f"{r.time_ratio:.2f}x / {r.time_expected:.2f}x | {r.sync_ratio:.2f}x / "
-                     f"{r.sync_expected:.2f}x | {r.verdict} ({r.detail}) |")
+        pairs = [f"{number(a, '.2f')}x / {number(b, '.2f')}x" for a, b in
+                 ((r.memory_ratio, r.memory_expected), (r.time_ratio, r.time_expected),
+                  (r.sync_ratio, r.sync_expected))]
+        lines.append(f"| {technique_label(r.technique)} | {' | '.join(pairs)} | {r.verdict} ({r.detail}) |")
     return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""No English on a Brazilian learner's screen (issue 29): what the pt-BR lessons print, scanned for the workbook's
+own English labels, and each translated lesson about as long as its English source.
+
+The English words are the short labels of the message catalogs (1-4 words, no fields) whose translation differs
+and which never occur in any Portuguese text of the catalogs (so "no", "batch" or "checkpoint", also Portuguese
+or kept in English by the glossary, are not flagged), plus the benchmark table's column names. The fast tests
+scan what the display helpers make in pt-BR; the slow test executes pt-BR notebooks and scans every output (text,
+HTML tables, widget labels), naming the lesson and the cell."""
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from effitrain_helpers.core.language import catalog
+from effitrain_helpers.core.settings import SETTINGS
+
+ROOT = Path(__file__).resolve().parents[1]
+LANG = "pt-BR"
+ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulation", "mixed precision")
+
+
+def english_words() -> list[str]:
+    """The workbook's English labels a pt-BR screen must not show."""
+    pt_text = " ".join(catalog(LANG).values()).lower()
+    words = {en for en, pt in catalog(LANG).items()
+             if "{" not in en and 1 <= len(en.split()) <= 4 and len(en) > 3 and en.strip() != pt.strip()
+             and re.fullmatch(r"[A-Za-z][A-Za-z -]*", en)
+             and not re.search(rf"(?<![\w`]){re.escape(en.lower())}(?![\w`])", pt_text)}
+    return sorted(words | set(ALWAYS))
+
+
+def english_in(text: str) -> list[str]:
+    """The English labels found in ``text`` (whole words, any case)."""
+    return [w for w in english_words() if re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
+
+
+@pytest.fixture
+def portuguese():
+    before = SETTINGS.lang
+    SETTINGS.lang = LANG
+    yield
+    SETTINGS.lang = before
+
+
+def _result():
+    from effitrain_helpers.measure import bench
+
+    return bench.MatmulResult("cpu", "cpu", "float32", 512, 0.0123, 0.011, 0.014, 5, 1, bench.gflops(512, 0.0123),
+                              (0.0123,) * 5, "")
+
+
+def test_the_benchmark_table_of_1_1_speaks_portuguese(portuguese):
+    """Failed on 1.1's table before issue 29 (headers 'median ms', 'spread', 'reliable', values yes/no)."""
+    from effitrain_helpers.measure import bench
+
+    for shown in (bench.results_frame([_result()]).to_html(), bench.results_table([_result()])):
+        assert english_in(shown) == [], shown
+    assert "12,3" in bench.results_frame([_result()]).to_html()
+
+
+def test_the_chapter_table_of_3_3_names_the_techniques_in_portuguese(portuguese):
+    from effitrain_helpers.training.efficiency import ChapterRow, chapter_table
+
+    rows = [ChapterRow(name, 0.25, 0.25, 1.1, 1.0, 0.25, 0.25, "", "")
+            for name in ("gradient accumulation (k=4)", "gradient checkpointing", "local SGD (k=4, 2 processes)",
+                         "mixed precision (bf16)")]
+    shown = chapter_table(rows)
+    assert english_in(shown) == [] and "0,25x" in shown and "processos" in shown, shown
+    assert rows[0].technique == "gradient accumulation (k=4)"  # the key the self-check compares stays English
+
+
+def test_choose_model_says_a_wrong_path_in_portuguese(portuguese):
+    from effitrain_helpers.sources.models import choose_model
+
+    with pytest.raises(ValueError, match="não é uma pasta existente"):
+        choose_model("./no-such-folder")
+
+
+def _lessons():
+    return sorted(p.name for p in (ROOT / "notebooks" / LANG).glob("*.ipynb"))
+
+
+def _prose_length(path: Path) -> int:
+    return sum(len(c.source) for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("name", _lessons())
+def test_a_translated_lesson_is_about_as_long_as_the_english(name):
+    """Portuguese runs longer than English; a translation under 85% of its source's prose lost something."""
+    english, portuguese_ = (_prose_length(ROOT / "notebooks" / name), _prose_length(ROOT / "notebooks" / LANG / name))
+    assert portuguese_ >= 0.85 * english, (f"{name}: the pt-BR prose has {portuguese_} characters, the English "
+                                           f"{english}: a translation far shorter than its source")
+
+
+def _shown_texts(nb) -> list[tuple[int, str]]:
+    """(cell index, text) of every output: text, HTML and plain data, and the widgets' labels."""
+    texts = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                texts.append((i, out["text"]))
+            for kind in ("text/plain", "text/html", "text/markdown"):
+                if kind in out.get("data", {}):
+                    texts.append((i, out["data"][kind]))
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    for model in state.values():
+        for key in ("description", "tooltip"):
+            if model.get("state", {}).get(key):
+                texts.append((-1, model["state"][key]))
+    return texts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb"])  # 5.1, 5.3: to do
+def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("EFFITRAIN_SIZE", "small")
+    monkeypatch.setenv("EFFITRAIN_LANG", LANG)
+    path = ROOT / "notebooks" / LANG / name
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    found = [f"{name} cell {i}: {words}" for i, text in _shown_texts(nb) if (words := english_in(text))]
+    assert found == [], "English on a pt-BR screen:\n" + "\n".join(found)
