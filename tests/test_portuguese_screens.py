@@ -7,7 +7,6 @@ or kept in English by the glossary, are not flagged), plus the benchmark table's
 scan what the display helpers make in pt-BR; the slow test executes pt-BR notebooks and scans every output (text,
 HTML tables, widget labels), naming the lesson and the cell."""
 
-import json
 import re
 from pathlib import Path
 

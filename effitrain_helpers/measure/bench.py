@@ -308,9 +308,9 @@ def _interleaved(size: int, dtypes: list[str], device: str, repeats: int, busy: 
     ready = [_warm_product(size, dt, device) for dt in dtypes]
     times: list[list[float]] = [[] for _ in dtypes]
     for _ in range(repeats):
-        for (product, number), series in zip(ready, times):
-            series.append(_time_loop(product, device, number) / number)
-    return [_result(device, dt, size, number, series, busy) for dt, (_, number), series in zip(dtypes, ready, times)]
+        for (product, loops), series in zip(ready, times):
+            series.append(_time_loop(product, device, loops) / loops)
+    return [_result(device, dt, size, loops, series, busy) for dt, (_, loops), series in zip(dtypes, ready, times)]
 
 
 def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats: int = 5,

@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from effitrain_helpers.processes import protocol
+from effitrain_helpers.processes.ending import exit_without_teardown
 
 
 def _watch_parent() -> None:
@@ -97,17 +98,5 @@ def main(folder: str) -> int:
         return 1
 
 
-def _exit_without_teardown(code: int) -> None:
-    """Exit with ``code`` once the atexit functions have run (temporary folders are removed, output flushed),
-    skipping the interpreter's teardown: there torch's gloo threads, freed with the objects that hold the group,
-    can abort a finished worker ("terminate called without an active exception", about 1 run in 40 in CI)."""
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _exit_without_teardown(main(sys.argv[1]))
+    exit_without_teardown(main(sys.argv[1]))

@@ -648,4 +648,7 @@ if __name__ == "__main__":  # a rank under torchrun: checkpoints folder, result 
 
     if hasattr(signal, "SIGUSR1"):  # a stuck rank tells where it waits: kill -USR1 <pid>
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+    from effitrain_helpers.processes.ending import exit_without_teardown
+
     restarted_run(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    exit_without_teardown(0)

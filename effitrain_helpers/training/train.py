@@ -267,4 +267,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from effitrain_helpers.processes.ending import exit_without_teardown
+
+    exit_without_teardown(main())
