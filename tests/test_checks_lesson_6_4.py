@@ -199,3 +199,23 @@ def test_bad_sizes_are_named():
         pipeline.pipeline_model(0)
     with pytest.raises(ValueError, match="hidden=10 is not a multiple of world=4"):
         split_mlp(nn.Sequential(nn.Linear(4, 10), nn.GELU(), nn.Linear(10, 4)), 0, 4)
+
+
+@pytest.mark.slow
+def test_both_schedules_in_4_stages_train_the_unsplit_model():
+    """The lesson runs 2 stages and exercise 4 runs 3: here both schedules run in 4 processes (the issue's
+    2-4 stages), with the same loss and gradients as the unsplit model and the memory each schedule promises."""
+    from effitrain_helpers.processes.launch import launch
+
+    stages, m, shape = 4, 6, {"size": 8, "width": 32, "hidden": 64, "blocks_per_stage": 1}
+    want_loss, want_grads = pipeline.unsplit_loss(m, stages, **shape)
+    for name, order in pipeline.SCHEDULES.items():
+        ranks = launch(pipeline.run_schedule, order, m, num_processes=stages, cpu=True, quiet=True,
+                       timeout=120, **shape)
+        assert [r["stage"] for r in ranks] == list(range(stages)), name
+        assert ranks[-1]["loss"] == pytest.approx(want_loss, abs=1e-5), name
+        got = [g for r in ranks for g in r["grads"]]
+        assert max(float((a - b).abs().max()) for a, b in zip(got, want_grads)) <= 1e-5, name
+        held = [r["in_flight"] for r in ranks]
+        assert held == ([m] * stages if order is pipeline.all_forward_all_backward
+                        else [stages - s for s in range(stages)]), (name, held)
