@@ -1,6 +1,10 @@
 """Lesson 6.4's checkers with right and named wrong answers (q2-q4 run the answer in real processes: slow),
 and the helpers' own facts: the split MLP equals the unsplit one, the schedules, the bubble's theory."""
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -219,3 +223,27 @@ def test_both_schedules_in_4_stages_train_the_unsplit_model():
         held = [r["in_flight"] for r in ranks]
         assert held == ([m] * stages if order is pipeline.all_forward_all_backward
                         else [stages - s for s in range(stages)]), (name, held)
+
+
+@pytest.mark.slow
+def test_q3_judges_a_class_defined_in_a_script(tmp_path):
+    """The learner's autograd function may come from a script: it travels to the 2 workers by value."""
+    script = tmp_path / "mine.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        from effitrain_helpers.teach.checks.lesson_6_4 import q3
+
+        class SumFromRanks(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()  # the all-reduce forgotten
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad
+
+        print(q3.evaluate(SumFromRanks).message)
+    '''))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "the outputs are partial sums" in done.stdout, done.stdout
