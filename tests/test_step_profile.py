@@ -273,7 +273,7 @@ def test_collective_overlap_refuses_a_trace_without_its_range_or_its_collectives
 
 
 def _hooked_profiled_step():
-    """Run in each of 2 processes: one step of a 4-layer MLP whose gradient hooks start asynchronous
+    """Run in each of 2 processes: one step of a 6-layer MLP (1024 wide, 256 rows: a backward of tens of ms) whose gradient hooks start asynchronous
     all-reduces, under ``torch.profiler``; the trace exported, read back and reduced to its overlap."""
     import tempfile
 
@@ -282,12 +282,12 @@ def _hooked_profiled_step():
 
     from effitrain_helpers.measure.step_profile import collective_overlap
 
-    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(6)])
     works = []
     for p in model.parameters():
         p.register_post_accumulate_grad_hook(lambda p: works.append(dist.all_reduce(p.grad, async_op=True)))
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        loss = model(torch.randn(64, 256)).square().mean()
+        loss = model(torch.randn(256, 1024)).square().mean()
         with record_function("backward"):
             loss.backward()
         for work in works:
@@ -303,6 +303,6 @@ def test_a_real_trace_shows_the_hooks_all_reduces_issued_and_running_during_back
     from effitrain_helpers.processes.launch import launch
 
     for seen in launch(_hooked_profiled_step, num_processes=2, quiet=True, timeout=120):
-        assert len(seen["issued"]) == len(seen["ran"]) == 8  # one per parameter, as gloo:all_reduce
+        assert len(seen["issued"]) == len(seen["ran"]) == 12  # one per parameter, as gloo:all_reduce
         assert all(t < seen["ended"] for t in seen["issued"]), seen
         assert seen["ran"][0][0] < seen["ended"], seen  # the first ran while backward was still running
