@@ -15,6 +15,7 @@ they are: device, dtype and precision names, a lesson's labels, code (``optimize
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 from effitrain_helpers.core.language import msg, tr
@@ -595,8 +596,9 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
     kinds = list(next(iter(measured.values()))[0])
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
     fig, ax = plt.subplots(figsize=(10, 5.5))
-    ticks, labels, x = [], [], 0.0
+    ticks, labels, groups, x = [], [], [], 0.0
     for strategy, ranks in measured.items():
+        groups.append((strategy, x + (len(ranks) - 1) / 2, len(ranks)))
         for rank, held in enumerate(ranks):
             bottom = 0.0
             for colour, kind in zip(colours, kinds):
@@ -609,13 +611,17 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
                 ax.hlines(expected, x - 0.45, x + 0.45, colors="black", linewidth=2,
                           label=tr("theory") if x == 0 else None)
             ticks.append(x)
-            labels.append(tr("{strategy}\nrank {rank}", strategy=strategy, rank=rank))
+            labels.append(tr("rank {rank}", rank=rank))
             x += 1
         x += 0.6
-    ax.set_xticks(ticks, labels, fontsize=FONT - 1)
+    ax.set_xticks(ticks, labels, fontsize=FONT - 2)
+    for strategy, centre, count in groups:  # the strategy's name once, under its group of ranks, wrapped to fit
+        ax.annotate(textwrap.fill(strategy, width=max(10, 12 * count)), xy=(centre, 0),
+                    xycoords=("data", "axes fraction"), xytext=(0, -3 * FONT), textcoords="offset points",
+                    ha="center", va="top", fontsize=FONT - 1)
     ax.set_ylabel(tr("MiB held by the rank"), fontsize=FONT)
-    ax.legend(fontsize=FONT - 2, loc="upper right")
-    ax.margins(y=0.15)
+    ax.legend(fontsize=FONT - 2, loc="upper center", ncol=len(kinds) + 1)  # in one row, above the bars
+    ax.margins(y=0.3)
     ax.set_title(title or tr("What each rank holds: full copies (DDP) against 1/N shards (FSDP)"), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
