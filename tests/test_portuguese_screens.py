@@ -71,6 +71,56 @@ def test_the_chapter_table_of_3_3_names_the_techniques_in_portuguese(portuguese)
     assert rows[0].technique == "gradient accumulation (k=4)"  # the key the self-check compares stays English
 
 
+def _cells(styler) -> list[str]:
+    return re.findall(r">([^<>]*\S[^<>]*)<", styler.to_html())
+
+
+def test_the_tables_of_5_1_name_the_kinds_in_portuguese_and_keep_the_english_keys(portuguese):
+    """The columns are built from the English kinds (issue 29 saw "optimizer state = teoria" on screen)."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.training.model_sharding import KINDS
+
+    held = pd.DataFrame([{"rodada": "FSDP", "rank": 1, **{f"{k} (bytes)": 28996 for k in KINDS},
+                          **{f"{k} = teoria": True for k in KINDS}}]).set_index(["rodada", "rank"])
+    shown = " | ".join(_cells(styled(held, terms=KINDS)))
+    assert english_in(shown) == [] and "estado do otimizador (bytes)" in shown, shown
+    assert "28.996" in shown and "sim" in shown and "True" not in shown, shown
+    assert list(held.columns)[0] == "parameters (bytes)"  # the key the self-check compares stays English
+    kib = pd.DataFrame({"DDP": {k: 12.46 for k in KINDS}}).T
+    assert "12,5" in _cells(styled(kib, precision=1, terms=KINDS))
+
+
+def test_the_tables_of_5_3_name_files_pieces_and_costs_in_portuguese(portuguese):
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.training.resume import TERMS
+
+    files = pd.DataFrame([{"file": "optimizer.bin", "bytes": 1336, "holds": "x"}]).set_index("file")
+    differences = pd.DataFrame({"sem data position": {"model": 0.25, "learning rate": 0.0},
+                                "sem loader's generator": {"model": 1e-3, "learning rate": 0.0}}).T
+    cost = pd.DataFrame({"medido (bytes)": {"weights": 4, "optimizer": 8, "everything else": 3}})
+    shown = " | ".join(_cells(styled(files, {"bytes": "{:,}"}, TERMS)) + _cells(styled(differences, "{:.2e}", TERMS))
+                       + _cells(styled(cost, terms=TERMS)))
+    assert english_in(shown) == [], shown
+    for pt in ("arquivo", "conteúdo", "1.336", "sem posição nos dados", "sem gerador do loader", "taxa de "
+               "aprendizado", "2,50e-01", "pesos", "otimizador", "todo o resto"):
+        assert pt in shown, (pt, shown)
+    assert differences.loc["sem data position", "model"] == 0.25  # the keys stay English
+
+
+def test_styled_leaves_an_english_table_as_pandas_shows_it():
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.training.resume import TERMS
+
+    files = pd.DataFrame([{"file": "optimizer.bin", "bytes": 1336, "holds": "x"}]).set_index("file")
+    assert _cells(styled(files, {"bytes": "{:,}"}, TERMS)) == _cells(files.style.format({"bytes": "{:,}"}))
+
+
 def test_choose_model_says_a_wrong_path_in_portuguese(portuguese):
     from effitrain_helpers.sources.models import choose_model
 
@@ -113,7 +163,8 @@ def _shown_texts(nb) -> list[tuple[int, str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb"])  # 5.1, 5.3: to do
+@pytest.mark.parametrize("name", ["1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb",
+                                  "5_1_shard_the_model.ipynb", "5_3_checkpoint_crash_resume.ipynb"])
 def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypatch):
     from nbclient import NotebookClient
 
