@@ -111,6 +111,16 @@ def test_the_tables_of_5_3_name_files_pieces_and_costs_in_portuguese(portuguese)
     assert differences.loc["sem data position", "model"] == 0.25  # the keys stay English
 
 
+def test_a_cell_without_a_format_is_written_short_and_the_portuguese_way(portuguese):
+    """3.3's precision table: rounded floats and integers with no format of their own."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+
+    runs = pd.DataFrame({"ms por passo": {"fp32": 1234, "bf16": 617}, "x tempo do fp32": {"fp32": 1.0, "bf16": 0.5}})
+    assert _cells(styled(runs))[1:] == ["ms por passo", "x tempo do fp32", "fp32", "1.234", "1", "bf16", "617", "0,5"]
+
+
 def test_styled_leaves_an_english_table_as_pandas_shows_it():
     import pandas as pd
 

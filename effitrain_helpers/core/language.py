@@ -158,13 +158,26 @@ def term(label, terms) -> str:
     return label
 
 
+def _shortest(value, grouped: bool):
+    """A table cell without a format of its own: a float as ``repr`` would write it (``0.25``, not pandas'
+    ``0.250000``), an integer grouped where the language groups digits (pandas then swaps the separators)."""
+    if isinstance(value, float):
+        return format(value, "g")
+    if grouped and _is_number(value):
+        return format(value, ",")
+    return str(value)
+
+
 def styled(frame, formats=None, terms=(), **options):
-    """``frame.style.format(formats, **options)`` as the learner reads it (lessons 5.1 and 5.3): numbers with
-    the language's decimal and group separators, and the row and column labels and index names that are (or
+    """``frame.style.format(formats, **options)`` as the learner reads it (lessons 1.1, 3.3, 5.1 and 5.3): numbers
+    with the language's decimal and group separators (a cell with no format as short as it can be written),
+    and the row and column labels and index names that are (or
     start or end with) one of ``terms`` in the learner's language (:func:`term`), a True/False column as
     yes/no in that language. The frame and its keys stay English: the self-checks compare them."""
     decimal, group = separators(SETTINGS.lang)
     names = [term(n, terms) for n in frame.index.names]
+    if formats is None and "precision" not in options:
+        formats = lambda value: _shortest(value, group != ",")  # noqa: E731
     styler = frame.rename_axis(index=names).style.format(
         formats, decimal=decimal, thousands=None if group == "," else group, **options)
     yes_no = [c for c in frame.columns if frame[c].dtype == bool]
