@@ -5,7 +5,13 @@ The English words are the short labels of the message catalogs (1-4 words, no fi
 and which never occur in any Portuguese text of the catalogs (so "no", "batch" or "checkpoint", also Portuguese
 or kept in English by the glossary, are not flagged), plus the benchmark table's column names. The fast tests
 scan what the display helpers make in pt-BR; the slow test executes pt-BR notebooks and scans every output (text,
-HTML tables, widget labels), naming the lesson and the cell."""
+HTML tables, widget labels), naming the lesson and the cell.
+
+One thing on screen is not the workbook's to translate: the label of a library's own progress bar (transformers'
+"Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
+prints it. The scan leaves out that label only where it starts a tqdm bar (``Loading weights:  0%|``), so the
+same words printed by the workbook are still flagged; a test checks that each label is in the library's
+installed source and in none of the workbook's (code, lessons, translations)."""
 
 import re
 from pathlib import Path
@@ -19,6 +25,7 @@ from effitrain_helpers.core.settings import SETTINGS
 ROOT = Path(__file__).resolve().parents[1]
 LANG = "pt-BR"
 ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulation", "mixed precision")
+LIBRARY_BARS = {"Loading weights": "transformers/core_model_loading.py"}  # label: the file that prints it
 
 
 def english_words() -> list[str]:
@@ -32,7 +39,9 @@ def english_words() -> list[str]:
 
 
 def english_in(text: str) -> list[str]:
-    """The English labels found in ``text`` (whole words, any case)."""
+    """The English labels found in ``text`` (whole words, any case), a library's progress bar label left out."""
+    for label in LIBRARY_BARS:
+        text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
     return [w for w in english_words() if re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
 
 
@@ -136,6 +145,30 @@ def test_choose_model_says_a_wrong_path_in_portuguese(portuguese):
 
     with pytest.raises(ValueError, match="não é uma pasta existente"):
         choose_model("./no-such-folder")
+
+
+def _workbook_texts() -> list[tuple[Path, str]]:
+    """What the workbook itself can print: its package's code, its message catalogs, its lessons' code without
+    comments (a comment may name a library's bar: 1.1 turns it off in its exercises)."""
+    texts = [(p, p.read_text(encoding="utf-8")) for p in (ROOT / "effitrain_helpers").rglob("*.py")]
+    texts += [(p, p.read_text(encoding="utf-8")) for p in (ROOT / "translations").glob("*/messages/*.yaml")]
+    for path in (ROOT / "notebooks").rglob("*.ipynb"):
+        code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        texts.append((path, re.sub(r"#.*", "", "\n".join(code))))
+    return texts
+
+
+def test_only_a_library_progress_bar_is_left_out_of_the_scan():
+    """The label is the library's (in its installed source), never the workbook's; elsewhere its words count."""
+    import importlib.util
+
+    site = Path(importlib.util.find_spec("transformers").origin).parents[1]
+    ours = _workbook_texts()
+    for label, source in LIBRARY_BARS.items():
+        assert f'desc="{label}"' in (site / source).read_text(encoding="utf-8"), (label, source)
+        assert [p for p, text in ours if label.lower() in text.lower()] == [], label
+    assert english_in("Loading weights:   0%|          | 0/36 [00:00<?, ?it/s]") == []
+    assert english_in("Loading weights: pesos carregados") == ["weights"]
 
 
 def _lessons():
