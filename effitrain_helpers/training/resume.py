@@ -11,7 +11,8 @@ never the loop itself:
 - :class:`LoaderGenerator`: a data loader's own random generator, saved with the checkpoint;
 - :func:`lost_steps`: the steps a crash throws away when checkpoints come every ``save_every`` steps;
 - :func:`state_differences`: how far two runs' final weights and AdamW states are apart (0.0: bit-identical);
-- :func:`checkpoint_files`, :func:`expected_checkpoint_bytes`: what a checkpoint holds on disk, next to theory.
+- :func:`checkpoint_files`, :func:`expected_checkpoint_bytes`: what a checkpoint holds on disk, next to theory
+  (:data:`TERMS`: their keys, which ``language.styled`` shows in the learner's language).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ WHAT_FILES_HOLD = {
                                    "generator)"),
     MARKER: msg("written last by the main process: each file's size and SHA-256 (save_checkpoint)"),
 }
+# The English keys of lesson 5.3's tables (the self-checks compare them), shown in the learner's language by
+# language.styled: checkpoint_files' columns, the pieces a resume needs, state_differences' and the byte counts'.
+TERMS = (msg("file"), msg("holds"), msg("data position"), msg("optimizer"), msg("loader's generator"),
+         msg("model"), msg("learning rate"), msg("weights"), msg("everything else"))
 
 
 def checkpoint_folder(root, step: int) -> Path:
