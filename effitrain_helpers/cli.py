@@ -326,16 +326,27 @@ def _add_resume_parser(sub) -> None:
 
 def _nodes(args) -> int:
     """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
+    from effitrain_helpers.training.node_loss import lose_a_node
     from effitrain_helpers.training.nodes import namespace_refusal, run_nodes
 
     form = args.form or ("loopback" if namespace_refusal() else "namespaces")
     try:
-        result = run_nodes(form, args.nproc_per_node, timeout=args.timeout)
-    except PermissionError as err:
+        if args.lose_a_node:
+            result = lose_a_node(form, args.nproc_per_node, timeout=args.timeout)
+        else:
+            result = run_nodes(form, args.nproc_per_node, timeout=args.timeout)
+    except (PermissionError, TimeoutError, RuntimeError) as err:
         print(f"effitrain nodes: error: {err}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result))
+        return 0
+    if args.lose_a_node:
+        print(tr("{form}: world size {before}, node lost after step {lost_at}; re-formed with world size {after}, "
+                 "resumed from step {resumed} and finished {steps} steps in {seconds:.1f} s; steps lost: {n} "
+                 "(expected {expected})", form=form, before=result["world_sizes"][0], after=result["world_sizes"][1],
+                 lost_at=result["lost_at"], resumed=result["resumed_from"], steps=result["steps"],
+                 seconds=result["seconds"], n=result["steps_lost"], expected=result["expected_lost"]))
         return 0
     for rank in result["ranks"]:
         print(tr("rank {rank}: node {node}, local rank {local}, address {address}, {samples:,} samples seen",
@@ -352,7 +363,10 @@ def _add_nodes_parser(sub) -> None:
     p.add_argument("--form", choices=("namespaces", "loopback"), default=None,
                    help="namespaces (root: two namespaces joined by a veth pair) or loopback (default: namespaces "
                         "as root, else loopback)")
-    p.add_argument("--nproc-per-node", type=int, default=2, help="ranks per node (default 2: world size 4)")
+    p.add_argument("--processes-per-node", "--nproc-per-node", type=int, default=2, dest="nproc_per_node",
+                   help="ranks per node (default 2: world size 4)")
+    p.add_argument("--lose-a-node", action="store_true",
+                   help="elastic --nnodes 1:2 --max-restarts 1: kill node 1 mid-run, carry on from the checkpoint")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before both agents are ended (default 300)")
     p.add_argument("--json", action="store_true", help="one JSON record: world_size, nodes, ranks, identical_weights")
     p.set_defaults(func=_nodes)

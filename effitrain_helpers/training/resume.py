@@ -301,10 +301,12 @@ def _build(model, rows, steps: int, batch_size: int, seed: int, own_generator: b
 
 
 def train_with_checkpoints(model, rows, root, *, steps: int, save_every: int, batch_size: int, seed: int = 0,
-                           crash_at: int | None = None, resume=None, own_generator: bool = True) -> dict:
+                           crash_at: int | None = None, resume=None, own_generator: bool = True,
+                           after_step=None) -> dict:
     """In each process: lesson 5.3's loop, saving with :func:`save_checkpoint` every ``save_every`` steps into
     ``root``; ``resume``: a checkpoint folder to load first; ``crash_at``: rank 1 kills itself (SIGKILL) after
-    that many steps. Returns the final state (see :func:`state_differences`)."""
+    that many steps; ``after_step(done)``: called after each step and its checkpoint (lesson 5.4 loses a node
+    there). Returns the final state (see :func:`state_differences`)."""
     import copy
     import signal
 
@@ -326,6 +328,8 @@ def train_with_checkpoints(model, rows, root, *, steps: int, save_every: int, ba
             done += 1
             if done % save_every == 0:
                 save_checkpoint(accelerator, root, done)
+            if after_step is not None:
+                after_step(done)
             if done == steps:
                 break
     unwrapped = accelerator.unwrap_model(model)
