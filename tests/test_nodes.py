@@ -159,3 +159,26 @@ def test_a_lost_node_is_carried_on_from_the_last_checkpoint(form):
     left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
             and "effitrain_helpers.training.node_loss" in " ".join(p.info["cmdline"] or [])]
     assert left == []
+
+
+def test_tbf_limits_the_rate_with_a_burst_of_at_least_32_kb():
+    from effitrain_helpers.training.link_rate import tbf_command
+
+    assert tbf_command("etveth0", 10e6) == ["tc", "qdisc", "replace", "dev", "etveth0", "root", "tbf", "rate",
+                                            "10000000bit", "burst", "32768", "latency", "100ms"]
+    assert tbf_command("etveth0", 10e9)[10] == str(int(10e9 / 8 * 0.005))  # 5 ms of the rate
+    assert tbf_command("etveth1", None) == ["tc", "qdisc", "del", "dev", "etveth1", "root"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ROOT, reason="network namespaces need root and iproute2")
+def test_a_slow_link_slows_the_step_as_bytes_over_rate_predicts():
+    from effitrain_helpers.training.link_rate import link_rate_steps
+
+    result = link_rate_steps(rates=(10e6, 1e9), steps=3)
+    slow, fast = result["rows"][1], result["rows"][2]
+    assert result["bytes_sent"]["FSDP"] > result["bytes_sent"]["DDP"] > 0
+    for name in ("DDP", "FSDP"):
+        assert slow[name] > 3 * fast[name]
+        assert 0.5 < slow[name] / slow[f"{name} theory"] < 2.0  # bytes / rate dominates at 10 Mbit/s
+    assert nodes.our_namespaces() == []
