@@ -136,16 +136,27 @@ def test_1_3_q2(answer, status, words):
     assert result.status == status and words in result.message
 
 
-def test_1_3_q3(tokenizer):
+@pytest.fixture(scope="module")
+def pairs_split(tokenizer):
+    """1.3's tokenized training split: sentence pairs, their 'label' column renamed 'labels'."""
     data = make_pairs(40, 1).map(lambda b: tokenizer(b["sentence1"], b["sentence2"]), batched=True,
                                 remove_columns=["sentence1", "sentence2"]).rename_column("label", "labels")
-    split = data["train"]
-    assert l13.q3.evaluate(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8), split).status == "correct"
-    plain = l13.q3.evaluate(DataCollatorWithPadding(tokenizer), split)
-    assert plain.status == "incorrect" and "pad_to_multiple_of=8" in plain.message
-    assert "pad_to_multiple_of=8" in l13.q3.evaluate(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=16), split).message
-    static = l13.q3.evaluate(DataCollatorWithPadding(tokenizer, padding="max_length", max_length=128), split)
-    assert "dynamically" in static.message
+    return data["train"]
+
+
+# Each usual mistake of 1.3 q3 as (the collator's arguments, whether the split keeps its labels, the words of its
+# own message): no rounding, a fixed max_length, another multiple, a split without its labels.
+@pytest.mark.parametrize("arguments, labelled, words", [
+    ({"pad_to_multiple_of": 8}, True, ""),
+    ({}, True, "not rounded up"),
+    ({"padding": "max_length", "max_length": 128}, True, "fixed max_length"),
+    ({"pad_to_multiple_of": 16}, True, "expected"),
+    ({"pad_to_multiple_of": 8}, False, "no 'labels'"),
+])
+def test_1_3_q3_names_each_usual_mistake(tokenizer, pairs_split, arguments, labelled, words):
+    split = pairs_split if labelled else pairs_split.remove_columns("labels")
+    result = l13.q3.evaluate(DataCollatorWithPadding(tokenizer, **arguments), split)
+    assert result.status == ("correct" if not words else "incorrect") and words in result.message, result.message
 
 
 # ---------------------------------------------------------------- 1.3 q4: the learner's prepare, in 2 real processes

@@ -246,14 +246,14 @@ def test_a_collective_the_counter_cannot_count_is_refused_in_one_line():
         CommunicationCounter(collectives=("gather",)).watch()
 
 
-def test_the_overlap_timeline_draws_one_bar_per_all_reduce_and_refuses_a_mismatch():
+def test_the_overlap_timeline_draws_one_bar_per_all_reduce_and_refuses_an_empty_trace():
     import matplotlib.pyplot as plt
 
     from effitrain_helpers.teach import plots
 
-    line = {"began": 0.0, "ended": 0.05, "started": [0.02, 0.04], "finished": [0.06, 0.07]}
-    fig = plots.plot_overlap_timeline(line, [2**21, 2**20])
-    assert len(fig.axes[0].patches) == 3  # compute + 2 all-reduces
+    overlap = {"ended": 50.0, "issued": [20.0, 40.0], "ran": [(20.5, 60.0), (41.0, 70.0)]}
+    fig = plots.plot_overlap_timeline(overlap, [2**21, 2**20])
+    assert len(fig.axes[0].patches) == 3  # backward + 2 all-reduces
     plt.close(fig)
-    with pytest.raises(ValueError, match="2 start times for 1 finish times"):
-        plots.plot_overlap_timeline({**line, "finished": [0.06]}, [2**21])
+    with pytest.raises(ValueError, match=r"overlap\['ran'\] is empty"):
+        plots.plot_overlap_timeline({**overlap, "ran": []}, [2**21])

@@ -1,6 +1,10 @@
 """Lesson 6.4's checkers with right and named wrong answers (q2-q4 run the answer in real processes: slow),
 and the helpers' own facts: the split MLP equals the unsplit one, the schedules, the bubble's theory."""
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -199,3 +203,47 @@ def test_bad_sizes_are_named():
         pipeline.pipeline_model(0)
     with pytest.raises(ValueError, match="hidden=10 is not a multiple of world=4"):
         split_mlp(nn.Sequential(nn.Linear(4, 10), nn.GELU(), nn.Linear(10, 4)), 0, 4)
+
+
+@pytest.mark.slow
+def test_both_schedules_in_4_stages_train_the_unsplit_model():
+    """The lesson runs 2 stages and exercise 4 runs 3: here both schedules run in 4 processes (the issue's
+    2-4 stages), with the same loss and gradients as the unsplit model and the memory each schedule promises."""
+    from effitrain_helpers.processes.launch import launch
+
+    stages, m, shape = 4, 6, {"size": 8, "width": 32, "hidden": 64, "blocks_per_stage": 1}
+    want_loss, want_grads = pipeline.unsplit_loss(m, stages, **shape)
+    for name, order in pipeline.SCHEDULES.items():
+        ranks = launch(pipeline.run_schedule, order, m, num_processes=stages, cpu=True, quiet=True,
+                       timeout=120, **shape)
+        assert [r["stage"] for r in ranks] == list(range(stages)), name
+        assert ranks[-1]["loss"] == pytest.approx(want_loss, abs=1e-5), name
+        got = [g for r in ranks for g in r["grads"]]
+        assert max(float((a - b).abs().max()) for a, b in zip(got, want_grads)) <= 1e-5, name
+        held = [r["in_flight"] for r in ranks]
+        assert held == ([m] * stages if order is pipeline.all_forward_all_backward
+                        else [stages - s for s in range(stages)]), (name, held)
+
+
+@pytest.mark.slow
+def test_q3_judges_a_class_defined_in_a_script(tmp_path):
+    """The learner's autograd function may come from a script: it travels to the 2 workers by value."""
+    script = tmp_path / "mine.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        from effitrain_helpers.teach.checks.lesson_6_4 import q3
+
+        class SumFromRanks(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()  # the all-reduce forgotten
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad
+
+        print(q3.evaluate(SumFromRanks).message)
+    '''))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "the outputs are partial sums" in done.stdout, done.stdout

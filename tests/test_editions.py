@@ -272,6 +272,16 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("5_2_", "lesson_5_2", "q3", _ONE_5_2),
     ("5_3_", "lesson_5_3", "q2", ""),
     ("5_3_", "lesson_5_3", "q3", "import math"),
+    ("6_3_", "lesson_6_3", "q1", ""),
+    pytest.param("6_3_", "lesson_6_3", "q2", "import torch.distributed as dist\n"
+                 "from effitrain_helpers.training.zero import balanced_owners as assign_owners",
+                 marks=pytest.mark.slow),  # it launches 2 then 3 processes
+    ("6_4_", "lesson_6_4", "q1", "import torch\nfrom torch import nn"),
+    pytest.param("6_4_", "lesson_6_4", "q2", "import torch\nimport torch.distributed as dist",
+                 marks=pytest.mark.slow),  # it launches 2 processes
+    pytest.param("6_4_", "lesson_6_4", "q3", "import torch\nimport torch.distributed as dist",
+                 marks=pytest.mark.slow),  # it launches 2 processes
+    pytest.param("6_4_", "lesson_6_4", "q4", "", marks=pytest.mark.slow),  # it launches 3 processes
 ]
 
 

@@ -19,7 +19,7 @@ LANG = "pt-BR"
 # labels (a lesson's values), and words spelled alike in both languages. The glossary's "Kept in English" terms
 # are added from translations/pt-BR/GLOSSARY.md.
 SAME_IN_BOTH = {"mib", "kib", "ms", "hz", "gflop", "ddp", "fsdp", "sigkill", "gloo", "absmax", "qmap", "lr",
-                "prepare", "cpu", "xeon", "adamw", "adafactor", "sgd", "profiler", "threads", "mantissa", "original",
+                "prepare", "cpu", "xeon", "adamw", "adafactor", "sgd", "profiler", "thread", "threads", "mantissa", "original",
                 "global", "amplitude", "pixels", "bit", "bits", "byte", "no", "micro"}
 
 
@@ -97,7 +97,7 @@ def _figures():
              {"name": "[memory]", "ts": 5, "args": {"Total Allocated": 2**20}},
              {"name": "[memory]", "ts": 25, "args": {"Total Allocated": 2**21}}]),
         "plot_overlap_timeline": plots.plot_overlap_timeline(
-            {"began": 0.0, "ended": 0.05, "started": [0.02, 0.04], "finished": [0.06, 0.07]}, [2**21, 2**20]),
+            {"ended": 50.0, "issued": [20.0, 40.0], "ran": [(20.5, 60.0), (41.0, 70.0)]}, [2**21, 2**20]),
         "plot_collectives": plots.plot_collectives([{"broadcast": ([1, 2], [1, 2])}, {"broadcast": ([3, 4], [1, 2])}]),
         "plot_all_reduce_cost": plots.plot_all_reduce_cost(
             [{"method": m, "numel": n, "rank": 0, "world": 2, "seconds": 0.01, "socket_bytes": 4 * n,
@@ -419,8 +419,8 @@ ENGLISH.update({
 # lesson 6.2
 ENGLISH["plot_overlap_timeline"] = [
     "Overlap: all-reduces started during backward (buckets of 2.0, 1.0 MiB)",
-    "milliseconds since the step began (rank 0)", "backward returned", "forward + backward",
-    "all-reduce of a bucket (started, found finished)", "compute", "all-reduce 1", "all-reduce 2"]
+    "milliseconds since backward began (rank 0, profiler trace)", "all-reduce issued (c10d::allreduce_)",
+    "backward ended", "backward", "all-reduce running (gloo thread)", "backward", "all-reduce 1", "all-reduce 2"]
 # lesson 5.2
 ENGLISH["plot_trace_timeline"] = ["The step as the saved trace recorded it", "forward", "backward",
                                   "ms since the first labelled range", "MiB allocated since the start"]

@@ -231,3 +231,78 @@ def test_plot_trace_timeline_draws_the_ranges_and_the_memory_of_a_saved_trace(tm
     plt.close(fig)
     with pytest.raises(ValueError, match="no record_function ranges"):
         plot_trace_timeline([e for e in events if e.get("cat") != "user_annotation"])
+
+
+def trace_event(name, start, duration, thread, category="cpu_op"):
+    """One complete event ("ph": "X") of a Chrome trace, as ``export_chrome_trace`` writes it (microseconds)."""
+    return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": duration, "tid": thread, "pid": 1}
+
+
+def hooked_step_trace(first_run_at=1_200.0):
+    """A made-up trace of one hooked step: backward from 1000 to 5000 us on thread 1, two all-reduces issued by
+    its hooks at 2000 and 4500 us, run by gloo's thread 2 from ``first_run_at`` and from 5100 us."""
+    return [trace_event("backward", 1_000.0, 4_000.0, 1, "user_annotation"),
+            trace_event("c10d::allreduce_", 4_500.0, 20.0, 1), trace_event("c10d::allreduce_", 2_000.0, 20.0, 1),
+            trace_event("gloo:all_reduce", 5_100.0, 900.0, 2, "user_annotation"),
+            trace_event("gloo:all_reduce", first_run_at, 3_000.0, 2, "user_annotation"),
+            trace_event("aten::mm", 1_100.0, 50.0, 1), {"ph": "M", "name": "thread_name", "tid": 2}]
+
+
+def test_collective_overlap_finds_the_issued_and_run_all_reduces_against_backward():
+    from effitrain_helpers.measure.step_profile import collective_overlap
+
+    seen = collective_overlap(hooked_step_trace())
+    assert seen == {"ended": 4.0, "issued": [1.0, 3.5], "ran": [(0.2, 3.2), (4.1, 5.0)]}
+    assert all(t < seen["ended"] for t in seen["issued"]) and seen["ran"][0][0] < seen["ended"]
+    late = collective_overlap(hooked_step_trace(first_run_at=6_000.0))  # gloo started after backward ended
+    assert min(a for a, _ in late["ran"]) > late["ended"]
+
+
+def test_collective_overlap_refuses_a_trace_without_its_range_or_its_collectives():
+    from effitrain_helpers.measure.step_profile import collective_overlap
+
+    events = hooked_step_trace()
+    with pytest.raises(ValueError, match="0 ranges named 'backward'"):
+        collective_overlap([e for e in events if e.get("name") != "backward"])
+    with pytest.raises(ValueError, match=r"2 ranges named 'backward'"):
+        collective_overlap(events + [events[0]])
+    with pytest.raises(ValueError, match=r"0 collectives issued \(c10d::...\) and 2 run"):
+        collective_overlap([e for e in events if not e.get("name", "").startswith("c10d::")])
+    with pytest.raises(ValueError, match=r"2 collectives issued \(c10d::...\) and 0 run"):
+        collective_overlap([e for e in events if not e.get("name", "").startswith("gloo:")])
+
+
+def _hooked_profiled_step():
+    """Run in each of 2 processes: one step of a 6-layer MLP (1024 wide, 256 rows: a backward of tens of ms) whose gradient hooks start asynchronous
+    all-reduces, under ``torch.profiler``; the trace exported, read back and reduced to its overlap."""
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from effitrain_helpers.measure.step_profile import collective_overlap
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(6)])
+    works = []
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(lambda p: works.append(dist.all_reduce(p.grad, async_op=True)))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss = model(torch.randn(256, 1024)).square().mean()
+        with record_function("backward"):
+            loss.backward()
+        for work in works:
+            work.wait()
+    with tempfile.TemporaryDirectory() as folder:
+        prof.export_chrome_trace(f"{folder}/trace.json")
+        with open(f"{folder}/trace.json") as file:
+            return collective_overlap(json.load(file)["traceEvents"])
+
+
+@pytest.mark.slow
+def test_a_real_trace_shows_the_hooks_all_reduces_issued_and_running_during_backward():
+    from effitrain_helpers.processes.launch import launch
+
+    for seen in launch(_hooked_profiled_step, num_processes=2, quiet=True, timeout=120):
+        assert len(seen["issued"]) == len(seen["ran"]) == 12  # one per parameter, as gloo:all_reduce
+        assert all(t < seen["ended"] for t in seen["issued"]), seen
+        assert seen["ran"][0][0] < seen["ended"], seen  # the first ran while backward was still running

@@ -349,6 +349,8 @@ class _Recorder:
     ("1_1_prepare_models.ipynb", "lesson_1_1", "q4"),
     ("3_3_mixed_precision.ipynb", "lesson_3_3", "q1"),
     ("3_3_mixed_precision.ipynb", "lesson_3_3", "q2"),
+    ("6_3_zero_by_hand.ipynb", "lesson_6_3", "q1"),
+    ("6_4_split_the_layer_split_the_model.ipynb", "lesson_6_4", "q1"),
 ])
 def test_a_portuguese_student_exercise_answers_not_attempted_then_correct_in_portuguese(portuguese, name, module,
                                                                                       exercise):
@@ -365,7 +367,7 @@ def test_a_portuguese_student_exercise_answers_not_attempted_then_correct_in_por
 
     def run(code):
         recorder = _Recorder(q)
-        exec("import torch\nSTEP_NAMES = ()\n" + code, {exercise: recorder, "____": ____})  # noqa: S102 - the cell
+        exec("import torch\nfrom torch import nn\nSTEP_NAMES = ()\n" + code, {exercise: recorder, "____": ____})  # noqa: S102 - the cell
         (result,) = recorder.results
         return result
 

@@ -10,6 +10,9 @@ into numbers a learner can read:
   which overlap the backward pass instead of adding to it; the reference wall times measured with
   ``time.perf_counter`` around the same steps travel with it;
 - :func:`phase_table` makes the table (phase, ms per step, share of the step);
+- :func:`collective_overlap` reads a saved Chrome trace of one step (lesson 6.2: gradient hooks starting
+  asynchronous all-reduces): when the labelled backward ran, when the calling thread issued each collective
+  (``c10d::allreduce_``), and when the process group's threads ran it (``gloo:all_reduce``);
 - :func:`trace_path` names the Chrome/Perfetto trace file of a run kind in the workbook's cache folder (one
   fixed name per kind: a new run overwrites the last);
 - :class:`TokenizingPairs` is a dataset whose ``__getitem__`` tokenizes a sentence pair on the fly, so that
@@ -32,6 +35,7 @@ PHASES = ("data loading", "forward", "backward", "optimizer step")  # the labels
 OTHER = msg("other (not labelled)")  # a key (share(OTHER)); phase_table shows it translated
 COMMUNICATION = msg("communication (gloo threads, overlaps)")
 COLLECTIVE_PREFIXES = ("gloo:", "nccl:")  # how torch's process groups name the collectives they run
+ISSUE_PREFIX = "c10d::"  # the op the calling thread records when it issues a collective (c10d::allreduce_)
 STEP_PREFIX = "ProfilerStep"  # the range the profiler records for each step of its schedule
 TRACE_FOLDER = "traces"  # under SETTINGS.cache_dir
 _KIND = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -118,6 +122,34 @@ def summarize(events: Any, wall_seconds: Iterable[float], phases: Iterable[str] 
                         for a, b in steps)
     step_ms = sum(b - a for a, b in steps) / n / 1e3
     return StepProfile(phases_ms, step_ms, communication / n / 1e3, wall, n, rank)
+
+
+def collective_overlap(events: Iterable[dict], label: str = "backward") -> dict:
+    """When one profiled step's collectives ran against its ``label`` range, from a Chrome trace written by
+    ``prof.export_chrome_trace`` and read back as JSON (its ``["traceEvents"]``); lesson 6.2.
+
+    Returns milliseconds since the ``label`` range (a ``record_function``) began: ``ended`` (when it ended),
+    ``issued`` (the start of each ``c10d::`` op the range's thread called: the collective handed to the
+    process group) and ``ran`` (each ``gloo:``/``nccl:`` event's start and end, on the process group's own
+    threads), each sorted. An all-reduce issued or run before ``ended`` overlapped the backward pass.
+    """
+    spans = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
+    ranges = [e for e in spans if e.get("name") == label]
+    if len(ranges) != 1:
+        raise ValueError(f"the trace holds {len(ranges)} ranges named {label!r}, not 1: profile one step, with "
+                         f"record_function({label!r}) around its loss.backward().")
+    zero, thread = float(ranges[0]["ts"]), ranges[0].get("tid")
+    end = zero + float(ranges[0]["dur"])
+    ran = sorted((float(e["ts"]) - zero, float(e["ts"]) + float(e["dur"]) - zero) for e in spans
+                 if str(e.get("name", "")).startswith(COLLECTIVE_PREFIXES))
+    issued = sorted(float(e["ts"]) - zero for e in spans
+                    if str(e.get("name", "")).startswith(ISSUE_PREFIX) and e.get("tid") == thread)
+    if not ran or not issued:
+        raise ValueError(f"the trace holds {len(issued)} collectives issued ({ISSUE_PREFIX}...) and {len(ran)} "
+                         f"run ({', '.join(COLLECTIVE_PREFIXES)}...): profile with ProfilerActivity.CPU in a "
+                         "process group, around a step whose hooks call dist.all_reduce.")
+    return {"ended": (end - zero) / 1e3, "issued": [t / 1e3 for t in issued],
+            "ran": [(a / 1e3, b / 1e3) for a, b in ran]}
 
 
 def phase_table(profile: StepProfile):

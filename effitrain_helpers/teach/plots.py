@@ -805,29 +805,30 @@ def plot_all_reduce_cost(rows: list[dict], title: str = "") -> "Figure":
 
 
 # ---- chapter 6, lesson 6.2: overlap by hand ---------------------------------------------------------------------
-def plot_overlap_timeline(line: dict, bucket_bytes: list[int]) -> "Figure":
-    """One step on one rank (lesson 6.2): the forward + backward span, and each bucket's all-reduce from
-    the moment its hook started it to the moment ``wait()`` found it finished. ``line`` holds
-    ``perf_counter`` times: ``began`` (forward started), ``ended`` (backward returned), ``started`` and
-    ``finished`` (one per bucket, in the order they started); ``bucket_bytes`` the bytes of each bucket
-    (named in the title)."""
+def plot_overlap_timeline(overlap: dict, bucket_bytes: list[int]) -> "Figure":
+    """One profiled step on one rank (lesson 6.2), as its trace recorded it: the backward range, a mark where
+    the backward's thread issued each all-reduce (``c10d::allreduce_``), and a bar for each all-reduce as it
+    ran on the process group's threads (``gloo:all_reduce``). ``overlap`` is
+    ``measure.step_profile.collective_overlap``'s result (ms since backward began); ``bucket_bytes`` the bytes
+    of each bucket (named in the title)."""
     import matplotlib.pyplot as plt
 
-    if len(line["started"]) != len(line["finished"]):
-        raise ValueError(f"{len(line['started'])} start times for {len(line['finished'])} finish times: "
-                         "pass one of each per bucket, from the same step.")
-    zero = line["began"]
-    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.5 * len(line["started"])))
-    ax.barh(0, (line["ended"] - zero) * 1e3, height=0.5, color="#1f77b4", label=tr("forward + backward"))
-    for y, (start, end) in enumerate(zip(line["started"], line["finished"]), start=1):
-        ax.barh(y, (end - start) * 1e3, left=(start - zero) * 1e3, height=0.5, color="#ff7f0e",
-                label=tr("all-reduce of a bucket (started, found finished)") if y == 1 else None)
-    ax.axvline((line["ended"] - zero) * 1e3, color="black", linestyle="--", label=tr("backward returned"))
-    ax.set_yticks(range(len(line["started"]) + 1),
-                  [tr("compute")] + [tr("all-reduce {n}", n=n) for n in range(1, len(line["started"]) + 1)],
-                  fontsize=FONT - 2)
+    ran = overlap["ran"]
+    if not ran:
+        raise ValueError("overlap['ran'] is empty: pass collective_overlap's result for a step whose hooks "
+                         "started all-reduces.")
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.5 * len(ran)))
+    ax.barh(0, overlap["ended"], height=0.5, color="#1f77b4", label=tr("backward"))
+    ax.plot(overlap["issued"], [0] * len(overlap["issued"]), "kv", markersize=9,
+            label=tr("all-reduce issued (c10d::allreduce_)"))
+    for y, (start, end) in enumerate(ran, start=1):
+        ax.barh(y, end - start, left=start, height=0.5, color="#ff7f0e",
+                label=tr("all-reduce running (gloo thread)") if y == 1 else None)
+    ax.axvline(overlap["ended"], color="black", linestyle="--", label=tr("backward ended"))
+    ax.set_yticks(range(len(ran) + 1), [tr("backward")] + [tr("all-reduce {n}", n=n)
+                                                           for n in range(1, len(ran) + 1)], fontsize=FONT - 2)
     ax.invert_yaxis()
-    ax.set_xlabel(tr("milliseconds since the step began (rank 0)"), fontsize=FONT - 1)
+    ax.set_xlabel(tr("milliseconds since backward began (rank 0, profiler trace)"), fontsize=FONT - 1)
     ax.set_title(tr("Overlap: all-reduces started during backward (buckets of {sizes} MiB)",
                     sizes=", ".join(f"{b / 2**20:.1f}" for b in bucket_bytes)), fontsize=FONT)
     ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))

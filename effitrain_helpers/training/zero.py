@@ -269,7 +269,7 @@ def _train(model, batches, optimizer, after_backward: Callable, counter) -> dict
 
 
 def zero_stages(batches: list[tuple], seed: int = 0) -> dict[str, Any]:
-    """In each rank of a group: lesson 5.1's model trained on this rank's part of every batch, seven ways:
+    """In each rank of a group: lesson 5.1's model trained on this rank's part of every batch, six ways:
     plain AdamW with averaged gradients (the reference), ZeRO-1, -2 and -3 by hand, torch's
     ``ZeroRedundancyOptimizer`` and lesson 5.1's ``fully_shard``. For each: bytes this rank holds
     (parameters, peak for ZeRO-3 and FSDP's; gradients at the first step; optimizer state), payload per

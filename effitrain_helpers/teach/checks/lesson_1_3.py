@@ -48,19 +48,33 @@ def _check_prediction(answer) -> None:
 
 
 def _check_collator(collator, split) -> None:
+    """Correct when every batch of ``split`` comes out as long as its longest row rounded up to a multiple of 8
+    and carries 'labels'; names the usual mistakes: no rounding, padding to a fixed length, another multiple."""
     if not callable(collator):
         raise Incorrect(tr("pass the collator itself; you gave {collator!r}.", collator=collator))
-    for start in range(0, min(len(split), 40), 5):  # several batches, with different longest rows
-        rows = [split[i] for i in range(start, min(start + 5, len(split)))]
-        batch = collator(rows)
-        length, longest = batch["input_ids"].shape[1], max(len(r["input_ids"]) for r in rows)
-        if length != math.ceil(longest / 8) * 8:
-            raise Incorrect(tr("a batch whose longest row has {longest} tokens came out {length} long; expected "
-                               "{expected}: pad dynamically (no max_length) with pad_to_multiple_of=8.",
-                               longest=longest, length=length, expected=math.ceil(longest / 8) * 8))
-        if "labels" not in batch:
-            raise Incorrect(tr("the batch has no 'labels': collate the tokenized split whose 'label' column was "
-                               "renamed."))
+    groups = [[split[i] for i in range(start, min(start + 5, len(split)))]
+              for start in range(0, min(len(split), 40), 5)]  # several batches, with different longest rows
+    batches = [collator(rows) for rows in groups]
+    if any("labels" not in batch for batch in batches):
+        raise Incorrect(tr("the batch has no 'labels': collate the tokenized split whose 'label' column was "
+                           "renamed."))
+    longest = [max(len(row["input_ids"]) for row in rows) for rows in groups]
+    lengths = [batch["input_ids"].shape[1] for batch in batches]
+    expected = [math.ceil(n / 8) * 8 for n in longest]
+    if lengths == expected:
+        return
+    if lengths == longest:
+        raise Incorrect(tr("each batch came out exactly as long as its longest row (the first: {length} tokens): "
+                           "padded dynamically but not rounded up; pass pad_to_multiple_of=8.",
+                           length=lengths[0]))
+    if len(set(lengths)) == 1 < len(set(expected)):
+        raise Incorrect(tr("every batch came out {length} long whatever its rows: that is padding to a fixed "
+                           "max_length; pad dynamically (no padding='max_length', no max_length) with "
+                           "pad_to_multiple_of=8.", length=lengths[0]))
+    i = next(i for i, (got, want) in enumerate(zip(lengths, expected)) if got != want)
+    raise Incorrect(tr("a batch whose longest row has {longest} tokens came out {length} long; expected "
+                       "{expected}: pad dynamically (no max_length) with pad_to_multiple_of=8.",
+                       longest=longest[i], length=lengths[i], expected=expected[i]))
 
 
 def _check_sharded_loader(fn, dataset, collate_fn) -> None:
