@@ -73,10 +73,10 @@ def rank_main(out: str, steps: int, rates: list[float | None]) -> None:
             limited = rate is not None
         dist.barrier()
         row = {"rate": rate}
-        for name, wrap in (("DDP", ms._wrap_ddp), ("FSDP", ms._wrap_fsdp)):
+        for name, wrap in (("DDP", ms.wrap_ddp), ("FSDP", ms.wrap_fsdp)):
             row[name] = statistics.median(_time_steps(wrap, steps))
         rows.append(row)
-    model = ms._wrap_fsdp(ms.sharding_model(0))
+    model = ms.wrap_fsdp(ms.sharding_model(0))
     groups = ms.fsdp_groups(model)
     payload = ms.theory_communication(groups, 2, [True] * (len(groups) - 1) + [False])
     sent = {name: ms.ring_bytes_sent(p, 2) for name, p in payload.items()}

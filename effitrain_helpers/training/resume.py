@@ -424,9 +424,9 @@ SHARDED_BATCH = 12  # global batch: 1, 2, 3, 4 or 6 ranks each take an equal par
 
 
 def _sharded_model():
-    from effitrain_helpers.training.model_sharding import _wrap_fsdp, sharding_model
+    from effitrain_helpers.training.model_sharding import sharding_model, wrap_fsdp
 
-    return _wrap_fsdp(sharding_model(0))  # every block, then the root, sharded with fully_shard
+    return wrap_fsdp(sharding_model(0))  # every block, then the root, sharded with fully_shard
 
 
 def _full_states(model, optimizer) -> dict:
