@@ -98,6 +98,22 @@ def with_theory(result: dict) -> list[dict]:
     return rows
 
 
+def crossover(result: dict) -> dict:
+    """Where FSDP's step is quicker than DDP's (lesson 5.4), from :func:`link_rate_steps`'s ``result``:
+    ``measured``, the rates (bit/s) at which it was; ``theory``, the rate at which the two lines of
+    :func:`with_theory` (unlimited time + bits sent / rate) cross, or None when they never do for a positive rate;
+    ``side``: "below" or "above" that rate FSDP is quicker, "always", or None (never); ``bytes_ratio``: FSDP's bytes over DDP's."""
+    rows, sent = result["rows"], result["bytes_sent"]
+    base = next(r for r in rows if r["rate"] is None)
+    measured = [r["rate"] for r in rows if r["rate"] is not None and r["FSDP"] < r["DDP"]]
+    extra_time, extra_bits = base["FSDP"] - base["DDP"], (sent["FSDP"] - sent["DDP"]) * 8
+    # FSDP quicker at rate R when extra_time + extra_bits / R < 0
+    theory = -extra_bits / extra_time if extra_time * extra_bits < 0 else None
+    side = ("below" if extra_bits < 0 else "above") if theory is not None else \
+        ("always" if extra_time <= 0 and extra_bits <= 0 else None)
+    return {"measured": measured, "theory": theory, "side": side, "bytes_ratio": sent["FSDP"] / sent["DDP"]}
+
+
 def link_rate_steps(rates=RATES, steps: int = 5, timeout: float = 240.0) -> dict:
     """Measure DDP and FSDP time per step on two namespaces at each of ``rates`` (bit/s) and unlimited (root
     only); returns ``rows`` (see :func:`with_theory`), ``bytes_sent`` per rank per step, ``balance`` (bit/s

@@ -29,8 +29,9 @@ from effitrain_helpers.training.resume import latest_checkpoint, lost_steps, tra
 TORCHRUN_OPTIONS = ("--max-restarts", "1")
 NNODES = "1:2"  # elastic: start with two nodes, carry on with one
 # last_call_timeout: how long the rendezvous waits for more nodes once the minimum has joined; long enough
-# for both agents to join the first round, short enough not to keep the survivor waiting long
-RDZV_CONF = "join_timeout=120,last_call_timeout=10"
+# for both agents to join the first round, short enough not to keep the survivor waiting long. A heartbeat
+# every second, two missed: the lost node is declared dead in seconds (torch's defaults: 5 s, 3 missed).
+RDZV_CONF = "join_timeout=120,last_call_timeout=6,keep_alive_interval=1,keep_alive_max_attempt=2"
 RANK_SCRIPT = ["-m", "effitrain_helpers.training.node_loss"]
 
 

@@ -162,10 +162,16 @@ def _summary(stdout: str) -> dict | None:
     return None
 
 
+REFERENCE_SCRIPT = ["-m", "effitrain_helpers.training.ddp_checks"]  # four_steps: each rank against one process
+
+
 def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | None = None,
-              timeout: float = 300.0, on_start=None) -> dict:
-    """Train across two nodes of ``form`` (see the module), ``nproc`` ranks each; rank 0's summary with the
-    nodes' settings. ``on_start(nodes)`` is called once the agents run (a test uses it to kill the run)."""
+              timeout: float = 300.0, on_start=None, script: list[str] | None = None) -> dict:
+    """Train across two nodes of ``form`` (see the module), ``nproc`` ranks each: rank 0's JSON summary (for the
+    training script: ``world_size``, ``ranks``, ``identical_weights``, ``history``) with ``form``, the nodes'
+    settings and ``seconds``. ``script``: another module the ranks run (``REFERENCE_SCRIPT``: lesson 2.2's four
+    steps, each rank against one process); ``on_start(nodes)`` is called once the agents run (a test uses it to
+    kill the run)."""
     from effitrain_helpers.core.validate import positive_int
     from effitrain_helpers.processes.launch import sigterm_ends_the_launch
     from effitrain_helpers.processes.ending import end_tree
@@ -179,7 +185,8 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
     with sigterm_ends_the_launch():
         try:
             nodes = make_nodes(form, run_id, made)
-            agents = start_agents(nodes, nproc, TRAIN_ARGS if train_args is None else train_args, run_id)
+            args = (TRAIN_ARGS if script is None else []) if train_args is None else train_args
+            agents = start_agents(nodes, nproc, args, run_id, script=script)
             if on_start is not None:
                 on_start(nodes)
             outputs = [agent.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))
@@ -197,6 +204,4 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
         codes = ", ".join(str(agent.returncode) for agent in agents)
         raise RuntimeError(tr("the agents exited with {codes} and no summary:\n{tail}", codes=codes,
                               tail=(outputs[0][1] + outputs[1][1])[-2000:]))
-    return {"form": form, "world_size": summary["world_size"], "nodes": nodes, "ranks": summary["ranks"],
-            "identical_weights": summary["identical_weights"], "history": summary["history"],
-            "seconds": time.perf_counter() - start}
+    return {"form": form, "nodes": nodes, **summary, "seconds": time.perf_counter() - start}

@@ -1,0 +1,159 @@
+"""Exercises of lesson 5.4 (from one machine to many)."""
+
+from __future__ import annotations
+
+import math
+
+from effitrain_helpers.core.language import tr
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+
+# q1: the agent of node R on two nodes of 2 processes each, rendezvous on the first node, gloo on one interface
+Q1_NODES, Q1_NPROC, Q1_FIRST, Q1_PORT, Q1_INTERFACE = 2, 2, "10.0.0.1", 29400, "eth1"
+# q3: a DDP all-reduce of float32 gradients over 8 nodes linked at 25 Gbit/s, one rank per node
+Q3_PARAMETERS, Q3_NODES, Q3_RATE = 124_000_000, 8, 25e9
+
+
+def _torchrun_config(args):
+    """What torchrun makes of ``args`` (its own parser and ``config_from_args``): the launch config, the command."""
+    from torch.distributed.run import config_from_args, get_args_parser
+
+    try:
+        parsed = get_args_parser().parse_args([str(a) for a in args])
+    except SystemExit:
+        raise Incorrect(tr("torchrun's parser refused these arguments: {args}", args=" ".join(map(str, args))))
+    config, command, command_args = config_from_args(parsed)
+    return parsed, config, [command, *command_args]
+
+
+def _check_agent(agent) -> None:
+    """``agent(node_rank)`` -> ``(args, env)``: judged by what torchrun itself makes of each node's arguments."""
+    if not callable(agent):
+        raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name="agent", fn=agent))
+    answers = [agent(rank) for rank in range(Q1_NODES)]
+    for answer in answers:
+        if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], dict)):
+            raise Incorrect(tr("agent(node_rank) should return (args, env): a list of torchrun arguments and a "
+                               "dict of environment variables; yours returned {got!r}.", got=answer))
+    runs = [(_torchrun_config(args), env) for args, env in answers]
+    endpoint = f"{Q1_FIRST}:{Q1_PORT}"
+    for rank, ((parsed, config, command), env) in enumerate(runs):
+        if parsed.standalone:
+            raise Incorrect(tr("--standalone starts a rendezvous of its own on this machine: each node would "
+                               "train alone. Join the rendezvous on the first node instead."))
+        if config.rdzv_backend != "c10d":
+            raise Incorrect(tr("the rendezvous backend is {backend!r}: pass --rdzv-backend c10d (without it, "
+                               "torchrun uses the static rendezvous on MASTER_ADDR).", backend=config.rdzv_backend))
+        if config.rdzv_endpoint != endpoint:
+            raise Incorrect(tr("node {rank}'s rendezvous endpoint is {got!r}: every node joins the one on the "
+                               "first node, {want!r}.", rank=rank, got=config.rdzv_endpoint, want=endpoint))
+        if config.max_nodes * config.nproc_per_node != Q1_NODES * Q1_NPROC or config.min_nodes != Q1_NODES:
+            raise Incorrect(tr("with --nnodes {nodes} and --nproc-per-node {nproc} the world would not be {n} "
+                               "nodes of {per} processes.", nodes=f"{config.min_nodes}:{config.max_nodes}",
+                               nproc=config.nproc_per_node, n=Q1_NODES, per=Q1_NPROC))
+        if command[-2:] != ["effitrain_helpers.training.train", "--json"] or "-m" not in command:
+            raise Incorrect(tr("the agents should run the course's script as a module: -m "
+                               "effitrain_helpers.training.train --json; torchrun would run {got}.",
+                               got=" ".join(command[1:])))
+        if env.get("GLOO_SOCKET_IFNAME") != Q1_INTERFACE:
+            raise Incorrect(tr("node {rank}'s environment does not pin gloo to {interface}: gloo then picks the "
+                               "interface of the machine's host name, often not the one between the nodes.",
+                               rank=rank, interface=Q1_INTERFACE))
+    if runs[0][0][1].run_id != runs[1][0][1].run_id or runs[0][0][1].run_id == "none":
+        raise Incorrect(tr("the two nodes give --rdzv-id {ids}: the rendezvous joins only agents with the same "
+                           "job id (one per job, not per node).",
+                           ids=" and ".join(repr(run[0][1].run_id) for run in runs)))
+
+
+def _check_global_rank(global_rank, ranks) -> None:
+    """``global_rank(node, local_rank, nproc_per_node)`` against what every rank of the run reported, then
+    against a bigger cluster (4 nodes of 8)."""
+    if not callable(global_rank):
+        raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name="global_rank",
+                           fn=global_rank))
+    per_node = max(r["local_rank"] for r in ranks) + 1
+    run = [(r, per_node, len(ranks) // per_node) for r in ranks]
+    cluster = [({"node": n, "local_rank": lr, "rank": n * 8 + lr}, 8, 4) for n in range(4) for lr in range(8)]
+    for reported, nproc, nnodes in run + cluster:
+        node, local, rank = reported["node"], reported["local_rank"], reported["rank"]
+        got = as_number(global_rank(node, local, nproc))
+        if got == rank:
+            continue
+        if got == node + local:
+            raise Incorrect(tr("node + local rank gives two ranks the same number (node 1's local rank 0 and "
+                               "node 0's local rank 1); every node before this one holds nproc_per_node ranks."))
+        if got == local * nnodes + node:
+            raise Incorrect(tr("that numbers the ranks node by node within each local rank (column first): "
+                               "torchrun gives each node a block of consecutive ranks."))
+        raise Incorrect(tr("local rank {local} of node {node}, {nproc} processes per node: you give {got:g}, "
+                           "the run reported rank {rank}.", local=local, node=node, nproc=nproc, got=got, rank=rank))
+
+
+def ring_all_reduce_seconds(parameters: int, nodes: int, rate: float, bytes_per_value: int = 4) -> float:
+    """Seconds a ring all-reduce of ``parameters`` values of ``bytes_per_value`` bytes spends on links of
+    ``rate`` bit/s: each rank sends 2 (N-1)/N of the bytes (lesson 6.1)."""
+    return 2 * (nodes - 1) / nodes * parameters * bytes_per_value * 8 / rate
+
+
+def _check_link_seconds(answer) -> None:
+    got = as_number(answer)
+    want = ring_all_reduce_seconds(Q3_PARAMETERS, Q3_NODES, Q3_RATE)
+    if math.isclose(got, want / 8, rel_tol=0.02):
+        raise Incorrect(tr("the rate is in bits per second: bytes x 8 before dividing."))
+    if math.isclose(got, want * Q3_NODES / (2 * (Q3_NODES - 1)), rel_tol=0.02):
+        raise Incorrect(tr("that sends the gradient once; a ring all-reduce sends 2 (N - 1) / N of it "
+                           "(reduce-scatter, then all-gather)."))
+    if math.isclose(got, want / 4, rel_tol=0.02):
+        raise Incorrect(tr("a float32 gradient has 4 bytes per parameter."))
+    if not math.isclose(got, want, rel_tol=0.02):
+        raise Incorrect(tr("{got:g} s is not 2 (N - 1) / N x the gradient's bits / the rate.", got=got))
+
+
+q1 = Exercise(
+    "5.4 q1: one node's torchrun arguments and environment",
+    _check_agent,
+    usage="q1.check(agent)",
+    hints=["Every node runs the same command but for its node rank: the number of nodes and of processes per "
+           "node, a rendezvous that every node joins on the first node, one job id, and the script. The "
+           "environment names the network interface gloo must use.",
+           "torchrun --help (or the 'torchrun (Elastic Launch)' page of the PyTorch docs): --nnodes, "
+           "--nproc-per-node, --node-rank, --rdzv-backend, --rdzv-endpoint HOST:PORT, --rdzv-id; gloo reads "
+           "GLOO_SOCKET_IFNAME (NCCL: NCCL_SOCKET_IFNAME).",
+           "args = ['--nnodes', '2', '--nproc-per-node', '2', '--node-rank', str(node_rank),\n"
+           "        '--rdzv-backend', ____, '--rdzv-endpoint', f'{FIRST}:{PORT}', '--rdzv-id', ____,\n"
+           "        '-m', 'effitrain_helpers.training.train', '--json']\n"
+           "return args, {____: INTERFACE}"],
+    solution_code=(
+        "def agent(node_rank):\n"
+        "    args = ['--nnodes', '2', '--nproc-per-node', '2', '--node-rank', str(node_rank),\n"
+        "            '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'{FIRST}:{PORT}', '--rdzv-id', 'lesson-5-4',\n"
+        "            '-m', 'effitrain_helpers.training.train', '--json']\n"
+        "    return args, {'GLOO_SOCKET_IFNAME': INTERFACE, 'NCCL_SOCKET_IFNAME': INTERFACE}\n\n\n"
+        "q1.check(agent)"),
+    api=True,
+    checked="torchrun's own parser makes a 2 x 2 world joining one c10d rendezvous on the first node, gloo pinned",
+)
+q2 = Exercise(
+    "5.4 q2: global rank from node and local rank",
+    _check_global_rank,
+    usage="q2.check(global_rank, run['ranks'])",
+    hints=["Every node runs the same number of processes, and torchrun numbers the ranks node after node: all "
+           "of node 0's, then node 1's.",
+           "Count the ranks held by the nodes before this one, then add this process's place on its own node "
+           "(LOCAL_RANK).",
+           "return node * ____ + ____"],
+    solution_code=("def global_rank(node, local_rank, nproc_per_node):\n"
+                   "    return node * nproc_per_node + local_rank\n\n\n"
+                   "q2.check(global_rank, run['ranks'])"),
+    checked="every rank the two-node run reported, and a cluster of 4 nodes of 8",
+)
+q3 = Exercise(
+    "5.4 q3: an all-reduce over the network",
+    _check_link_seconds,
+    usage="q3.check(seconds)",
+    hints=["Under DDP each step all-reduces the whole gradient; over a ring each node sends about twice the "
+           "gradient, and the link carries bits, not bytes.",
+           "Lesson 6.1: each rank sends 2 (N - 1) / N times the tensor's bytes; float32 is 4 bytes per value; "
+           "the link's rate is in bits per second.",
+           "seconds = 2 * (____ - 1) / ____ * 124_000_000 * ____ * 8 / ____"],
+    solution_code="seconds = 2 * (8 - 1) / 8 * 124_000_000 * 4 * 8 / 25e9\nq3.check(seconds)",
+)
