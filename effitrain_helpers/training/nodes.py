@@ -169,9 +169,9 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
               timeout: float = 300.0, on_start=None, script: list[str] | None = None) -> dict:
     """Train across two nodes of ``form`` (see the module), ``nproc`` ranks each: rank 0's JSON summary (for the
     training script: ``world_size``, ``ranks``, ``identical_weights``, ``history``) with ``form``, the nodes'
-    settings and ``seconds``. ``script``: another module the ranks run (``REFERENCE_SCRIPT``: lesson 2.2's four
-    steps, each rank against one process); ``on_start(nodes)`` is called once the agents run (a test uses it to
-    kill the run)."""
+    settings, the agents' ``commands`` and ``seconds``. ``script``: another module the ranks run
+    (``REFERENCE_SCRIPT``: lesson 2.2's four steps, each rank against one process); ``on_start(nodes)`` is
+    called once the agents run (a test uses it to kill the run)."""
     from effitrain_helpers.core.validate import positive_int
     from effitrain_helpers.processes.launch import sigterm_ends_the_launch
     from effitrain_helpers.processes.ending import end_tree
@@ -204,4 +204,5 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
         codes = ", ".join(str(agent.returncode) for agent in agents)
         raise RuntimeError(tr("the agents exited with {codes} and no summary:\n{tail}", codes=codes,
                               tail=(outputs[0][1] + outputs[1][1])[-2000:]))
-    return {"form": form, "nodes": nodes, **summary, "seconds": time.perf_counter() - start}
+    return {"form": form, "nodes": nodes, "commands": [agent.args for agent in agents], **summary,
+            "seconds": time.perf_counter() - start}
