@@ -14,14 +14,29 @@ Q3_PARAMETERS, Q3_NODES, Q3_RATE = 124_000_000, 8, 25e9
 
 
 def _torchrun_config(args):
-    """What torchrun makes of ``args`` (its own parser and ``config_from_args``): the launch config, the command."""
-    from torch.distributed.run import config_from_args, get_args_parser
+    """What torchrun makes of ``args`` (its own parser and ``config_from_args``): the parsed arguments, the launch
+    config and the command. Quietly: torchrun's warnings are not shown, and the ``OMP_NUM_THREADS`` it sets for
+    its processes is taken back out of this one's environment."""
+    import contextlib
+    import io
+    import logging
+    import os
 
+    from torch.distributed import run
+
+    before, level = os.environ.get("OMP_NUM_THREADS"), run.logger.level
+    run.logger.setLevel(logging.ERROR)
     try:
-        parsed = get_args_parser().parse_args([str(a) for a in args])
-    except SystemExit:
-        raise Incorrect(tr("torchrun's parser refused these arguments: {args}", args=" ".join(map(str, args))))
-    config, command, command_args = config_from_args(parsed)
+        with contextlib.redirect_stderr(io.StringIO()):
+            parsed = run.get_args_parser().parse_args([str(a) for a in args])
+        config, command, command_args = run.config_from_args(parsed)
+    except (SystemExit, ValueError):  # the parser exits on an unknown option, config_from_args raises
+        raise Incorrect(tr("torchrun's parser refused these arguments: {args}",
+                           args=" ".join(map(str, args)))) from None
+    finally:
+        run.logger.setLevel(level)
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
     return parsed, config, [command, *command_args]
 
 
