@@ -59,14 +59,28 @@ def test_5_4_q1_names_each_mistake(agent, words):
 RANKS = [{"rank": n * 2 + lr, "node": n, "local_rank": lr} for n in range(2) for lr in range(2)]
 
 
-def test_5_4_q2_global_rank():
-    assert l54.q2.evaluate(lambda node, local, nproc: node * nproc + local, RANKS).status == "correct"
-    assert "same number" in l54.q2.evaluate(lambda node, local, nproc: node + local, RANKS).message
-    assert "column first" in l54.q2.evaluate(lambda node, local, nproc: local * 2 + node, RANKS).message
-    # right for the run's 2 x 2, wrong for the cluster of 4 x 8: the nodes' count used for the processes
-    wrong = l54.q2.evaluate(lambda node, local, nproc: node * 2 + local, RANKS)
-    assert wrong.status == "incorrect" and "the run reported rank" in wrong.message
-    assert "pass your global_rank function" in l54.q2.evaluate(3, RANKS).message
+def right_rank(node, local):
+    return node * int(os.environ["LOCAL_WORLD_SIZE"]) + local
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda node, local: node + local, "same number"),
+    (lambda node, local: local * 2 + node, "column first"),
+    (lambda node, local: node * int(os.environ["WORLD_SIZE"]) + local, "LOCAL_WORLD_SIZE"),
+    (lambda node, local: node * os.environ["LOCAL_WORLD_SIZE"] + str(local), "int(...)"),
+    (lambda node, local: node * 2 + local, "the run reported rank"),  # right for 2 x 2, not for 4 x 8
+    (3, "pass your global_rank function"),
+], ids=["node-plus-local", "column-first", "world-size", "text", "fixed-2", "not-a-function"])
+def test_5_4_q2_names_each_mistake_and_restores_the_environment(answer, words, monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "9")
+    result = l54.q2.evaluate(answer, RANKS)
+    assert result.status == "incorrect" and words in result.message, result.message
+    assert "LOCAL_WORLD_SIZE" not in os.environ and os.environ["WORLD_SIZE"] == "9"
+
+
+def test_5_4_q2_right():
+    assert l54.q2.evaluate(right_rank, RANKS).status == "correct"
 
 
 def test_5_4_q3_all_reduce_seconds():

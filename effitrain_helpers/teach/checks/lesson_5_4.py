@@ -80,27 +80,47 @@ def _check_agent(agent) -> None:
 
 
 def _check_global_rank(global_rank, ranks) -> None:
-    """``global_rank(node, local_rank, nproc_per_node)`` against what every rank of the run reported, then
-    against a bigger cluster (4 nodes of 8)."""
+    """``global_rank(node, local_rank)``, which reads the processes per node from torchrun's environment, against
+    what every rank of the run reported, then against a bigger cluster (4 nodes of 8); this process's
+    environment is what it was before."""
+    import os
+
     if not callable(global_rank):
         raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name="global_rank",
                            fn=global_rank))
     per_node = max(r["local_rank"] for r in ranks) + 1
     run = [(r, per_node, len(ranks) // per_node) for r in ranks]
     cluster = [({"node": n, "local_rank": lr, "rank": n * 8 + lr}, 8, 4) for n in range(4) for lr in range(8)]
-    for reported, nproc, nnodes in run + cluster:
-        node, local, rank = reported["node"], reported["local_rank"], reported["rank"]
-        got = as_number(global_rank(node, local, nproc))
-        if got == rank:
-            continue
-        if got == node + local:
-            raise Incorrect(tr("node + local rank gives two ranks the same number (node 1's local rank 0 and "
-                               "node 0's local rank 1); every node before this one holds nproc_per_node ranks."))
-        if got == local * nnodes + node:
-            raise Incorrect(tr("that numbers the ranks node by node within each local rank (column first): "
-                               "torchrun gives each node a block of consecutive ranks."))
-        raise Incorrect(tr("local rank {local} of node {node}, {nproc} processes per node: you give {got:g}, "
-                           "the run reported rank {rank}.", local=local, node=node, nproc=nproc, got=got, rank=rank))
+    before = {name: os.environ.get(name) for name in ("LOCAL_WORLD_SIZE", "WORLD_SIZE")}
+    try:
+        for reported, nproc, nnodes in run + cluster:
+            os.environ.update(LOCAL_WORLD_SIZE=str(nproc), WORLD_SIZE=str(nproc * nnodes))
+            _judge_rank(global_rank(reported["node"], reported["local_rank"]), reported, nproc, nnodes)
+    finally:
+        for name, value in before.items():
+            os.environ.pop(name) if value is None else os.environ.update({name: value})
+
+
+def _judge_rank(answer, reported: dict, nproc: int, nnodes: int) -> None:
+    """One rank of :func:`_check_global_rank`: ``answer`` against the rank torchrun gave, each mistake named."""
+    if isinstance(answer, str):
+        raise Incorrect(tr("your function returned the text {got!r}: os.environ holds strings; turn the "
+                           "variable into a number with int(...).", got=answer))
+    node, local, rank = reported["node"], reported["local_rank"], reported["rank"]
+    got = as_number(answer)
+    if got == rank:
+        return
+    if got == node + local:
+        raise Incorrect(tr("node + local rank gives two ranks the same number (node 1's local rank 0 and "
+                           "node 0's local rank 1); every node before this one holds nproc_per_node ranks."))
+    if got == local * nnodes + node:
+        raise Incorrect(tr("that numbers the ranks node by node within each local rank (column first): "
+                           "torchrun gives each node a block of consecutive ranks."))
+    if got == node * nproc * nnodes + local:
+        raise Incorrect(tr("WORLD_SIZE counts every process of the job; the processes of one node are "
+                           "LOCAL_WORLD_SIZE."))
+    raise Incorrect(tr("local rank {local} of node {node}, {nproc} processes per node: you give {got:g}, "
+                       "the run reported rank {rank}.", local=local, node=node, nproc=nproc, got=got, rank=rank))
 
 
 def ring_all_reduce_seconds(parameters: int, nodes: int, rate: float, bytes_per_value: int = 4) -> float:
@@ -138,12 +158,12 @@ q1 = Exercise(
            "        '-m', 'effitrain_helpers.training.train', '--json']\n"
            "return args, {____: INTERFACE}"],
     solution_code=(
-        "def agent(node_rank):\n"
-        "    args = ['--nnodes', '2', '--nproc-per-node', '2', '--node-rank', str(node_rank),\n"
-        "            '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'{FIRST}:{PORT}', '--rdzv-id', 'lesson-5-4',\n"
-        "            '-m', 'effitrain_helpers.training.train', '--json']\n"
-        "    return args, {'GLOO_SOCKET_IFNAME': INTERFACE, 'NCCL_SOCKET_IFNAME': INTERFACE}\n\n\n"
-        "q1.check(agent)"),
+        'def agent(node_rank):\n'
+        '    args = ["--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node_rank),\n'
+        '            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{FIRST}:{PORT}", "--rdzv-id",\n'
+        '            "lesson-5-4", "-m", "effitrain_helpers.training.train", "--json"]\n'
+        '    return args, {"GLOO_SOCKET_IFNAME": INTERFACE, "NCCL_SOCKET_IFNAME": INTERFACE}\n\n\n'
+        'q1.check(agent)'),
     api=True,
     checked="torchrun's own parser makes a 2 x 2 world joining one c10d rendezvous on the first node, gloo pinned",
 )
@@ -152,14 +172,17 @@ q2 = Exercise(
     _check_global_rank,
     usage="q2.check(global_rank, run['ranks'])",
     hints=["Every node runs the same number of processes, and torchrun numbers the ranks node after node: all "
-           "of node 0's, then node 1's.",
-           "Count the ranks held by the nodes before this one, then add this process's place on its own node "
-           "(LOCAL_RANK).",
-           "return node * ____ + ____"],
-    solution_code=("def global_rank(node, local_rank, nproc_per_node):\n"
-                   "    return node * nproc_per_node + local_rank\n\n\n"
-                   "q2.check(global_rank, run['ranks'])"),
-    checked="every rank the two-node run reported, and a cluster of 4 nodes of 8",
+           "of node 0's, then node 1's. Count the ranks held by the nodes before this one, then add this "
+           "process's place on its own node.",
+           "torchrun tells each process how many processes its node runs in an environment variable (the "
+           "'torchrun (Elastic Launch)' page of the PyTorch docs lists them: LOCAL_RANK, RANK, GROUP_RANK, "
+           "LOCAL_WORLD_SIZE, WORLD_SIZE...); environment variables are text.",
+           "return node * ____ + local_rank"],
+    solution_code=("def global_rank(node, local_rank):\n"
+                   "    return node * int(os.environ[\"LOCAL_WORLD_SIZE\"]) + local_rank\n\n\n"
+                   "q2.check(global_rank, run[\"ranks\"])"),
+    api=True,
+    checked="every rank the two-node run reported, and a cluster of 4 nodes of 8, from torchrun's environment",
 )
 q3 = Exercise(
     "5.4 q3: an all-reduce over the network",
