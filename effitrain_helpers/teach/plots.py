@@ -874,3 +874,30 @@ def plot_trace_timeline(events: list[dict], title: str = "") -> "Figure":
     axes[-1][0].set_xlabel(tr("ms since the first labelled range"), fontsize=FONT)
     fig.tight_layout()
     return fig
+
+
+# ---- chapter 5, lesson 5.4: DDP against FSDP over a rate-limited link --------------------------------------------
+def plot_link_rates(rows: list[dict], title: str = "") -> "Figure":
+    """Time per step of DDP and FSDP against the link's rate, measured (dots) and theory (dashed: the unlimited
+    link's time plus bits sent / rate) (lesson 5.4). ``rows``: ``link_rate_steps(...)["rows"]``."""
+    import matplotlib.pyplot as plt
+
+    limited = sorted((r for r in rows if r["rate"] is not None), key=lambda r: r["rate"])
+    if not limited:
+        raise ValueError("nothing to plot: pass link_rate_steps(...)['rows'] with at least one rate.")
+    rates = [r["rate"] / 1e6 for r in limited]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for i, name in enumerate(("DDP", "FSDP")):
+        ax.plot(rates, [r[name] * 1e3 for r in limited], "o-", color=f"C{i}", label=tr("{name} measured",
+                                                                                       name=name))
+        ax.plot(rates, [r[f"{name} theory"] * 1e3 for r in limited], "--", color=f"C{i}", alpha=0.7,
+                label=tr("{name} theory", name=name))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(tr("link rate (Mbit/s, tc tbf)"), fontsize=FONT)
+    ax.set_ylabel(tr("ms per training step (median)"), fontsize=FONT)
+    ax.legend(fontsize=FONT - 2)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title or tr("Two nodes, one rank each: time per step against the link's rate"), fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig

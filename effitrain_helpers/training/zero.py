@@ -278,7 +278,7 @@ def zero_stages(batches: list[tuple], seed: int = 0) -> dict[str, Any]:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     from effitrain_helpers.measure.communication import CommunicationCounter
-    from effitrain_helpers.training.model_sharding import _wrap_fsdp, measured_run, sharding_model
+    from effitrain_helpers.training.model_sharding import measured_run, sharding_model, wrap_fsdp
 
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = [(t.chunk(world)[rank], y.chunk(world)[rank]) for t, y in batches]
@@ -337,7 +337,7 @@ def zero_stages(batches: list[tuple], seed: int = 0) -> dict[str, Any]:
                        ("ZeRO-2 by hand", zero2), ("ZeRO-3 by hand", zero3),
                        ("ZeroRedundancyOptimizer", torch_zero)):
         run(name, make)
-    fsdp = measured_run(_wrap_fsdp, batches, seed)
+    fsdp = measured_run(wrap_fsdp, batches, seed)
     results["fully_shard"] = {"bytes": fsdp["bytes"], "communication": fsdp["communication"],
                               "gap": max(float((fsdp["weights"][k] - reference[k]).abs().max()) for k in reference)}
     model = sharding_model(seed)
