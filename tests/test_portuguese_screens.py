@@ -1,7 +1,8 @@
 """No English on a Brazilian learner's screen (issue 29): what the pt-BR lessons print, scanned for the workbook's
 own English labels, and each translated lesson about as long as its English source.
 
-The English words are the short labels of the message catalogs (1-4 words, no fields) whose translation differs
+The English words are the short labels of the message catalogs (1-4 words, no fields; letters, digits, hyphens and
+commas, so "ZeRO-1 by hand" counts) whose translation differs
 and which never occur in any Portuguese text of the catalogs (so "no", "batch" or "checkpoint", also Portuguese
 or kept in English by the glossary, are not flagged), plus the benchmark table's column names. The fast tests
 scan what the display helpers make in pt-BR; the slow test executes pt-BR notebooks and scans every output (text,
@@ -33,7 +34,7 @@ def english_words() -> list[str]:
     pt_text = " ".join(catalog(LANG).values()).lower()
     words = {en for en, pt in catalog(LANG).items()
              if "{" not in en and 1 <= len(en.split()) <= 4 and len(en) > 3 and en.strip() != pt.strip()
-             and re.fullmatch(r"[A-Za-z][A-Za-z -]*", en)
+             and re.fullmatch(r"[A-Za-z][A-Za-z0-9 ,-]*", en)
              and not re.search(rf"(?<![\w`]){re.escape(en.lower())}(?![\w`])", pt_text)}
     return sorted(words | set(ALWAYS))
 
@@ -118,6 +119,27 @@ def test_the_tables_of_5_3_name_files_pieces_and_costs_in_portuguese(portuguese)
                "aprendizado", "2,50e-01", "pesos", "otimizador", "todo o resto"):
         assert pt in shown, (pt, shown)
     assert differences.loc["sem data position", "model"] == 0.25  # the keys stay English
+
+
+def test_the_runs_and_methods_of_chapter_6_are_named_in_portuguese_and_keep_the_english_keys(portuguese):
+    """6.3's runs (training.zero.RUNS) and 6.1's methods (measure.all_reduce_cost.METHODS), shown by styled."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.measure.all_reduce_cost import METHODS
+    from effitrain_helpers.training.model_sharding import KINDS
+    from effitrain_helpers.training.zero import RUNS
+
+    held = pd.DataFrame([{"rodada": run, "rank": 0, "optimizer state (B)": 131139, "estado / AdamW": 0.5}
+                         for run in RUNS]).set_index(["rodada", "rank"])
+    costs = pd.DataFrame([{"method": m, "numel": 1000, "ms": 0.125} for m in METHODS]).set_index("method")
+    shown = " | ".join(_cells(styled(held, precision=3, terms=(*RUNS, *KINDS)))
+                       + _cells(styled(costs, precision=2, terms=(*METHODS, "method"))))
+    assert english_in(shown) == [], shown
+    for pt in ("ZeRO-1 à mão", "AdamW, gradientes em média", "estado do otimizador (B)", "131.139", "0,500",
+               "servidor de parâmetros", "anel", "método", "0,12"):
+        assert pt in shown, (pt, shown)
+    assert held.index[1][0] == "ZeRO-1 by hand"  # the key 6.3's self-checks compare stays English
 
 
 def test_a_cell_without_a_format_is_written_short_and_the_portuguese_way(portuguese):
@@ -207,7 +229,9 @@ def _shown_texts(nb) -> list[tuple[int, str]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb",
-                                  "5_1_shard_the_model.ipynb", "5_3_checkpoint_crash_resume.ipynb"])
+                                  "5_1_shard_the_model.ipynb", "5_3_checkpoint_crash_resume.ipynb",
+                                  "6_1_collectives_by_hand.ipynb", "6_2_data_parallelism_by_hand.ipynb",
+                                  "6_3_zero_by_hand.ipynb", "6_4_split_the_layer_split_the_model.ipynb"])
 def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypatch):
     from nbclient import NotebookClient
 

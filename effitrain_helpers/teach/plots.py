@@ -18,7 +18,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.validate import whole_number
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -605,7 +605,7 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
                 ax.bar(x, held[kind] / 2**20, bottom=bottom, color=colour, width=0.8,
                        label=tr(kind) if x == 0 else None)  # model_sharding.KINDS, translated there
                 bottom += held[kind] / 2**20
-            ax.text(x, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=FONT - 2)
+            ax.text(x, bottom, number(bottom, ".2f"), ha="center", va="bottom", fontsize=FONT - 2)
             if theory is not None:
                 expected = sum(theory[strategy][rank].values()) / 2**20
                 ax.hlines(expected, x - 0.45, x + 0.45, colors="black", linewidth=2,
