@@ -1,17 +1,10 @@
 """No English on a Brazilian learner's screen (issue 29): what the pt-BR lessons print, scanned for the workbook's
 own English labels, and each translated lesson about as long as its English source.
 
-The English words are the short labels of the message catalogs (1-4 words, no fields; letters, digits, hyphens and
-commas, so "ZeRO-1 by hand" counts) whose translation differs
-and which never occur in any Portuguese text of the catalogs (so "no", "batch" or "checkpoint", also Portuguese
-or kept in English by the glossary, are not flagged), plus the benchmark table's column names. The fast tests
-scan what the display helpers make in pt-BR; the slow test executes pt-BR notebooks and scans every output (text,
-HTML tables, widget labels), naming the lesson and the cell.
-
-One thing on screen is not the workbook's to translate: the label of a library's own progress bar (transformers'
-"Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
-prints it. The scan leaves out that label only where it starts a tqdm bar (``Loading weights:  0%|``), so the
-same words printed by the workbook are still flagged; a test checks that each label is in the library's
+What counts as English lives in tests/screen_language.py (one home, also used by conftest.py's scan of the
+pt-BR lessons under nbval). The fast tests scan what the display helpers make in pt-BR; the slow test executes
+pt-BR notebooks and scans every output, the widgets' labels included (which nbval does not see), naming the
+lesson and the cell; a test checks that each library label left out is in the library's
 installed source and in none of the workbook's (code, lessons, translations)."""
 
 import re
@@ -20,30 +13,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from effitrain_helpers.core.language import catalog
 from effitrain_helpers.core.settings import SETTINGS
+from screen_language import (LANG, LIBRARY_BARS, SCREENED, english_in, english_in_outputs, output_texts,
+                             screened)
 
 ROOT = Path(__file__).resolve().parents[1]
-LANG = "pt-BR"
-ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulation", "mixed precision")
-LIBRARY_BARS = {"Loading weights": "transformers/core_model_loading.py"}  # label: the file that prints it
-
-
-def english_words() -> list[str]:
-    """The workbook's English labels a pt-BR screen must not show."""
-    pt_text = " ".join(catalog(LANG).values()).lower()
-    words = {en for en, pt in catalog(LANG).items()
-             if "{" not in en and 1 <= len(en.split()) <= 4 and len(en) > 3 and en.strip() != pt.strip()
-             and re.fullmatch(r"[A-Za-z][A-Za-z0-9 ,-]*", en)
-             and not re.search(rf"(?<![\w`]){re.escape(en.lower())}(?![\w`])", pt_text)}
-    return sorted(words | set(ALWAYS))
-
-
-def english_in(text: str) -> list[str]:
-    """The English labels found in ``text`` (whole words, any case), a library's progress bar label left out."""
-    for label in LIBRARY_BARS:
-        text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
-    return [w for w in english_words() if re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
 
 
 @pytest.fixture
@@ -210,15 +184,8 @@ def test_a_translated_lesson_is_about_as_long_as_the_english(name):
 
 
 def _shown_texts(nb) -> list[tuple[int, str]]:
-    """(cell index, text) of every output: text, HTML and plain data, and the widgets' labels."""
-    texts = []
-    for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if "text" in out:
-                texts.append((i, out["text"]))
-            for kind in ("text/plain", "text/html", "text/markdown"):
-                if kind in out.get("data", {}):
-                    texts.append((i, out["data"][kind]))
+    """(cell index, text) of every output (screen_language.output_texts) and the widgets' labels (index -1)."""
+    texts = [(i, text) for i, cell in enumerate(nb.cells) for text in output_texts(cell.get("outputs", []))]
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
     for model in state.values():
         for key in ("description", "tooltip"):
@@ -227,11 +194,21 @@ def _shown_texts(nb) -> list[tuple[int, str]]:
     return texts
 
 
+def test_nbval_scans_the_screened_lessons_and_names_what_is_english():
+    """conftest.py fails a screened pt-BR cell whose outputs hold English; the outputs it reads are nbval's."""
+    english = [{"output_type": "stream", "name": "stdout", "text": "o benchmark: median ms 3,1"},
+               {"output_type": "execute_result", "data": {"text/html": "<th>reliable</th>"}}]
+    assert english_in_outputs(english) == ["median ms", "reliable"]
+    assert english_in_outputs([{"output_type": "stream", "name": "stdout", "text": "mediana 3,1 ms"}]) == []
+    assert set(SCREENED) <= set(_lessons()) and screened(ROOT / "notebooks" / LANG / SCREENED[0])
+    assert not screened(ROOT / "notebooks" / SCREENED[0])  # the English lesson is not scanned
+
+
+# The executed scan sees the widgets' labels too (nbval's scan does not); 1.1 has the workbook's widgets, so it
+# runs every time, the other screened lessons in the exhaustive tier (nbval scans their outputs every run).
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb",
-                                  "5_1_shard_the_model.ipynb", "5_3_checkpoint_crash_resume.ipynb",
-                                  "6_1_collectives_by_hand.ipynb", "6_2_data_parallelism_by_hand.ipynb",
-                                  "6_3_zero_by_hand.ipynb", "6_4_split_the_layer_split_the_model.ipynb"])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[] if name.startswith("1_1") else pytest.mark.exhaustive)
+                                  for name in SCREENED])
 def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypatch):
     from nbclient import NotebookClient
 
