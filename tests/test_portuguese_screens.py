@@ -150,6 +150,8 @@ def test_a_cell_without_a_format_is_written_short_and_the_portuguese_way(portugu
 
     runs = pd.DataFrame({"ms por passo": {"fp32": 1234, "bf16": 617}, "x tempo do fp32": {"fp32": 1.0, "bf16": 0.5}})
     assert _cells(styled(runs))[1:] == ["ms por passo", "x tempo do fp32", "fp32", "1.234", "1", "bf16", "617", "0,5"]
+    sent = _cells(styled(pd.DataFrame({"enviado (B)": [1049120.0, 1.256]})))  # 6.3: bytes in a float column
+    assert "1.049.120" in sent and "1,256" in sent, sent
 
 
 def test_styled_leaves_an_english_table_as_pandas_shows_it():
