@@ -12,7 +12,9 @@ One thing on screen is not the workbook's to translate: the label of a library's
 "Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
 prints it. The scan leaves out that label only where it starts a tqdm bar (``Loading weights:  0%|``), so the
 same words printed by the workbook are still flagged; a test checks that each label is in the library's
-installed source and in none of the workbook's (code, lessons, translations)."""
+installed source and in none of the workbook's (code, lessons, translations). A label the Portuguese lesson itself
+writes as code (in backticks in its prose: 5.2's `optimizer step`, the name the learner gives a profiler range in
+``record_function``) is shown as typed, so the scan of that lesson leaves it out."""
 
 import re
 from pathlib import Path
@@ -39,11 +41,12 @@ def english_words() -> list[str]:
     return sorted(words | set(ALWAYS))
 
 
-def english_in(text: str) -> list[str]:
-    """The English labels found in ``text`` (whole words, any case), a library's progress bar label left out."""
+def english_in(text: str, code: set[str] = frozenset()) -> list[str]:
+    """The English labels found in ``text`` (whole words, any case), a library's progress bar label and the
+    labels in ``code`` (what the lesson writes as code, lower case) left out."""
     for label in LIBRARY_BARS:
         text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
-    return [w for w in english_words() if re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
+    return [w for w in english_words() if w.lower() not in code and re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
 
 
 @pytest.fixture
@@ -193,6 +196,7 @@ def test_only_a_library_progress_bar_is_left_out_of_the_scan():
         assert [p for p, text in ours if label.lower() in text.lower()] == [], label
     assert english_in("Loading weights:   0%|          | 0/36 [00:00<?, ?it/s]") == []
     assert english_in("Loading weights: pesos carregados") == ["weights"]
+    assert english_in("optimizer step | 12,3", {"optimizer step"}) == [] and english_in("optimizer step | 12,3")
 
 
 def _lessons():
@@ -209,6 +213,11 @@ def test_a_translated_lesson_is_about_as_long_as_the_english(name):
     english, portuguese_ = (_prose_length(ROOT / "notebooks" / name), _prose_length(ROOT / "notebooks" / LANG / name))
     assert portuguese_ >= 0.85 * english, (f"{name}: the pt-BR prose has {portuguese_} characters, the English "
                                            f"{english}: a translation far shorter than its source")
+
+
+def _code_words(nb) -> set[str]:
+    """What the lesson's prose writes as code (between backticks), lower case."""
+    return {m.lower() for c in nb.cells if c.cell_type == "markdown" for m in re.findall(r"`([^`\n]+)`", c.source)}
 
 
 def _shown_texts(nb) -> list[tuple[int, str]]:
@@ -231,7 +240,8 @@ def _shown_texts(nb) -> list[tuple[int, str]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb",
-                                  "5_1_shard_the_model.ipynb", "5_3_checkpoint_crash_resume.ipynb",
+                                  "5_1_shard_the_model.ipynb", "5_2_profile_a_training_step.ipynb",
+                                  "5_3_checkpoint_crash_resume.ipynb",
                                   "6_1_collectives_by_hand.ipynb", "6_2_data_parallelism_by_hand.ipynb",
                                   "6_3_zero_by_hand.ipynb", "6_4_split_the_layer_split_the_model.ipynb"])
 def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypatch):
@@ -244,5 +254,6 @@ def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypa
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    found = [f"{name} cell {i}: {words}" for i, text in _shown_texts(nb) if (words := english_in(text))]
+    code = _code_words(nb)
+    found = [f"{name} cell {i}: {words}" for i, text in _shown_texts(nb) if (words := english_in(text, code))]
     assert found == [], "English on a pt-BR screen:\n" + "\n".join(found)
