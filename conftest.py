@@ -30,7 +30,9 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_call(item):
     result = yield
     outputs = getattr(item, "test_outputs", None)  # what nbval's IPyNbCell.runtest received from the kernel
-    if outputs and screen_language.screened(item.path) and (words := screen_language.english_in_outputs(outputs)):
-        raise AssertionError(f"English on a pt-BR screen: {item.path.name} cell {getattr(item, 'cell_num', '?')} "
-                             f"shows {words}; translate it through the language layer (core/language.py)")
+    if outputs and screen_language.screened(item.path):
+        words = screen_language.english_in_outputs(outputs, screen_language.code_words(item.path))
+        if words:
+            raise AssertionError(f"English on a pt-BR screen: {item.path.name} cell {getattr(item, 'cell_num', '?')} "
+                                 f"shows {words}; translate it through the language layer (core/language.py)")
     return result

@@ -10,11 +10,15 @@ plus the benchmark table's column names.
 One thing on screen is not the workbook's to translate: the label of a library's own progress bar (transformers'
 "Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
 prints it. The scan leaves out that label only where it starts a tqdm bar (``Loading weights:  0%|``), so the
-same words printed by the workbook are still flagged."""
+same words printed by the workbook are still flagged. A label the Portuguese lesson itself writes as code (in
+backticks in its prose: 5.2's `optimizer step`, the name the learner gives a profiler range in
+``record_function``) is shown as typed, so the scan of that lesson leaves it out."""
 
 import functools
 import re
 from pathlib import Path
+
+import nbformat
 
 from effitrain_helpers.core.language import catalog
 
@@ -23,7 +27,7 @@ ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulatio
 LIBRARY_BARS = {"Loading weights": "transformers/core_model_loading.py"}  # label: the file that prints it
 # The pt-BR lessons that show no English; nbval fails any of their cells whose output does (conftest.py).
 SCREENED = ("1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb", "5_1_shard_the_model.ipynb",
-            "5_3_checkpoint_crash_resume.ipynb", "5_4_from_one_machine_to_many.ipynb",
+            "5_2_profile_a_training_step.ipynb", "5_3_checkpoint_crash_resume.ipynb", "5_4_from_one_machine_to_many.ipynb",
             "6_1_collectives_by_hand.ipynb", "6_2_data_parallelism_by_hand.ipynb", "6_3_zero_by_hand.ipynb",
             "6_4_split_the_layer_split_the_model.ipynb")
 
@@ -39,11 +43,20 @@ def english_words() -> tuple[str, ...]:
     return tuple(sorted(words | set(ALWAYS)))
 
 
-def english_in(text: str) -> list[str]:
-    """The English labels found in ``text`` (whole words, any case), a library's progress bar label left out."""
+def english_in(text: str, code: frozenset[str] = frozenset()) -> list[str]:
+    """The English labels found in ``text`` (whole words, any case), a library's progress bar label and the
+    labels in ``code`` (what the lesson writes as code, lower case) left out."""
     for label in LIBRARY_BARS:
         text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
-    return [w for w in english_words() if re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
+    return [w for w in english_words()
+            if w.lower() not in code and re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
+
+
+@functools.cache
+def code_words(path: Path) -> frozenset[str]:
+    """What the lesson at ``path`` writes as code in its prose (between backticks), lower case."""
+    prose = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+    return frozenset(m.lower() for text in prose for m in re.findall(r"`([^`\n]+)`", text))
 
 
 def output_texts(outputs: list) -> list[str]:
@@ -64,6 +77,6 @@ def screened(path: Path) -> bool:
     return path.parent.name == LANG and path.name in SCREENED
 
 
-def english_in_outputs(outputs: list) -> list[str]:
-    """The English labels in a cell's outputs, each once, in the order ``english_words`` lists them."""
-    return sorted({word for text in output_texts(outputs) for word in english_in(text)})
+def english_in_outputs(outputs: list, code: frozenset[str] = frozenset()) -> list[str]:
+    """The English labels in a cell's outputs (``code`` as in ``english_in``), each once, sorted."""
+    return sorted({word for text in output_texts(outputs) for word in english_in(text, code)})

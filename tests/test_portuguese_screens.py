@@ -14,8 +14,8 @@ import nbformat
 import pytest
 
 from effitrain_helpers.core.settings import SETTINGS
-from screen_language import (LANG, LIBRARY_BARS, SCREENED, english_in, english_in_outputs, output_texts,
-                             screened)
+from screen_language import (LANG, LIBRARY_BARS, SCREENED, code_words, english_in, english_in_outputs,
+                             output_texts, screened)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,6 +124,8 @@ def test_a_cell_without_a_format_is_written_short_and_the_portuguese_way(portugu
 
     runs = pd.DataFrame({"ms por passo": {"fp32": 1234, "bf16": 617}, "x tempo do fp32": {"fp32": 1.0, "bf16": 0.5}})
     assert _cells(styled(runs))[1:] == ["ms por passo", "x tempo do fp32", "fp32", "1.234", "1", "bf16", "617", "0,5"]
+    sent = _cells(styled(pd.DataFrame({"enviado (B)": [1049120.0, 1.256]})))  # 6.3: bytes in a float column
+    assert "1.049.120" in sent and "1,256" in sent, sent
 
 
 def test_styled_leaves_an_english_table_as_pandas_shows_it():
@@ -165,6 +167,7 @@ def test_only_a_library_progress_bar_is_left_out_of_the_scan():
         assert [p for p, text in ours if label.lower() in text.lower()] == [], label
     assert english_in("Loading weights:   0%|          | 0/36 [00:00<?, ?it/s]") == []
     assert english_in("Loading weights: pesos carregados") == ["weights"]
+    assert english_in("optimizer step | 12,3", {"optimizer step"}) == [] and english_in("optimizer step | 12,3")
 
 
 def _lessons():
@@ -219,5 +222,6 @@ def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypa
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    found = [f"{name} cell {i}: {words}" for i, text in _shown_texts(nb) if (words := english_in(text))]
+    code = code_words(path)
+    found = [f"{name} cell {i}: {words}" for i, text in _shown_texts(nb) if (words := english_in(text, code))]
     assert found == [], "English on a pt-BR screen:\n" + "\n".join(found)

@@ -160,7 +160,10 @@ def term(label, terms) -> str:
 
 def _shortest(value, grouped: bool):
     """A table cell without a format of its own: a float as ``repr`` would write it (``0.25``, not pandas'
-    ``0.250000``), an integer grouped where the language groups digits (pandas then swaps the separators)."""
+    ``0.250000``), an integer (or a float that is one: a byte count in a float column) grouped where the
+    language groups digits (pandas then swaps the separators)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
     if isinstance(value, float):
         return format(value, "g")
     if grouped and _is_number(value):
