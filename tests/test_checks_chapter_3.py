@@ -156,6 +156,23 @@ def test_3_2_q1_checkpointing_a_transformers_model():
     assert "function itself" in l32.q1.evaluate(True).message
 
 
+def test_3_2_q1_names_checkpointing_flags_set_by_hand():
+    def config_flag(model):
+        model.config.gradient_checkpointing = True
+
+    def model_attribute(model):
+        model.gradient_checkpointing = True
+
+    def layer_flags(model):
+        for module in model.modules():
+            if hasattr(module, "gradient_checkpointing"):
+                module.gradient_checkpointing = True
+
+    assert "model already built changes nothing" in l32.q1.evaluate(config_flag).message
+    assert "attribute no layer reads" in l32.q1.evaluate(model_attribute).message
+    assert "set by hand" in l32.q1.evaluate(layer_flags).message
+
+
 def test_3_2_q2():
     config = DistilBertConfig(n_layers=2, dim=128, n_heads=4, hidden_dim=512)
     assert l32.q2.evaluate(2 * 8 * 64 * 128 * 4, config).status == "correct"
