@@ -330,16 +330,29 @@ def _add_resume_parser(sub) -> None:
 
 def _nodes(args) -> int:
     """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
+    from effitrain_helpers.training.node_loss import lose_a_node
     from effitrain_helpers.training.nodes import namespace_refusal, run_nodes
 
     form = args.form or ("loopback" if namespace_refusal() else "namespaces")
+    if args.link_rates:
+        return _link_rates(args)
     try:
-        result = run_nodes(form, args.nproc_per_node, timeout=args.timeout)
-    except PermissionError as err:
+        if args.lose_a_node:
+            result = lose_a_node(form, args.nproc_per_node, timeout=args.timeout)
+        else:
+            result = run_nodes(form, args.nproc_per_node, timeout=args.timeout)
+    except (PermissionError, TimeoutError, RuntimeError) as err:
         print(f"effitrain nodes: error: {err}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result))
+        return 0
+    if args.lose_a_node:
+        print(tr("{form}: world size {before}, node lost after step {lost_at}; re-formed with world size {after}, "
+                 "resumed from step {resumed} and finished {steps} steps in {seconds:.1f} s; steps lost: {n} "
+                 "(expected {expected})", form=form, before=result["world_sizes"][0], after=result["world_sizes"][1],
+                 lost_at=result["lost_at"], resumed=result["resumed_from"], steps=result["steps"],
+                 seconds=result["seconds"], n=result["steps_lost"], expected=result["expected_lost"]))
         return 0
     for rank in result["ranks"]:
         print(tr("rank {rank}: node {node}, local rank {local}, address {address}, {samples:,} samples seen",
@@ -351,12 +364,42 @@ def _nodes(args) -> int:
     return 0
 
 
+def _link_rates(args) -> int:
+    """``effitrain nodes --link-rates``: DDP against FSDP time per step over the rate-limited veth (root)."""
+    from effitrain_helpers.training.link_rate import link_rate_steps
+
+    try:
+        result = link_rate_steps(timeout=args.timeout)
+    except (PermissionError, TimeoutError, RuntimeError) as err:
+        print(f"effitrain nodes: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(tr("bytes each rank sends per step: DDP {ddp:,.0f}, FSDP {fsdp:,.0f}", ddp=result["bytes_sent"]["DDP"],
+             fsdp=result["bytes_sent"]["FSDP"]))
+    for row in result["rows"]:
+        rate = tr("unlimited") if row["rate"] is None else f"{row['rate'] / 1e6:,.0f} Mbit/s"
+        print(tr("{rate}: DDP {ddp:.1f} ms (theory {ddp_t:.1f}), FSDP {fsdp:.1f} ms (theory {fsdp_t:.1f}), "
+                 "FSDP / DDP {ratio:.2f}", rate=rate, ddp=1e3 * row["DDP"], ddp_t=1e3 * row["DDP theory"],
+                 fsdp=1e3 * row["FSDP"], fsdp_t=1e3 * row["FSDP theory"], ratio=row["FSDP / DDP"]))
+    print(tr("below about {ddp:,.0f} Mbit/s (DDP) and {fsdp:,.0f} Mbit/s (FSDP) the link takes longer than the "
+             "rest of the step", ddp=result["balance"]["DDP"] / 1e6, fsdp=result["balance"]["FSDP"] / 1e6))
+    return 0
+
+
 def _add_nodes_parser(sub) -> None:
     p = sub.add_parser("nodes", help="chapter 5: two torchrun agents, one per node (network namespaces or loopback)")
     p.add_argument("--form", choices=("namespaces", "loopback"), default=None,
                    help="namespaces (root: two namespaces joined by a veth pair) or loopback (default: namespaces "
                         "as root, else loopback)")
-    p.add_argument("--nproc-per-node", type=int, default=2, help="ranks per node (default 2: world size 4)")
+    p.add_argument("--processes-per-node", "--nproc-per-node", type=int, default=2, dest="nproc_per_node",
+                   help="ranks per node (default 2: world size 4)")
+    p.add_argument("--nodes", type=int, choices=(2,), default=2, help="nodes (the harness makes two)")
+    p.add_argument("--link-rates", action="store_true",
+                   help="root: DDP against FSDP time per step over the veth limited by tc tbf to 10 Mbit/s..10 Gbit/s")
+    p.add_argument("--lose-a-node", action="store_true",
+                   help="elastic --nnodes 1:2 --max-restarts 1: kill node 1 mid-run, carry on from the checkpoint")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before both agents are ended (default 300)")
     p.add_argument("--json", action="store_true", help="one JSON record: world_size, nodes, ranks, identical_weights")
     p.set_defaults(func=_nodes)

@@ -272,6 +272,10 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("5_2_", "lesson_5_2", "q3", _ONE_5_2),
     ("5_3_", "lesson_5_3", "q2", ""),
     ("5_3_", "lesson_5_3", "q3", "import math"),
+    ("5_4_", "lesson_5_4", "q1", 'FIRST, PORT, INTERFACE = "10.0.0.1", 29400, "eth1"'),
+    ("5_4_", "lesson_5_4", "q2", "import os\nrun = {'ranks': [{'rank': n * 2 + lr, 'node': n, 'local_rank': lr}\n"
+     "                  for n in range(2) for lr in range(2)]}"),
+    ("5_4_", "lesson_5_4", "q3", ""),
     ("6_3_", "lesson_6_3", "q1", ""),
     pytest.param("6_3_", "lesson_6_3", "q2", "import torch.distributed as dist\n"
                  "from effitrain_helpers.training.zero import balanced_owners as assign_owners",
@@ -360,7 +364,7 @@ def test_solution_can_be_turned_off_by_the_edition_or_the_environment(tmp_path, 
 
 def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tmp_path):
     rows = lesson_table()
-    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 19
+    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 20
     lesson_files = {p.name for p in SOURCE if re.match(r"\d_\d_", p.name)}
     assert {r.notebook for r in rows if r.notebook} == lesson_files, "every N_M_ notebook is a syllabus lesson"
     readme = (ROOT / "README.md").read_text()

@@ -180,7 +180,7 @@ def test_the_leak_finder_finds_a_leak():
 
 
 README_TABLES = {"README.md": "| lesson | notebook | time on a 2-core CPU | exercises: API + number |",
-                 "README.pt-BR.md": "| lição | notebook | em português? | exercícios: API + número |"}
+                 "README.pt-BR.md": "| lição | notebook | tempo numa CPU de 2 núcleos | exercícios: API + número |"}
 _START_ROW = {"README.pt-BR.md": "Comece aqui"}
 
 

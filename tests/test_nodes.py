@@ -92,3 +92,96 @@ def test_killed_mid_run_leaves_no_namespace_and_no_process():
     assert set(nodes.our_namespaces()) & made == set()
     alive = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+
+
+def test_the_cli_takes_processes_per_node(monkeypatch, capsys):
+    from effitrain_helpers import cli
+
+    seen = {}
+
+    def fake(form, nproc, timeout):
+        seen.update(form=form, nproc=nproc)
+        raise PermissionError("no rights here")
+
+    monkeypatch.setattr(nodes, "run_nodes", fake)
+    assert cli.main(["nodes", "--form", "loopback", "--processes-per-node", "3"]) == 2
+    assert seen == {"form": "loopback", "nproc": 3}
+    assert "effitrain nodes: error: no rights here" in capsys.readouterr().err
+
+
+def test_an_elastic_agent_restarts_and_waits_little_for_a_lost_node():
+    from effitrain_helpers.training import node_loss
+
+    node = {"interface": "lo", "address": "127.0.0.1"}
+    text = " ".join(nodes.agent_command(node, 0, "127.0.0.1:1", "ab", 2, [], nnodes=node_loss.NNODES,
+                                        options=node_loss.TORCHRUN_OPTIONS, rdzv_conf=node_loss.RDZV_CONF,
+                                        script=node_loss.RANK_SCRIPT))
+    for part in ("--nnodes 1:2", "--max-restarts 1", "is_host=true,join_timeout=120,last_call_timeout=6,",
+                 "keep_alive_interval=1,keep_alive_max_attempt=2",
+                 "-m effitrain_helpers.training.node_loss"):
+        assert part in text
+
+
+def test_lose_at_must_leave_steps_to_resume():
+    from effitrain_helpers.training import node_loss
+
+    with pytest.raises(ValueError, match="lose_at"):
+        node_loss.lose_a_node("loopback", lose_at=0)
+
+
+@pytest.mark.slow
+def test_a_timeout_names_the_stuck_processes():
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert f"pid {stuck.pid}: " in nodes.stuck([stuck]) and "time.sleep(60)" in nodes.stuck([stuck])
+    finally:
+        stuck.kill()
+        stuck.wait()
+    assert nodes.stuck([stuck]) == "  (none)"
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive  # lesson 5.4's nbval loses a node every run (namespaces as root, else loopback)
+@pytest.mark.parametrize("form", ["loopback", pytest.param("namespaces", marks=pytest.mark.skipif(
+    not ROOT, reason="network namespaces need root and iproute2"))])
+def test_a_lost_node_is_carried_on_from_the_last_checkpoint(form):
+    import glob
+
+    import psutil
+
+    from effitrain_helpers.training import node_loss
+
+    before = {p.pid for p in psutil.process_iter()}
+    temps = set(glob.glob("/tmp/effitrain-nodeloss-*"))
+    result = node_loss.lose_a_node(form)
+    assert result["world_sizes"] == [4, 2] and result["attempts"] == 2
+    assert result["resumed_from"] is not None and result["resumed_from"] < result["lost_at"]
+    assert result["steps_lost"] == result["expected_lost"] == result["lost_at"] - result["resumed_from"]
+    assert nodes.our_namespaces() == [] and set(glob.glob("/tmp/effitrain-nodeloss-*")) == temps
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
+            and "effitrain_helpers.training.node_loss" in " ".join(p.info["cmdline"] or [])]
+    assert left == []
+
+
+def test_tbf_limits_the_rate_with_a_burst_of_at_least_32_kb():
+    from effitrain_helpers.training.link_rate import tbf_command
+
+    assert tbf_command("etveth0", 10e6) == ["tc", "qdisc", "replace", "dev", "etveth0", "root", "tbf", "rate",
+                                            "10000000bit", "burst", "32768", "latency", "100ms"]
+    assert tbf_command("etveth0", 10e9)[10] == str(int(10e9 / 8 * 0.005))  # 5 ms of the rate
+    assert tbf_command("etveth1", None) == ["tc", "qdisc", "del", "dev", "etveth1", "root"]
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive  # lesson 5.4's nbval run measures the same sweep as root every run
+@pytest.mark.skipif(not ROOT, reason="network namespaces need root and iproute2")
+def test_a_slow_link_slows_the_step_as_bytes_over_rate_predicts():
+    from effitrain_helpers.training.link_rate import link_rate_steps
+
+    result = link_rate_steps(rates=(10e6, 1e9), steps=3)
+    slow, fast = result["rows"][1], result["rows"][2]
+    assert result["bytes_sent"]["FSDP"] > result["bytes_sent"]["DDP"] > 0
+    for name in ("DDP", "FSDP"):
+        assert slow[name] > 3 * fast[name]
+        assert 0.5 < slow[name] / slow[f"{name} theory"] < 2.0  # bytes / rate dominates at 10 Mbit/s
+    assert nodes.our_namespaces() == []

@@ -20,7 +20,7 @@ LANG = "pt-BR"
 # are added from translations/pt-BR/GLOSSARY.md.
 SAME_IN_BOTH = {"mib", "kib", "ms", "hz", "gflop", "ddp", "fsdp", "sigkill", "gloo", "absmax", "qmap", "lr",
                 "prepare", "cpu", "xeon", "adamw", "adafactor", "sgd", "profiler", "thread", "threads", "mantissa", "original",
-                "global", "amplitude", "pixels", "bit", "bits", "byte", "no", "micro"}
+                "global", "amplitude", "pixels", "bit", "bits", "byte", "no", "micro", "mbit", "tc", "tbf", "link"}
 
 
 def _figures():
@@ -102,6 +102,8 @@ def _figures():
         "plot_all_reduce_cost": plots.plot_all_reduce_cost(
             [{"method": m, "numel": n, "rank": 0, "world": 2, "seconds": 0.01, "socket_bytes": 4 * n,
               "counted_bytes": None, "theory_bytes": 4 * n} for m in ("ring", "parameter server") for n in (10, 100)]),
+        "plot_link_rates": plots.plot_link_rates(
+            [{"rate": r, "DDP": 0.1, "FSDP": 0.2, "DDP theory": 0.1, "FSDP theory": 0.2} for r in (None, 1e7, 1e9)]),
     }
 
 
@@ -371,10 +373,12 @@ ENGLISH = {'plot_gflops': ['Matrix product throughput on Xeon',
                      '0.00',
                      '0.00',
                      '0.00',
-                     'DDP\nrank 0',
-                     'DDP\nrank 1',
-                     'FSDP\nrank 0',
-                     'FSDP\nrank 1'],
+                     'DDP',
+                     'FSDP',
+                     'rank 0',
+                     'rank 1',
+                     'rank 0',
+                     'rank 1'],
  'plot_resume_timeline': ['Checkpoint, crash, resume',
                           'optimizer steps done',
                           'checkpoint saved',
@@ -421,6 +425,10 @@ ENGLISH["plot_overlap_timeline"] = [
     "Overlap: all-reduces started during backward (buckets of 2.0, 1.0 MiB)",
     "milliseconds since backward began (rank 0, profiler trace)", "all-reduce issued (c10d::allreduce_)",
     "backward ended", "backward", "all-reduce running (gloo thread)", "backward", "all-reduce 1", "all-reduce 2"]
+# lesson 5.4
+ENGLISH["plot_link_rates"] = ["Two nodes, one rank each: time per step against the link's rate",
+                              "link rate (Mbit/s, tc tbf)", "ms per training step (median)", "DDP measured",
+                              "DDP theory", "FSDP measured", "FSDP theory"]
 # lesson 5.2
 ENGLISH["plot_trace_timeline"] = ["The step as the saved trace recorded it", "forward", "backward",
                                   "ms since the first labelled range", "MiB allocated since the start"]

@@ -1,11 +1,11 @@
 """No English on a Brazilian learner's screen (issue 29): what the pt-BR lessons print, scanned for the workbook's
 own English labels, and each translated lesson about as long as its English source.
 
-The English words are the short labels of the message catalogs (1-4 words, no fields) whose translation differs
-and which never occur in any Portuguese text of the catalogs (so "no", "batch" or "checkpoint", also Portuguese
-or kept in English by the glossary, are not flagged), plus the benchmark table's column names. The fast tests
-scan what the display helpers make in pt-BR; the slow test executes pt-BR notebooks and scans every output (text,
-HTML tables, widget labels), naming the lesson and the cell."""
+What counts as English lives in tests/screen_language.py (one home, also used by conftest.py's scan of the
+pt-BR lessons under nbval). The fast tests scan what the display helpers make in pt-BR; the slow test executes
+pt-BR notebooks and scans every output, the widgets' labels included (which nbval does not see), naming the
+lesson and the cell; a test checks that each library label left out is in the library's
+installed source and in none of the workbook's (code, lessons, translations)."""
 
 import re
 from pathlib import Path
@@ -13,27 +13,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from effitrain_helpers.core.language import catalog
 from effitrain_helpers.core.settings import SETTINGS
+from screen_language import (LANG, LIBRARY_BARS, SCREENED, english_in, english_in_outputs, output_texts,
+                             screened)
 
 ROOT = Path(__file__).resolve().parents[1]
-LANG = "pt-BR"
-ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulation", "mixed precision")
-
-
-def english_words() -> list[str]:
-    """The workbook's English labels a pt-BR screen must not show."""
-    pt_text = " ".join(catalog(LANG).values()).lower()
-    words = {en for en, pt in catalog(LANG).items()
-             if "{" not in en and 1 <= len(en.split()) <= 4 and len(en) > 3 and en.strip() != pt.strip()
-             and re.fullmatch(r"[A-Za-z][A-Za-z -]*", en)
-             and not re.search(rf"(?<![\w`]){re.escape(en.lower())}(?![\w`])", pt_text)}
-    return sorted(words | set(ALWAYS))
-
-
-def english_in(text: str) -> list[str]:
-    """The English labels found in ``text`` (whole words, any case)."""
-    return [w for w in english_words() if re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
 
 
 @pytest.fixture
@@ -71,11 +55,116 @@ def test_the_chapter_table_of_3_3_names_the_techniques_in_portuguese(portuguese)
     assert rows[0].technique == "gradient accumulation (k=4)"  # the key the self-check compares stays English
 
 
+def _cells(styler) -> list[str]:
+    return re.findall(r">([^<>]*\S[^<>]*)<", styler.to_html())
+
+
+def test_the_tables_of_5_1_name_the_kinds_in_portuguese_and_keep_the_english_keys(portuguese):
+    """The columns are built from the English kinds (issue 29 saw "optimizer state = teoria" on screen)."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.training.model_sharding import KINDS
+
+    held = pd.DataFrame([{"rodada": "FSDP", "rank": 1, **{f"{k} (bytes)": 28996 for k in KINDS},
+                          **{f"{k} = teoria": True for k in KINDS}}]).set_index(["rodada", "rank"])
+    shown = " | ".join(_cells(styled(held, terms=KINDS)))
+    assert english_in(shown) == [] and "estado do otimizador (bytes)" in shown, shown
+    assert "28.996" in shown and "sim" in shown and "True" not in shown, shown
+    assert list(held.columns)[0] == "parameters (bytes)"  # the key the self-check compares stays English
+    kib = pd.DataFrame({"DDP": {k: 12.46 for k in KINDS}}).T
+    assert "12,5" in _cells(styled(kib, precision=1, terms=KINDS))
+
+
+def test_the_tables_of_5_3_name_files_pieces_and_costs_in_portuguese(portuguese):
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.training.resume import TERMS
+
+    files = pd.DataFrame([{"file": "optimizer.bin", "bytes": 1336, "holds": "x"}]).set_index("file")
+    differences = pd.DataFrame({"sem data position": {"model": 0.25, "learning rate": 0.0},
+                                "sem loader's generator": {"model": 1e-3, "learning rate": 0.0}}).T
+    cost = pd.DataFrame({"medido (bytes)": {"weights": 4, "optimizer": 8, "everything else": 3}})
+    shown = " | ".join(_cells(styled(files, {"bytes": "{:,}"}, TERMS)) + _cells(styled(differences, "{:.2e}", TERMS))
+                       + _cells(styled(cost, terms=TERMS)))
+    assert english_in(shown) == [], shown
+    for pt in ("arquivo", "conteúdo", "1.336", "sem posição nos dados", "sem gerador do loader", "taxa de "
+               "aprendizado", "2,50e-01", "pesos", "otimizador", "todo o resto"):
+        assert pt in shown, (pt, shown)
+    assert differences.loc["sem data position", "model"] == 0.25  # the keys stay English
+
+
+def test_the_runs_and_methods_of_chapter_6_are_named_in_portuguese_and_keep_the_english_keys(portuguese):
+    """6.3's runs (training.zero.RUNS) and 6.1's methods (measure.all_reduce_cost.METHODS), shown by styled."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.measure.all_reduce_cost import METHODS
+    from effitrain_helpers.training.model_sharding import KINDS
+    from effitrain_helpers.training.zero import RUNS
+
+    held = pd.DataFrame([{"rodada": run, "rank": 0, "optimizer state (B)": 131139, "estado / AdamW": 0.5}
+                         for run in RUNS]).set_index(["rodada", "rank"])
+    costs = pd.DataFrame([{"method": m, "numel": 1000, "ms": 0.125} for m in METHODS]).set_index("method")
+    shown = " | ".join(_cells(styled(held, precision=3, terms=(*RUNS, *KINDS)))
+                       + _cells(styled(costs, precision=2, terms=(*METHODS, "method"))))
+    assert english_in(shown) == [], shown
+    for pt in ("ZeRO-1 à mão", "AdamW, gradientes em média", "estado do otimizador (B)", "131.139", "0,500",
+               "servidor de parâmetros", "anel", "método", "0,12"):
+        assert pt in shown, (pt, shown)
+    assert held.index[1][0] == "ZeRO-1 by hand"  # the key 6.3's self-checks compare stays English
+
+
+def test_a_cell_without_a_format_is_written_short_and_the_portuguese_way(portuguese):
+    """3.3's precision table: rounded floats and integers with no format of their own."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+
+    runs = pd.DataFrame({"ms por passo": {"fp32": 1234, "bf16": 617}, "x tempo do fp32": {"fp32": 1.0, "bf16": 0.5}})
+    assert _cells(styled(runs))[1:] == ["ms por passo", "x tempo do fp32", "fp32", "1.234", "1", "bf16", "617", "0,5"]
+
+
+def test_styled_leaves_an_english_table_as_pandas_shows_it():
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.training.resume import TERMS
+
+    files = pd.DataFrame([{"file": "optimizer.bin", "bytes": 1336, "holds": "x"}]).set_index("file")
+    assert _cells(styled(files, {"bytes": "{:,}"}, TERMS)) == _cells(files.style.format({"bytes": "{:,}"}))
+
+
 def test_choose_model_says_a_wrong_path_in_portuguese(portuguese):
     from effitrain_helpers.sources.models import choose_model
 
     with pytest.raises(ValueError, match="não é uma pasta existente"):
         choose_model("./no-such-folder")
+
+
+def _workbook_texts() -> list[tuple[Path, str]]:
+    """What the workbook itself can print: its package's code, its message catalogs, its lessons' code without
+    comments (a comment may name a library's bar: 1.1 turns it off in its exercises)."""
+    texts = [(p, p.read_text(encoding="utf-8")) for p in (ROOT / "effitrain_helpers").rglob("*.py")]
+    texts += [(p, p.read_text(encoding="utf-8")) for p in (ROOT / "translations").glob("*/messages/*.yaml")]
+    for path in (ROOT / "notebooks").rglob("*.ipynb"):
+        code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        texts.append((path, re.sub(r"#.*", "", "\n".join(code))))
+    return texts
+
+
+def test_only_a_library_progress_bar_is_left_out_of_the_scan():
+    """The label is the library's (in its installed source), never the workbook's; elsewhere its words count."""
+    import importlib.util
+
+    site = Path(importlib.util.find_spec("transformers").origin).parents[1]
+    ours = _workbook_texts()
+    for label, source in LIBRARY_BARS.items():
+        assert f'desc="{label}"' in (site / source).read_text(encoding="utf-8"), (label, source)
+        assert [p for p, text in ours if label.lower() in text.lower()] == [], label
+    assert english_in("Loading weights:   0%|          | 0/36 [00:00<?, ?it/s]") == []
+    assert english_in("Loading weights: pesos carregados") == ["weights"]
 
 
 def _lessons():
@@ -95,15 +184,8 @@ def test_a_translated_lesson_is_about_as_long_as_the_english(name):
 
 
 def _shown_texts(nb) -> list[tuple[int, str]]:
-    """(cell index, text) of every output: text, HTML and plain data, and the widgets' labels."""
-    texts = []
-    for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if "text" in out:
-                texts.append((i, out["text"]))
-            for kind in ("text/plain", "text/html", "text/markdown"):
-                if kind in out.get("data", {}):
-                    texts.append((i, out["data"][kind]))
+    """(cell index, text) of every output (screen_language.output_texts) and the widgets' labels (index -1)."""
+    texts = [(i, text) for i, cell in enumerate(nb.cells) for text in output_texts(cell.get("outputs", []))]
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
     for model in state.values():
         for key in ("description", "tooltip"):
@@ -112,8 +194,21 @@ def _shown_texts(nb) -> list[tuple[int, str]]:
     return texts
 
 
+def test_nbval_scans_the_screened_lessons_and_names_what_is_english():
+    """conftest.py fails a screened pt-BR cell whose outputs hold English; the outputs it reads are nbval's."""
+    english = [{"output_type": "stream", "name": "stdout", "text": "o benchmark: median ms 3,1"},
+               {"output_type": "execute_result", "data": {"text/html": "<th>reliable</th>"}}]
+    assert english_in_outputs(english) == ["median ms", "reliable"]
+    assert english_in_outputs([{"output_type": "stream", "name": "stdout", "text": "mediana 3,1 ms"}]) == []
+    assert set(SCREENED) <= set(_lessons()) and screened(ROOT / "notebooks" / LANG / SCREENED[0])
+    assert not screened(ROOT / "notebooks" / SCREENED[0])  # the English lesson is not scanned
+
+
+# The executed scan sees the widgets' labels too (nbval's scan does not); 1.1 has the workbook's widgets, so it
+# runs every time, the other screened lessons in the exhaustive tier (nbval scans their outputs every run).
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb"])  # 5.1, 5.3: to do
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[] if name.startswith("1_1") else pytest.mark.exhaustive)
+                                  for name in SCREENED])
 def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypatch):
     from nbclient import NotebookClient
 

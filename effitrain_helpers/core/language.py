@@ -142,3 +142,45 @@ def tr(text: str, lang: str | None = None, **fields) -> str:
         return formatter.format(template, **fields)
     except (KeyError, IndexError, ValueError):  # a broken translation: the English never fails (a test checks)
         return formatter.format(text, **fields)
+
+
+def term(label, terms) -> str:
+    """``label`` with the English term of ``terms`` it is, starts or ends with (a key the checks compare:
+    ``"optimizer state (bytes)"``, ``"sem data position"``) in the learner's language (``tr`` of the term),
+    the longest term first; a label with none of them (or not a string) comes back as it is."""
+    if not isinstance(label, str):
+        return label
+    for word in sorted(terms, key=len, reverse=True):
+        if label == word or label.startswith(word + " "):
+            return tr(word) + label[len(word):]
+        if label.endswith(" " + word):
+            return label[: -len(word)] + tr(word)
+    return label
+
+
+def _shortest(value, grouped: bool):
+    """A table cell without a format of its own: a float as ``repr`` would write it (``0.25``, not pandas'
+    ``0.250000``), an integer grouped where the language groups digits (pandas then swaps the separators)."""
+    if isinstance(value, float):
+        return format(value, "g")
+    if grouped and _is_number(value):
+        return format(value, ",")
+    return str(value)
+
+
+def styled(frame, formats=None, terms=(), **options):
+    """``frame.style.format(formats, **options)`` as the learner reads it (lessons 1.1, 3.3, 5.1 and 5.3): numbers
+    with the language's decimal and group separators (a cell with no format as short as it can be written),
+    and the row and column labels and index names that are (or
+    start or end with) one of ``terms`` in the learner's language (:func:`term`), a True/False column as
+    yes/no in that language. The frame and its keys stay English: the self-checks compare them."""
+    decimal, group = separators(SETTINGS.lang)
+    names = [term(n, terms) for n in frame.index.names]
+    if formats is None and "precision" not in options:
+        formats = lambda value: _shortest(value, group != ",")  # noqa: E731
+    styler = frame.rename_axis(index=names).style.format(
+        formats, decimal=decimal, thousands=None if group == "," else group, **options)
+    yes_no = [c for c in frame.columns if frame[c].dtype == bool]
+    if yes_no:
+        styler = styler.format(lambda v: tr("yes") if v else tr("no"), subset=yes_no)
+    return styler.format_index(lambda x: term(x, terms), axis=0).format_index(lambda x: term(x, terms), axis=1)

@@ -38,6 +38,10 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "full": {"n_rows": 400, "seq_len": 64, "batch_size": 8, "steps": 60, "save_every": 10, "stop_at": 30,
                  "crash_at": 47},
     },
+    "5.4": {  # link rates (bit/s) swept with tc tbf, timed steps per strategy and rate
+        "small": {"rates": (10e6, 100e6, 1e9), "link_steps": 3},
+        "full": {"rates": (10e6, 100e6, 1e9, 10e9), "link_steps": 10},
+    },
     "6.4": {  # tokens through the split MLP; micro-batch counts swept; repeats per count; steps per strategy
         "small": {"tokens": 64, "micro_batches": (1, 2, 4, 8), "repeats": 3, "steps": 3},
         "full": {"tokens": 512, "micro_batches": (1, 2, 4, 8, 16), "repeats": 5, "steps": 10},

@@ -22,7 +22,7 @@ from typing import Callable
 
 from effitrain_helpers.core.language import msg, tr
 
-METHODS = ("ring", "gloo all_reduce", "parameter server")
+METHODS = (msg("ring"), "gloo all_reduce", msg("parameter server"))  # keys; language.term shows them translated
 NEEDS_A_GROUP = msg(": an all-reduce needs at least 2 processes")
 MAX_NUMEL = 100_000_000  # 400 MB per tensor and rank, copied a few times: plenty for a laptop
 TOLERANCE = 1e-5  # largest |difference| from gloo's sum accepted, relative to the sum's largest |value|
@@ -145,11 +145,11 @@ def compare_all_reduces(ring: Callable | None = None, sizes: list[int] | tuple =
     world = resolve_num_processes(processes, minimum=2, name="processes", why=NEEDS_A_GROUP)
     positive_int("repeats", repeats, example="repeats=5")
     sizes = [positive_int("sizes", s, maximum=MAX_NUMEL, example="sizes=(1000, 100000)") for s in sizes]
-    notes, which = [], "yours"
+    notes, which = [], msg("yours")
     if ring is None:
         notes.append(tr("the ring measured is the workbook's reference ring_all_reduce (no ring of yours was "
                         "given, or it still holds ____)."))
-        ring, which = ring_all_reduce, "reference"
+        ring, which = ring_all_reduce, msg("reference")
     busy = busy_reason(threads=world)
     rows = [row for ranks in launch(_one_rank, ring, sizes, repeats, num_processes=world, cpu=True, quiet=True,
                                     threads_per_process=1, timeout=timeout) for row in ranks]

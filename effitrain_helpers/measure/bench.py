@@ -387,7 +387,7 @@ def run_benchmark(
     if progress:
         from tqdm.auto import tqdm
 
-        items = tqdm(items, desc="matmul benchmark", leave=False)
+        items = tqdm(items, desc=tr("matmul benchmark"), leave=False)
     # a busy CPU slows CPU products; GPU timings (CUDA events) are judged by their own spread
     results = [r for (dev, n), dts in items for r in _interleaved(n, dts, dev, repeats, busy if dev == "cpu" else "")]
     order = {key: i for i, key in enumerate(plan)}

@@ -1,6 +1,6 @@
 """Which lessons does the course have, and which of them are in this workbook? (start page, README, tests)
 
-``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter, then the three of
+``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter, then the four of
 chapter 5 and the four of chapter 6, which go beyond the course (the one place they are written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
 when it exists (its title then comes from the notebook's own first heading), "coming" when it does not yet, and
 the notebook's wall time from the latest ``make bench`` report on this machine when there is one. Nothing here
@@ -27,7 +27,7 @@ CHAPTERS = {
     2: msg("Distributed training with Accelerator and Trainer"),
     3: msg("Improving training efficiency"),
     4: msg("Training with efficient optimizers"),
-    5: msg("Beyond the course: shard the model, profile a step, survive a crash"),
+    5: msg("Beyond the course: shard the model, profile a step, survive a crash, go beyond one machine"),
     6: msg("Beyond the course: open the engine (collectives, DDP, ZeRO, model parallelism by hand)"),
 }
 SYLLABUS = (
@@ -46,6 +46,7 @@ SYLLABUS = (
     ("5.1", "Shard the model: FSDP and ZeRO"),
     ("5.2", "Where does a step's time go?"),
     ("5.3", "Checkpoint, crash, resume"),
+    ("5.4", "From one machine to many"),
     ("6.1", "Collectives by hand"),
     ("6.2", "Data parallelism by hand"),
     ("6.3", "ZeRO by hand"),

@@ -15,9 +15,10 @@ they are: device, dtype and precision names, a lesson's labels, code (``optimize
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.validate import whole_number
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -595,27 +596,32 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
     kinds = list(next(iter(measured.values()))[0])
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
     fig, ax = plt.subplots(figsize=(10, 5.5))
-    ticks, labels, x = [], [], 0.0
+    ticks, labels, groups, x = [], [], [], 0.0
     for strategy, ranks in measured.items():
+        groups.append((strategy, x + (len(ranks) - 1) / 2, len(ranks)))
         for rank, held in enumerate(ranks):
             bottom = 0.0
             for colour, kind in zip(colours, kinds):
                 ax.bar(x, held[kind] / 2**20, bottom=bottom, color=colour, width=0.8,
                        label=tr(kind) if x == 0 else None)  # model_sharding.KINDS, translated there
                 bottom += held[kind] / 2**20
-            ax.text(x, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=FONT - 2)
+            ax.text(x, bottom, number(bottom, ".2f"), ha="center", va="bottom", fontsize=FONT - 2)
             if theory is not None:
                 expected = sum(theory[strategy][rank].values()) / 2**20
                 ax.hlines(expected, x - 0.45, x + 0.45, colors="black", linewidth=2,
                           label=tr("theory") if x == 0 else None)
             ticks.append(x)
-            labels.append(tr("{strategy}\nrank {rank}", strategy=strategy, rank=rank))
+            labels.append(tr("rank {rank}", rank=rank))
             x += 1
         x += 0.6
-    ax.set_xticks(ticks, labels, fontsize=FONT - 1)
+    ax.set_xticks(ticks, labels, fontsize=FONT - 2)
+    for strategy, centre, count in groups:  # the strategy's name once, under its group of ranks, wrapped to fit
+        ax.annotate(textwrap.fill(strategy, width=max(10, 12 * count)), xy=(centre, 0),
+                    xycoords=("data", "axes fraction"), xytext=(0, -3 * FONT), textcoords="offset points",
+                    ha="center", va="top", fontsize=FONT - 1)
     ax.set_ylabel(tr("MiB held by the rank"), fontsize=FONT)
-    ax.legend(fontsize=FONT - 2, loc="upper right")
-    ax.margins(y=0.15)
+    ax.legend(fontsize=FONT - 2, loc="upper center", ncol=len(kinds) + 1)  # in one row, above the bars
+    ax.margins(y=0.3)
     ax.set_title(title or tr("What each rank holds: full copies (DDP) against 1/N shards (FSDP)"), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
@@ -866,5 +872,32 @@ def plot_trace_timeline(events: list[dict], title: str = "") -> "Figure":
         line.set_ylabel(tr("MiB allocated since the start"), fontsize=FONT - 1)
         line.grid(True, alpha=0.3)
     axes[-1][0].set_xlabel(tr("ms since the first labelled range"), fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+# ---- chapter 5, lesson 5.4: DDP against FSDP over a rate-limited link --------------------------------------------
+def plot_link_rates(rows: list[dict], title: str = "") -> "Figure":
+    """Time per step of DDP and FSDP against the link's rate, measured (dots) and theory (dashed: the unlimited
+    link's time plus bits sent / rate) (lesson 5.4). ``rows``: ``link_rate_steps(...)["rows"]``."""
+    import matplotlib.pyplot as plt
+
+    limited = sorted((r for r in rows if r["rate"] is not None), key=lambda r: r["rate"])
+    if not limited:
+        raise ValueError("nothing to plot: pass link_rate_steps(...)['rows'] with at least one rate.")
+    rates = [r["rate"] / 1e6 for r in limited]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for i, name in enumerate(("DDP", "FSDP")):
+        ax.plot(rates, [r[name] * 1e3 for r in limited], "o-", color=f"C{i}", label=tr("{name} measured",
+                                                                                       name=name))
+        ax.plot(rates, [r[f"{name} theory"] * 1e3 for r in limited], "--", color=f"C{i}", alpha=0.7,
+                label=tr("{name} theory", name=name))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(tr("link rate (Mbit/s, tc tbf)"), fontsize=FONT)
+    ax.set_ylabel(tr("ms per training step (median)"), fontsize=FONT)
+    ax.legend(fontsize=FONT - 2)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title or tr("Two nodes, one rank each: time per step against the link's rate"), fontsize=FONT + 1)
     fig.tight_layout()
     return fig

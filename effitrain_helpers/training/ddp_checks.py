@@ -116,3 +116,32 @@ def summarize_four_steps(reports: list[dict], global_batch: int = 8) -> dict:
         "parameter_synchronization": param_spread <= TOLERANCE,
         "max_param_diff_across_ranks": param_spread,
     }
+
+
+def main() -> None:
+    """One rank under torchrun (lesson 5.4: across two nodes): :func:`four_steps` on a global batch of 2 samples
+    per rank; rank 0 prints one JSON line: ``world_size``, each rank's report with where it ran (node, local
+    rank, address), the four checks (:func:`summarize_four_steps`) and ``identical_weights``."""
+    import json
+    import os
+
+    import torch.distributed as dist
+    from accelerate.utils import gather_object
+
+    from effitrain_helpers.training.train import where_this_rank_runs
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    report = four_steps(global_batch=2 * world)
+    reports = gather_object([{**report, **where_this_rank_runs()}])
+    if report["rank"] == 0:
+        print(json.dumps({"world_size": len(reports), "ranks": reports,
+                          "checks": summarize_four_steps(reports, 2 * world),
+                          "identical_weights": len({r["final_fingerprint"] for r in reports}) == 1}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    from effitrain_helpers.processes.ending import exit_without_teardown
+
+    main()
+    exit_without_teardown(0)

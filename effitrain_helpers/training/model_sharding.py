@@ -221,13 +221,15 @@ def measured_run(wrap: Callable, batches: list[tuple], seed: int = 0) -> dict[st
             "communication": per_step, "groups": fsdp_groups(model), "weights": full_state(model)}
 
 
-def _wrap_ddp(model):
+def wrap_ddp(model):
+    """``model`` wrapped in ``DistributedDataParallel`` (lessons 5.1, 5.4; needs a process group)."""
     from torch.nn.parallel import DistributedDataParallel
 
     return DistributedDataParallel(model)
 
 
-def _wrap_fsdp(model):
+def wrap_fsdp(model):
+    """``model`` sharded with ``fully_shard``: each block, then the root (lessons 5.1, 5.3, 5.4, 6.3); returns it."""
     from torch.distributed.fsdp import fully_shard
 
     for block in model.blocks:
@@ -237,7 +239,7 @@ def _wrap_fsdp(model):
 
 
 def _both_runs(batches: list[tuple]) -> dict[str, dict]:
-    return {"DDP": measured_run(_wrap_ddp, batches), "FSDP": measured_run(_wrap_fsdp, batches)}
+    return {"DDP": measured_run(wrap_ddp, batches), "FSDP": measured_run(wrap_fsdp, batches)}
 
 
 def sharding_arguments(processes: int | None = 2, steps: int | None = None,
@@ -366,7 +368,7 @@ def _wrap_for_peak(strategy: str, model):
         raise ValueError(tr("strategy={value!r} is not one of {allowed}.", value=strategy,
                             allowed=", ".join(PEAK_STRATEGIES)))
     if strategy in ("DDP", "ZeRO-1"):
-        model = _wrap_ddp(model)
+        model = wrap_ddp(model)
     else:
         options = {} if strategy == "FSDP" else {"reshard_after_forward": False}
         for block in model.blocks:

@@ -82,33 +82,76 @@ def delete_namespaces(names: list[str]) -> None:
         subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
 
 
-def agent_command(node: dict, node_rank: int, endpoint: str, run_id: str, nproc: int,
-                  train_args: list[str]) -> list[str]:
-    """The torchrun command line of one agent: two nodes, ``nproc`` ranks each, c10d rendezvous at ``endpoint``."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node_rank),
+TRAIN_SCRIPT = ["-m", "effitrain_helpers.training.train", "--json"]
+
+
+def agent_command(node: dict, node_rank: int, endpoint: str, run_id: str, nproc: int, train_args: list[str],
+                  nnodes: str = "2", options: tuple[str, ...] = (), rdzv_conf: str = "join_timeout=120",
+                  script: list[str] | None = None) -> list[str]:
+    """The torchrun command line of one agent: ``nnodes`` nodes (``"1:2"``: elastic), ``nproc`` ranks each, c10d
+    rendezvous at ``endpoint``; ``options``: more torchrun options (``--max-restarts 1``), ``rdzv_conf``: more
+    rendezvous settings; ``script``: the module the ranks run (default: the course's training script)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", nnodes, "--node-rank", str(node_rank),
                "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-               "--rdzv-id", run_id, "--local-addr", node["address"],
+               "--rdzv-id", run_id, "--local-addr", node["address"], *options,
                # torchrun guesses which agent hosts the store from the hostname, which both namespaces share
-               "--rdzv-conf", f"is_host={str(node_rank == 0).lower()},join_timeout=120",
-               "-m", "effitrain_helpers.training.train", "--json", *train_args]
+               "--rdzv-conf", f"is_host={str(node_rank == 0).lower()},{rdzv_conf}",
+               *(TRAIN_SCRIPT if script is None else script), *train_args]
     if "namespace" in node:
         command = ["ip", "netns", "exec", node["namespace"], *command]
     return command
 
 
-def _start_agents(nodes: list[dict], nproc: int, train_args: list[str], run_id: str) -> list[subprocess.Popen]:
+def start_agents(nodes: list[dict], nproc: int, train_args: list[str], run_id: str, env: dict | None = None,
+                 **command) -> list[subprocess.Popen]:
+    """One torchrun agent per node (:func:`agent_command`, ``command``: its keyword options), each in a session
+    of its own, one thread per rank, on the CPU, with ``env`` added to the environment; output piped."""
     from effitrain_helpers.processes.launch import free_port
 
     port = 29400 if "namespace" in nodes[0] else free_port()  # a fresh namespace has every port free
     endpoint = f"{nodes[0]['address']}:{port}"
     agents = []
     for rank, node in enumerate(nodes):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1",
-               "GLOO_SOCKET_IFNAME": node["interface"]}
-        agents.append(subprocess.Popen(agent_command(node, rank, endpoint, run_id, nproc, train_args), env=env,
-                                       text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        agent_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1",
+                     "GLOO_SOCKET_IFNAME": node["interface"], **(env or {})}
+        agents.append(subprocess.Popen(agent_command(node, rank, endpoint, run_id, nproc, train_args, **command),
+                                       env=agent_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        start_new_session=True))
     return agents
+
+
+def make_nodes(form: str, run_id: str, made: list[str]) -> list[dict]:
+    """The two nodes of ``form``: namespaces (their names appended to ``made``) or two settings on loopback."""
+    if form == "namespaces":
+        return make_namespaces(run_id, made)
+    return [{"interface": "lo", "address": "127.0.0.1"} for _ in range(2)]
+
+
+def check_form(form: str) -> None:
+    """``ValueError`` for an unknown form, ``PermissionError`` (one line) for namespaces without the rights."""
+    if form not in FORMS:
+        raise ValueError(tr("--form {form!r} is not one of {forms}. Fix: pass namespaces (as root) or loopback.",
+                            form=form, forms=", ".join(FORMS)))
+    if form == "namespaces" and (why := namespace_refusal()):
+        raise PermissionError(why)
+
+
+def stuck(agents: list[subprocess.Popen]) -> str:
+    """The processes still running under ``agents`` (pid and command), one per line: what a timeout names."""
+    import psutil
+
+    lines = []
+    for agent in agents:
+        try:
+            family = [psutil.Process(agent.pid), *psutil.Process(agent.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for proc in family:
+            try:
+                lines.append(f"  pid {proc.pid}: {' '.join(proc.cmdline())[:160]}")
+            except psutil.Error:
+                pass
+    return "\n".join(lines) or "  (none)"
 
 
 def _summary(stdout: str) -> dict | None:
@@ -119,39 +162,39 @@ def _summary(stdout: str) -> dict | None:
     return None
 
 
+REFERENCE_SCRIPT = ["-m", "effitrain_helpers.training.ddp_checks"]  # four_steps: each rank against one process
+
+
 def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | None = None,
-              timeout: float = 300.0, on_start=None) -> dict:
-    """Train across two nodes of ``form`` (see the module), ``nproc`` ranks each; rank 0's summary with the
-    nodes' settings. ``on_start(nodes)`` is called once the agents run (a test uses it to kill the run)."""
+              timeout: float = 300.0, on_start=None, script: list[str] | None = None) -> dict:
+    """Train across two nodes of ``form`` (see the module), ``nproc`` ranks each: rank 0's JSON summary (for the
+    training script: ``world_size``, ``ranks``, ``identical_weights``, ``history``) with ``form``, the nodes'
+    settings, the agents' ``commands`` and ``seconds``. ``script``: another module the ranks run
+    (``REFERENCE_SCRIPT``: lesson 2.2's four steps, each rank against one process); ``on_start(nodes)`` is
+    called once the agents run (a test uses it to kill the run)."""
     from effitrain_helpers.core.validate import positive_int
     from effitrain_helpers.processes.launch import sigterm_ends_the_launch
     from effitrain_helpers.processes.ending import end_tree
 
-    if form not in FORMS:
-        raise ValueError(tr("--form {form!r} is not one of {forms}. Fix: pass namespaces (as root) or loopback.",
-                            form=form, forms=", ".join(FORMS)))
+    check_form(form)
     nproc = positive_int("nproc", nproc, example="nproc=2")
-    if form == "namespaces" and (why := namespace_refusal()):
-        raise PermissionError(why)
     run_id = uuid.uuid4().hex[:8]
     made: list[str] = []
     agents: list[subprocess.Popen] = []
     start = time.perf_counter()
     with sigterm_ends_the_launch():
         try:
-            if form == "namespaces":
-                nodes = make_namespaces(run_id, made)
-            else:
-                nodes = [{"interface": "lo", "address": "127.0.0.1"} for _ in range(2)]
-            agents = _start_agents(nodes, nproc, TRAIN_ARGS if train_args is None else train_args, run_id)
+            nodes = make_nodes(form, run_id, made)
+            args = (TRAIN_ARGS if script is None else []) if train_args is None else train_args
+            agents = start_agents(nodes, nproc, args, run_id, script=script)
             if on_start is not None:
                 on_start(nodes)
             outputs = [agent.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))
                        for agent in agents]
         except subprocess.TimeoutExpired:
-            raise TimeoutError(tr("the two agents did not finish within {seconds:.0f} s; they and their ranks "
-                                  "were ended. Fix: run it again on a quieter machine, or give a larger "
-                                  "--timeout.", seconds=timeout)) from None
+            raise TimeoutError(tr("the two agents did not finish within {seconds:.0f} s; these were still "
+                                  "running and were ended:\n{stuck}\nFix: run it again on a quieter machine, "
+                                  "or give a larger --timeout.", seconds=timeout, stuck=stuck(agents))) from None
         finally:
             for agent in agents:
                 end_tree(agent.pid)
@@ -161,6 +204,5 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
         codes = ", ".join(str(agent.returncode) for agent in agents)
         raise RuntimeError(tr("the agents exited with {codes} and no summary:\n{tail}", codes=codes,
                               tail=(outputs[0][1] + outputs[1][1])[-2000:]))
-    return {"form": form, "world_size": summary["world_size"], "nodes": nodes, "ranks": summary["ranks"],
-            "identical_weights": summary["identical_weights"], "history": summary["history"],
+    return {"form": form, "nodes": nodes, "commands": [agent.args for agent in agents], **summary,
             "seconds": time.perf_counter() - start}

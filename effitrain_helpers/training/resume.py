@@ -11,7 +11,8 @@ never the loop itself:
 - :class:`LoaderGenerator`: a data loader's own random generator, saved with the checkpoint;
 - :func:`lost_steps`: the steps a crash throws away when checkpoints come every ``save_every`` steps;
 - :func:`state_differences`: how far two runs' final weights and AdamW states are apart (0.0: bit-identical);
-- :func:`checkpoint_files`, :func:`expected_checkpoint_bytes`: what a checkpoint holds on disk, next to theory.
+- :func:`checkpoint_files`, :func:`expected_checkpoint_bytes`: what a checkpoint holds on disk, next to theory
+  (:data:`TERMS`: their keys, which ``language.styled`` shows in the learner's language).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ WHAT_FILES_HOLD = {
                                    "generator)"),
     MARKER: msg("written last by the main process: each file's size and SHA-256 (save_checkpoint)"),
 }
+# The English keys of lesson 5.3's tables (the self-checks compare them), shown in the learner's language by
+# language.styled: checkpoint_files' columns, the pieces a resume needs, state_differences' and the byte counts'.
+TERMS = (msg("file"), msg("holds"), msg("data position"), msg("optimizer"), msg("loader's generator"),
+         msg("model"), msg("learning rate"), msg("weights"), msg("everything else"))
 
 
 def checkpoint_folder(root, step: int) -> Path:
@@ -301,10 +306,12 @@ def _build(model, rows, steps: int, batch_size: int, seed: int, own_generator: b
 
 
 def train_with_checkpoints(model, rows, root, *, steps: int, save_every: int, batch_size: int, seed: int = 0,
-                           crash_at: int | None = None, resume=None, own_generator: bool = True) -> dict:
+                           crash_at: int | None = None, resume=None, own_generator: bool = True,
+                           after_step=None) -> dict:
     """In each process: lesson 5.3's loop, saving with :func:`save_checkpoint` every ``save_every`` steps into
     ``root``; ``resume``: a checkpoint folder to load first; ``crash_at``: rank 1 kills itself (SIGKILL) after
-    that many steps. Returns the final state (see :func:`state_differences`)."""
+    that many steps; ``after_step(done)``: called after each step and its checkpoint (lesson 5.4 loses a node
+    there). Returns the final state (see :func:`state_differences`)."""
     import copy
     import signal
 
@@ -326,6 +333,8 @@ def train_with_checkpoints(model, rows, root, *, steps: int, save_every: int, ba
             done += 1
             if done % save_every == 0:
                 save_checkpoint(accelerator, root, done)
+            if after_step is not None:
+                after_step(done)
             if done == steps:
                 break
     unwrapped = accelerator.unwrap_model(model)
@@ -420,9 +429,9 @@ SHARDED_BATCH = 12  # global batch: 1, 2, 3, 4 or 6 ranks each take an equal par
 
 
 def _sharded_model():
-    from effitrain_helpers.training.model_sharding import _wrap_fsdp, sharding_model
+    from effitrain_helpers.training.model_sharding import sharding_model, wrap_fsdp
 
-    return _wrap_fsdp(sharding_model(0))  # every block, then the root, sharded with fully_shard
+    return wrap_fsdp(sharding_model(0))  # every block, then the root, sharded with fully_shard
 
 
 def _full_states(model, optimizer) -> dict:

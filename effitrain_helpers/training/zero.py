@@ -28,8 +28,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from effitrain_helpers.core.language import msg
 from effitrain_helpers.core.validate import positive_int
 
+# zero_stages' runs written here (keys of its results; lesson 6.3 shows them translated: language.term)
+RUNS = (msg("AdamW, averaged gradients"), msg("ZeRO-1 by hand"), msg("ZeRO-2 by hand"), msg("ZeRO-3 by hand"))
 LEARNING_RATE = 1e-3  # every run here: torch.optim.AdamW(lr=1e-3), its other defaults (lesson 5.1's train_steps)
 
 
@@ -278,7 +281,7 @@ def zero_stages(batches: list[tuple], seed: int = 0) -> dict[str, Any]:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     from effitrain_helpers.measure.communication import CommunicationCounter
-    from effitrain_helpers.training.model_sharding import _wrap_fsdp, measured_run, sharding_model
+    from effitrain_helpers.training.model_sharding import measured_run, sharding_model, wrap_fsdp
 
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = [(t.chunk(world)[rank], y.chunk(world)[rank]) for t, y in batches]
@@ -333,11 +336,9 @@ def zero_stages(batches: list[tuple], seed: int = 0) -> dict[str, Any]:
         return (opt, lambda: (average_gradients(model.parameters()), _grad_bytes(model.parameters()))[1],
                 lambda m, o: replicated(m, o, o.optim))
 
-    for name, make in (("AdamW, averaged gradients", plain), ("ZeRO-1 by hand", zero1),
-                       ("ZeRO-2 by hand", zero2), ("ZeRO-3 by hand", zero3),
-                       ("ZeroRedundancyOptimizer", torch_zero)):
+    for name, make in zip((*RUNS, "ZeroRedundancyOptimizer"), (plain, zero1, zero2, zero3, torch_zero)):
         run(name, make)
-    fsdp = measured_run(_wrap_fsdp, batches, seed)
+    fsdp = measured_run(wrap_fsdp, batches, seed)
     results["fully_shard"] = {"bytes": fsdp["bytes"], "communication": fsdp["communication"],
                               "gap": max(float((fsdp["weights"][k] - reference[k]).abs().max()) for k in reference)}
     model = sharding_model(seed)

@@ -1,0 +1,69 @@
+"""What counts as English on a Brazilian learner's screen (issue 29), in one home: tests/test_portuguese_screens.py
+tests it and the executed scans use it, and the root conftest.py applies it to every output of the pt-BR lessons in
+``SCREENED`` while nbval runs them (so each CI run scans them at no extra execution).
+
+The English words are the short labels of the message catalogs (1-4 words, no fields; letters, digits, hyphens and
+commas, so "ZeRO-1 by hand" counts) whose translation differs and which never occur in any Portuguese text of the
+catalogs (so "no", "batch" or "checkpoint", also Portuguese or kept in English by the glossary, are not flagged),
+plus the benchmark table's column names.
+
+One thing on screen is not the workbook's to translate: the label of a library's own progress bar (transformers'
+"Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
+prints it. The scan leaves out that label only where it starts a tqdm bar (``Loading weights:  0%|``), so the
+same words printed by the workbook are still flagged."""
+
+import functools
+import re
+from pathlib import Path
+
+from effitrain_helpers.core.language import catalog
+
+LANG = "pt-BR"
+ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulation", "mixed precision")
+LIBRARY_BARS = {"Loading weights": "transformers/core_model_loading.py"}  # label: the file that prints it
+# The pt-BR lessons that show no English; nbval fails any of their cells whose output does (conftest.py).
+SCREENED = ("1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb", "5_1_shard_the_model.ipynb",
+            "5_3_checkpoint_crash_resume.ipynb", "5_4_from_one_machine_to_many.ipynb",
+            "6_1_collectives_by_hand.ipynb", "6_2_data_parallelism_by_hand.ipynb", "6_3_zero_by_hand.ipynb",
+            "6_4_split_the_layer_split_the_model.ipynb")
+
+
+@functools.cache
+def english_words() -> tuple[str, ...]:
+    """The workbook's English labels a pt-BR screen must not show."""
+    pt_text = " ".join(catalog(LANG).values()).lower()
+    words = {en for en, pt in catalog(LANG).items()
+             if "{" not in en and 1 <= len(en.split()) <= 4 and len(en) > 3 and en.strip() != pt.strip()
+             and re.fullmatch(r"[A-Za-z][A-Za-z0-9 ,-]*", en)
+             and not re.search(rf"(?<![\w`]){re.escape(en.lower())}(?![\w`])", pt_text)}
+    return tuple(sorted(words | set(ALWAYS)))
+
+
+def english_in(text: str) -> list[str]:
+    """The English labels found in ``text`` (whole words, any case), a library's progress bar label left out."""
+    for label in LIBRARY_BARS:
+        text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
+    return [w for w in english_words() if re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
+
+
+def output_texts(outputs: list) -> list[str]:
+    """The texts a learner reads in a cell's outputs (nbformat dicts): streams, plain text, HTML and markdown."""
+    texts = []
+    for out in outputs:
+        if "text" in out:
+            texts.append(out["text"] if isinstance(out["text"], str) else "".join(out["text"]))
+        for kind in ("text/plain", "text/html", "text/markdown"):
+            if kind in out.get("data", {}):
+                value = out["data"][kind]
+                texts.append(value if isinstance(value, str) else "".join(value))
+    return texts
+
+
+def screened(path: Path) -> bool:
+    """Whether the notebook at ``path`` is a pt-BR lesson whose outputs must show no English."""
+    return path.parent.name == LANG and path.name in SCREENED
+
+
+def english_in_outputs(outputs: list) -> list[str]:
+    """The English labels in a cell's outputs, each once, in the order ``english_words`` lists them."""
+    return sorted({word for text in output_texts(outputs) for word in english_in(text)})
