@@ -156,6 +156,23 @@ def test_3_2_q1_checkpointing_a_transformers_model():
     assert "function itself" in l32.q1.evaluate(True).message
 
 
+def test_3_2_q1_names_checkpointing_flags_set_by_hand():
+    def config_flag(model):
+        model.config.gradient_checkpointing = True
+
+    def model_attribute(model):
+        model.gradient_checkpointing = True
+
+    def layer_flags(model):
+        for module in model.modules():
+            if hasattr(module, "gradient_checkpointing"):
+                module.gradient_checkpointing = True
+
+    assert "model already built changes nothing" in l32.q1.evaluate(config_flag).message
+    assert "attribute no layer reads" in l32.q1.evaluate(model_attribute).message
+    assert "set by hand" in l32.q1.evaluate(layer_flags).message
+
+
 def test_3_2_q2():
     config = DistilBertConfig(n_layers=2, dim=128, n_heads=4, hidden_dim=512)
     assert l32.q2.evaluate(2 * 8 * 64 * 128 * 4, config).status == "correct"
@@ -332,3 +349,65 @@ def test_3_3_q4_names_other_mistakes():
     assert "torch.autocast" in l33.q4.evaluate(_fp16_step(autocast=False)).message
     assert "zero the gradients" in l33.q4.evaluate(_fp16_step(zero=False)).message
     assert "function itself" in l33.q4.evaluate(3).message
+
+
+def _bf16_training(precision="bf16", accelerator=True, prepare=("model", "optimizer", "loader"),
+                   backward="accelerator", zero=True):
+    """A learner's ``bf16_training`` for 3.3 q5, right by default; each argument turns one part into a usual
+    mistake: another ``precision`` (None: no argument), no ``accelerator`` at all, a part left out of
+    ``prepare`` (its unprepared version used), ``backward="loss"`` (``loss.backward()``), ``zero=False``."""
+
+    def bf16_training(model, optimizer, loader):
+        from accelerate import Accelerator
+
+        if accelerator:
+            acc = Accelerator(**({} if precision is None else {"mixed_precision": precision}))
+            parts = {"model": model, "optimizer": optimizer, "loader": loader}
+            chosen = [name for name in parts if name in prepare]
+            parts.update(zip(chosen, acc.prepare(*(parts[name] for name in chosen))))
+            model, optimizer, loader = parts["model"], parts["optimizer"], parts["loader"]
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            acc.backward(loss) if accelerator and backward == "accelerator" else loss.backward()
+            optimizer.step()
+            if zero:
+                optimizer.zero_grad()
+
+    return bf16_training
+
+
+def test_3_3_q5_a_bf16_training_loop_with_accelerate():
+    from accelerate.state import AcceleratorState
+
+    before = dict(AcceleratorState._shared_state)
+    right = l33.q5.evaluate(_bf16_training())
+    assert right.status == "correct", right.message
+    assert dict(AcceleratorState._shared_state) == before, "the notebook's Accelerate state is put back"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 turns autocast on with a GPU")
+def test_3_3_q5_names_fp16_on_a_cpu():
+    assert "'fp16' on a CPU" in l33.q5.evaluate(_bf16_training(precision="fp16")).message
+
+
+def test_3_3_q5_names_no_mixed_precision():
+    assert "mixed precision is 'no'" in l33.q5.evaluate(_bf16_training(precision=None)).message
+    assert "never created an Accelerator" in l33.q5.evaluate(_bf16_training(accelerator=False)).message
+
+
+def test_3_3_q5_names_the_unprepared_model():
+    assert "through accelerator.prepare(model" in l33.q5.evaluate(
+        _bf16_training(prepare=("optimizer", "loader"))).message
+
+
+def test_3_3_q5_names_the_unprepared_loader():
+    assert "loader you were given" in l33.q5.evaluate(_bf16_training(prepare=("model", "optimizer"))).message
+
+
+def test_3_3_q5_names_loss_backward():
+    assert "accelerator.backward(loss)" in l33.q5.evaluate(_bf16_training(backward="loss")).message
+
+
+def test_3_3_q5_names_gradients_left_to_pile_up():
+    assert "optimizer.zero_grad() per batch" in l33.q5.evaluate(_bf16_training(zero=False)).message
+    assert "function itself" in l33.q5.evaluate(3).message

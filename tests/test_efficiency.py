@@ -124,3 +124,32 @@ def test_precisions_run_in_fresh_processes_and_fp16_on_a_cpu_is_reported_as_fp32
     if not torch.cuda.is_available():
         assert runs["fp16"].precision_effective == "fp32" and runs["fp16"].note
         assert runs["fp16"].losses == runs["fp32"].losses
+
+
+def _precision_row(time_ratio, matmul_ratio=1.0):
+    from effitrain_helpers.training.efficiency import ChapterRow
+
+    return [ChapterRow("gradient checkpointing", 0.5, 0.5, 1.3, 4 / 3, 1, 1, ""),
+            ChapterRow("mixed precision (bf16)", 0.55, 0.5, time_ratio, matmul_ratio, 1, 1, "")]
+
+
+def _cpu(isa, bf16_fast):
+    from effitrain_helpers.core.devices import HardwareSummary
+
+    return HardwareSummary("Test CPU", 2, 2, 2, 8.0, 4.0, isa, bf16_fast, False, torch.__version__)
+
+
+def test_efficiency_names_the_cpus_isa_and_concludes_what_holds_on_it():
+    from effitrain_helpers.training.efficiency import precision_conclusion
+
+    avx2 = precision_conclusion(_precision_row(12.0, 40.0), _cpu("SIMD AVX2", False))
+    assert "Test CPU, SIMD AVX2" in avx2 and "fast bf16 instructions" in avx2 and ": no." in avx2
+    assert "costs time here (12.00x" in avx2 and "train in fp32 on this machine" in avx2
+    amx = precision_conclusion(_precision_row(0.6, 0.3), _cpu("SIMD AVX512", True))
+    assert ": yes." in amx and "So bf16 pays here: 0.60x" in amx
+    small = precision_conclusion(_precision_row(1.1, 0.5), _cpu("SIMD AVX512", True))
+    assert "not faster at this size" in small and "EFFITRAIN_SIZE=full" in small
+    odd = precision_conclusion(_precision_row(0.9, 20.0), _cpu("SIMD AVX2", False))
+    assert "measure again" in odd
+    here = precision_conclusion(_precision_row(1.0))  # this machine's own summary
+    assert ("this GPU" if torch.cuda.is_available() else "this CPU") in here

@@ -172,3 +172,28 @@ def test_adamw_implementation_follows_torchs_choice():
     assert adamw_implementation(torch.optim.AdamW(params, foreach=True)) == "foreach"
     with pytest.raises(TypeError, match="torch.optim.Adam or AdamW"):
         adamw_implementation(torch.optim.SGD(params, lr=0.1))
+
+
+@pytest.mark.slow  # trains the lesson model a few steps per optimizer
+def test_the_lessons_loop_and_compare_optimizers_are_the_same_comparison():
+    """Lesson 4.3 writes the loop over the optimizers with comparison_setup and builds each optimizer itself;
+    compare_optimizers (command line, widget) is that loop with make_optimizer: same runs, step for step."""
+    from transformers import Adafactor
+
+    from effitrain_helpers.training.optimizer_compare import compare_optimizers, comparison_setup
+
+    names = ["adamw", "adafactor"]
+    setup = comparison_setup(names, steps=4, seed=0)
+    runs = []
+    for name in setup.names:
+        net = setup.fresh_model()
+        optimizer = (torch.optim.AdamW(net.parameters(), lr=setup.rates[name], weight_decay=0.01)
+                     if name == "adamw" else
+                     Adafactor(net.parameters(), lr=setup.rates[name], scale_parameter=False,
+                               relative_step=False, warmup_init=False, weight_decay=0.01))
+        runs.append(setup.train(name, net, optimizer))
+    mine, helpers = setup.comparison(runs), compare_optimizers(names, steps=4, seed=0)
+    assert [r.name for r in mine.runs] == names and mine.device == helpers.device
+    for a, b in zip(mine.runs, helpers.runs):
+        assert a.losses == b.losses and a.state_bytes == b.state_bytes == b.expected_state_bytes
+        assert a.learning_rate == b.learning_rate == setup.rates[a.name] and a.optimizer_class == b.optimizer_class

@@ -166,3 +166,42 @@ def chapter_table(rows: list[ChapterRow]) -> str:
                   (r.sync_ratio, r.sync_expected))]
         lines.append(f"| {technique_label(r.technique)} | {' | '.join(pairs)} | {r.verdict} ({r.detail}) |")
     return "\n".join(lines)
+
+
+def precision_conclusion(rows: list[ChapterRow], hardware=None) -> str:
+    """What the mixed-precision row means on this machine (``effitrain efficiency``): the CPU's instruction set
+    and whether it has fast bf16 (``hardware_summary()``'s ``cpu_isa`` and ``cpu_bf16_fast``; the GPU instead when
+    the row ran on one), then the conclusion the measured ratios support here. ``hardware`` defaults to
+    :func:`~effitrain_helpers.core.devices.hardware_summary`."""
+    from effitrain_helpers.core.devices import _yes, hardware_summary
+
+    hw = hardware or hardware_summary()
+    row = next(r for r in rows if r.technique.startswith("mixed precision ("))
+    low = row.technique.removeprefix("mixed precision (").rstrip(")")
+    figures = dict(time=row.time_ratio, matmul=row.time_expected, memory=row.memory_ratio, low=low)
+    if hw.gpus:
+        gpu = hw.gpus[0]
+        head = tr("this GPU: {name}; fast {low} units: {fast}.", name=gpu.name, low=low,
+                  fast=_yes(gpu.bf16_fast if low == "bf16" else gpu.fp16_fast))
+        fast = gpu.bf16_fast if low == "bf16" else gpu.fp16_fast
+    else:
+        head = tr("this CPU: {model}, {isa}; fast bf16 instructions (AMX or AVX512-BF16 on x86, the bf16 "
+                  "extension on ARM): {fast}.", model=hw.cpu_model, isa=hw.cpu_isa, fast=_yes(hw.cpu_bf16_fast))
+        fast = hw.cpu_bf16_fast
+    if fast and row.time_ratio < 1:
+        body = tr("So {low} pays here: {time:.2f}x fp32's time per step (matmul {matmul:.2f}x), {memory:.2f}x "
+                  "its activation memory.", **figures)
+    elif fast:
+        body = tr("Yet {low} was not faster at this size ({time:.2f}x fp32's time per step, matmul {matmul:.2f}x): "
+                  "the lesson model's products are too small for the units to win; measure at the full size "
+                  "(EFFITRAIN_SIZE=full) before choosing. It still keeps {memory:.2f}x the activation memory.",
+                  **figures)
+    elif row.time_ratio >= 1:
+        body = tr("So {low} costs time here ({time:.2f}x fp32's time per step, matmul {matmul:.2f}x) and saves "
+                  "only activation memory ({memory:.2f}x): train in fp32 on this machine; {low} pays on hardware "
+                  "with units for it (NVIDIA GPUs since Ampere, CPUs with AMX or AVX512-BF16).", **figures)
+    else:
+        body = tr("{low} measured faster ({time:.2f}x fp32's time per step) without units for it, against the "
+                  "matmul benchmark ({matmul:.2f}x): other work dominated the step or the machine was busy; "
+                  "measure again before relying on it.", **figures)
+    return f"{head} {body}"

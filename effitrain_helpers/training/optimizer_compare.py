@@ -8,7 +8,10 @@ the median time per training step after a warm-up, and the loss on a fixed evalu
 - :func:`make_optimizer` builds ``torch.optim.AdamW``, ``transformers.Adafactor`` (external learning rate,
   as ``Trainer(optim="adafactor")`` sets it) or ``bitsandbytes.optim.AdamW8bit`` from a name;
 - :func:`train_steps` trains a model with an optimizer *you* built, on fixed batches (the lessons call it);
-- :func:`compare_optimizers` does the whole comparison and returns one :class:`OptimizerRun` per optimizer.
+- :func:`comparison_setup` checks the inputs and builds what every run shares (lesson 4.3 writes the loop over
+  the optimizers with it, building each optimizer itself);
+- :func:`compare_optimizers` is that loop in one call (the command line, the widget, the benchmarks) and returns
+  one :class:`OptimizerRun` per optimizer.
 
 bitsandbytes is imported only inside the functions that need it. When it cannot be imported, the 8-bit run is
 skipped with a note (:func:`bitsandbytes_status` says why) and the rest still runs. The workbook's launcher
@@ -332,17 +335,67 @@ def default_steps() -> int:
     return lesson_size("4").steps
 
 
-def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, learning_rate=None,
-                       betas=(0.9, 0.999), weight_decay: float = 0.01, batch_size: int = 16, seed: int = 0,
-                       model: str | None = None, schedule: str = "linear", progress: bool = False,
-                       verbose: bool = False) -> Comparison:
-    """Train the same model from the same weights on the same batches with each optimizer (lessons 4.3, CLI).
+@dataclass
+class ComparisonSetup:
+    """What every optimizer of a comparison shares (from :func:`comparison_setup`): the optimizer ``names`` to
+    run, their learning ``rates``, ``notes`` (e.g. why one was skipped), one set of initial weights, the same
+    batches, the schedule. Lesson 4.3 writes the loop over the names and builds each optimizer itself; this object
+    hands out a fresh copy of the model (:meth:`fresh_model`), trains and measures one optimizer (:meth:`train`)
+    and gathers the runs (:meth:`comparison`)."""
 
-    ``optimizers``: names from ``OPTIMIZER_NAMES``; ``learning_rate``: one number, a dict by name, or None for
-    the defaults of :func:`learning_rates`; ``schedule``: ``linear`` (decay to 0 over the steps, chapter 2's
-    ``get_linear_schedule_with_warmup`` without warm-up) or ``constant``. All inputs are checked before anything trains. ``adamw8bit`` is
-    skipped, with a note, when bitsandbytes cannot be imported.
-    """
+    names: list[str]
+    rates: dict[str, float]
+    notes: list[str]
+    base: object  # the model every run copies
+    batches: list
+    eval_batches: list
+    steps: int
+    batch_size: int
+    seed: int
+    schedule: str
+    model: str
+    data: str
+    device: object  # torch.device
+    progress: bool = False
+
+    def fresh_model(self):
+        """A copy of the initial weights on the device (the seed reset first, so every run starts alike)."""
+        import torch
+
+        torch.manual_seed(self.seed)
+        return copy.deepcopy(self.base).to(self.device)
+
+    def train(self, name: str, net, optimizer) -> OptimizerRun:
+        """Train ``net`` with ``optimizer`` (built by the caller for ``name``) on the shared batches and schedule,
+        and measure it: time per step and per ``optimizer.step()``, state bytes next to the theory, losses."""
+        scheduler = make_scheduler(optimizer, self.steps) if self.schedule == "linear" else None
+        result = train_steps(net, optimizer, self.batches, self.eval_batches, scheduler, progress=self.progress)
+        first = optimizer.param_groups[0]  # the learning rate it was built with (a scheduler keeps initial_lr)
+        return OptimizerRun(
+            name=name, optimizer_class=f"{type(optimizer).__module__}.{type(optimizer).__name__}",
+            learning_rate=first.get("initial_lr", first["lr"]), steps=self.steps,
+            n_parameters=n_parameters(net), parameter_bytes=parameter_bytes(net),
+            state_bytes=result["state_bytes"], expected_state_bytes=expected_state_bytes(name, net),
+            seconds_per_step=result["seconds_per_step"], seconds_per_step_iqr=result["seconds_per_step_iqr"],
+            seconds_per_step_quartiles=result["seconds_per_step_quartiles"],
+            optimizer_seconds_per_step=result["optimizer_seconds_per_step"], initial_loss=result["initial_loss"],
+            final_loss=result["final_loss"], losses=result["losses"])
+
+    def comparison(self, runs: list[OptimizerRun]) -> Comparison:
+        """The runs, with what ran (device, model, data, steps, batch, seed) and the notes."""
+        import torch
+
+        device = "CPU" if self.device.type == "cpu" else torch.cuda.get_device_name(self.device)
+        return Comparison(runs, self.notes, self.model, self.data, device, self.steps, self.batch_size, self.seed)
+
+
+def comparison_setup(optimizers=OPTIMIZER_NAMES, steps: int | None = None, learning_rate=None,
+                     batch_size: int = 16, seed: int = 0, model: str | None = None, schedule: str = "linear",
+                     progress: bool = False, verbose: bool = False) -> ComparisonSetup:
+    """Check every input, then build what the runs share: the model (``models.load_classifier``, one set of
+    initial weights), the batches (:func:`fixed_batches`), the learning rates (:func:`learning_rates`) and the
+    schedule (``linear``: decay to 0 over the steps, chapter 2's ``get_linear_schedule_with_warmup`` without
+    warm-up; or ``constant``). ``adamw8bit`` is left out, with a note, when bitsandbytes cannot be imported."""
     import torch
 
     from effitrain_helpers.sources.models import choose_model, load_classifier
@@ -358,8 +411,6 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
     positive_int("steps", steps, maximum=MOST_STEPS)
     positive_int("batch_size", batch_size)
     whole_number("seed", seed, minimum=0)
-    check_betas(betas)
-    non_negative_number("weight_decay", weight_decay, hint="e.g. weight_decay=0.01")
     if schedule not in SCHEDULES:
         raise ValueError(tr("schedule={schedule!r} is not allowed; allowed: {allowed}.", schedule=schedule,
                             allowed=", ".join(SCHEDULES)))
@@ -379,27 +430,28 @@ def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, lea
                             "exceed the theory. Fix: bitsandbytes.optim.GlobalOptimManager.get_instance().initialize()."))
     torch.manual_seed(seed)
     base, tokenizer = load_classifier(choice, verbose=verbose)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     batches, eval_batches, data_choice = fixed_batches(tokenizer, steps, batch_size, seed=seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return ComparisonSetup(names, rates, notes, base, batches, eval_batches, steps, batch_size, seed, schedule,
+                           f"{choice.path} ({choice.source})", str(data_choice.name), device, progress)
+
+
+def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, learning_rate=None,
+                       betas=(0.9, 0.999), weight_decay: float = 0.01, batch_size: int = 16, seed: int = 0,
+                       model: str | None = None, schedule: str = "linear", progress: bool = False,
+                       verbose: bool = False) -> Comparison:
+    """The whole comparison in one call, for ``effitrain optimizers``, the widget and the benchmarks: the loop
+    lesson 4.3 writes, each optimizer built by :func:`make_optimizer`. Arguments as in :func:`comparison_setup`,
+    plus ``betas`` and ``weight_decay`` for :func:`make_optimizer`; all are checked before anything trains."""
+    check_betas(betas)
+    non_negative_number("weight_decay", weight_decay, hint="e.g. weight_decay=0.01")
+    setup = comparison_setup(optimizers, steps, learning_rate, batch_size, seed, model, schedule, progress, verbose)
     runs = []
-    for name in names:
-        torch.manual_seed(seed)
-        net = copy.deepcopy(base).to(device)
-        optimizer = make_optimizer(name, net.parameters(), rates[name], betas, weight_decay)
-        scheduler = make_scheduler(optimizer, steps) if schedule == "linear" else None
-        result = train_steps(net, optimizer, batches, eval_batches, scheduler, progress=progress)
-        runs.append(OptimizerRun(
-            name=name, optimizer_class=f"{type(optimizer).__module__}.{type(optimizer).__name__}",
-            learning_rate=rates[name], steps=steps, n_parameters=n_parameters(net), parameter_bytes=parameter_bytes(net),
-            state_bytes=result["state_bytes"], expected_state_bytes=expected_state_bytes(name, net),
-            seconds_per_step=result["seconds_per_step"], seconds_per_step_iqr=result["seconds_per_step_iqr"],
-            seconds_per_step_quartiles=result["seconds_per_step_quartiles"],
-            optimizer_seconds_per_step=result["optimizer_seconds_per_step"], initial_loss=result["initial_loss"],
-            final_loss=result["final_loss"], losses=result["losses"]))
-        del net, optimizer
-    device_name = "CPU" if device.type == "cpu" else torch.cuda.get_device_name(device)
-    return Comparison(runs, notes, f"{choice.path} ({choice.source})", str(data_choice.name), device_name, steps,
-                      batch_size, seed)
+    for name in setup.names:
+        net = setup.fresh_model()
+        optimizer = make_optimizer(name, net.parameters(), setup.rates[name], betas, weight_decay)
+        runs.append(setup.train(name, net, optimizer))
+    return setup.comparison(runs)
 
 
 COLUMNS = (msg("optimizer"), "lr", msg("state MiB"), msg("theory MiB"), msg("measured / theory"),

@@ -42,7 +42,22 @@ def _check_model_checkpointing(turn_on) -> None:
     if not model.training:
         raise Incorrect(tr("your function switched the model to eval mode; checkpointing only matters in "
                            "training."))
-    if saved_bytes(model, batch).activation_bytes >= plain:
+    try:
+        checkpointed = saved_bytes(model, batch).activation_bytes
+    except AttributeError as err:
+        if "_gradient_checkpointing_func" not in str(err):
+            raise
+        raise Incorrect(tr("the layers' gradient_checkpointing flag was set by hand: the forward then finds no "
+                           "function to recompute with. The model's method sets the flag in each layer together "
+                           "with that function: call it instead.")) from None
+    if checkpointed >= plain:
+        if getattr(model.config, "gradient_checkpointing", False):
+            raise Incorrect(tr("model.config.gradient_checkpointing = True on a model already built changes "
+                               "nothing: transformers reads that old flag only while it builds a model (then deletes "
+                               "it). Call the model's method that switches checkpointing on."))
+        if vars(model).get("gradient_checkpointing"):
+            raise Incorrect(tr("model.gradient_checkpointing = True sets an attribute no layer reads: call the "
+                               "model's method, which switches checkpointing on in each layer."))
         raise Incorrect(tr("the model still keeps every activation for backward: switch checkpointing on in the "
                            "model itself (its method, not a TrainingArguments flag)."))
     if not _same_gradients(plain_grads, _gradients_of(model, batch)):

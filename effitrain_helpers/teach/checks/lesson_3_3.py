@@ -240,3 +240,142 @@ q4 = Exercise(
                    "    scaler.update()\n"
                    "    optimizer.zero_grad()\n\nq4.check(fp16_step)"),
 )
+
+
+BF16_BATCHES = 3  # batches of the checker's loader: a bf16 step is slow on a CPU without bf16 units, keep it tiny
+
+
+def _watched_loader():
+    """The checker's loader: a DataLoader that notes when it is iterated itself (``prepare`` builds a new loader
+    on the same dataset, so a loop over the prepared one never iterates this object)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Watched(DataLoader):
+        iterated = False
+
+        def __iter__(self):
+            self.iterated = True
+            return super().__iter__()
+
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(4 * BF16_BATCHES, 8, generator=generator),
+                         torch.randn(4 * BF16_BATCHES, 1, generator=generator))
+    return Watched(data, batch_size=4)
+
+
+def _bf16_run(fn) -> dict:
+    """Run ``fn(model, optimizer, loader)`` on a fresh two-layer model with a clean Accelerate state (the notebook's
+    own state is put back afterwards) and record what happened: the Accelerator's precision and device, the
+    dtype the first layer computed in, what went to ``prepare``, the ``accelerator.backward`` calls, whether the
+    original loader was iterated, and the final weights."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = _watched_loader()
+    dtypes, prepared, backwards = [], [], []
+    model[0].register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
+    original_prepare, original_backward = Accelerator.prepare, Accelerator.backward
+
+    def prepare(self, *args, **kwargs):
+        prepared.extend(id(a) for a in args)
+        return original_prepare(self, *args, **kwargs)
+
+    def backward(self, loss, **kwargs):
+        backwards.append(1)
+        return original_backward(self, loss, **kwargs)
+
+    saved = dict(AcceleratorState._shared_state)  # the notebook's Accelerator (a process keeps one precision)
+    AcceleratorState._shared_state.clear()
+    Accelerator.prepare, Accelerator.backward = prepare, backward
+    try:
+        fn(model, optimizer, loader)
+        state = dict(AcceleratorState._shared_state)
+    finally:
+        Accelerator.prepare, Accelerator.backward = original_prepare, original_backward
+        AcceleratorState._shared_state.clear()
+        AcceleratorState._shared_state.update(saved)
+    return {"precision": state.get("_mixed_precision"), "device": getattr(state.get("device"), "type", None),
+            "dtypes": dtypes, "backwards": len(backwards), "loader_iterated": loader.iterated,
+            "prepared": {name: id(part) in prepared for name, part in
+                         (("model", model), ("optimizer", optimizer), ("loader", loader))},
+            "weights": [p.detach().cpu().float().clone() for p in model.parameters()]}
+
+
+def _reference_bf16_training(model, optimizer, loader):
+    """The lesson's bfloat16 loop with Accelerate (the checker's reference)."""
+    import torch
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(mixed_precision="bf16")
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _check_bf16_training(fn) -> None:
+    import torch
+
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
+    got = _bf16_run(fn)
+    if got["precision"] is None:
+        raise Incorrect(tr("your function never created an Accelerator: start with "
+                           "accelerator = Accelerator(mixed_precision=...)."))
+    if got["precision"] == "fp16" and got["device"] == "cpu":
+        raise Incorrect(tr("mixed_precision='fp16' on a CPU: Accelerate turns autocast on for fp16 only on a GPU "
+                           "(with a GradScaler), so here the layers ran in {dtype}, as in fp32; ask for 'bf16'.",
+                           dtype=got["dtypes"][0] if got["dtypes"] else torch.float32))
+    if got["precision"] != "bf16":
+        raise Incorrect(tr("the Accelerator's mixed precision is {precision!r}: pass mixed_precision='bf16' when "
+                           "you create it.", precision=got["precision"]))
+    if not got["prepared"]["model"] or (got["dtypes"] and got["dtypes"][0] != torch.bfloat16):
+        raise Incorrect(tr("the model's layers ran in {dtype}: the Accelerator's bf16 reaches the model only "
+                           "through accelerator.prepare(model, ...), which wraps its forward in autocast; use "
+                           "the model prepare returns.", dtype=got["dtypes"][0] if got["dtypes"] else "no pass"))
+    if got["loader_iterated"] or not got["prepared"]["loader"]:
+        raise Incorrect(tr("your loop went over the loader you were given: pass it to accelerator.prepare too "
+                           "and loop over the one it returns (it moves batches to the device and, in several "
+                           "processes, gives each its share)."))
+    if got["backwards"] == 0:
+        raise Incorrect(tr("the loss never went through accelerator.backward(loss); loss.backward() skips what "
+                           "Accelerate adds (loss scaling in fp16, gradient accumulation)."))
+    want = _bf16_run(_reference_bf16_training)
+    if got["backwards"] != BF16_BATCHES or not all(
+            torch.allclose(a, b, atol=1e-6) for a, b in zip(got["weights"], want["weights"])):
+        raise Incorrect(tr("the weights differ from one bf16 epoch's ({batches} batches): one backward, one "
+                           "optimizer.step() and one optimizer.zero_grad() per batch.", batches=BF16_BATCHES))
+
+
+q5 = Exercise(
+    "3.3 q5: a bfloat16 training loop with Accelerate",
+    _check_bf16_training,
+    usage="q5.check(bf16_training)",
+    api=True,
+    checked=("checked: an Accelerator in bf16, the model, optimizer and loader prepared, the layers run in "
+             "bfloat16, accelerator.backward used, weights equal to a reference bf16 epoch."),
+    hints=["The precision is an argument of the Accelerator itself, not of the loop; the loop is lesson 2.2's, "
+           "with the parts that came back from prepare.",
+           "Accelerate's docs ('Accelerator', the mixed_precision argument) list the values it takes; the "
+           "'Accelerator(mixed_precision=...)' cell above uses one. Of the two 16-bit values, only one turns "
+           "autocast on for a CPU.",
+           "accelerator = Accelerator(____)\n"
+           "model, optimizer, loader = accelerator.____(____)\n"
+           "# then, for each (x, y) of the prepared loader: the loss, its backward through the accelerator,\n"
+           "# the step, and zero the gradients"],
+    solution_code=("def bf16_training(model, optimizer, loader):\n"
+                   "    accelerator = Accelerator(mixed_precision=\"bf16\")\n"
+                   "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+                   "    for x, y in loader:\n"
+                   "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+                   "        accelerator.backward(loss)\n"
+                   "        optimizer.step()\n"
+                   "        optimizer.zero_grad()\n\nq5.check(bf16_training)"),
+)
