@@ -96,18 +96,12 @@ MAX_CELL_LINES = 25  # issue 26: a loop cell carries the loop; counters, timers 
 @pytest.mark.parametrize("path", NOTEBOOKS + sorted((ROOT / "notebooks" / "pt-BR").glob("*.ipynb")),
                          ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
 def test_no_code_cell_is_longer_than_a_screen(path):
-    """Every code cell a learner reads fits in MAX_CELL_LINES lines; in a translated notebook the language
-    lines its build puts first (``SET_LANG``) are not the lesson's."""
-    from effitrain_helpers.teach.translations import SET_LANG
-
-    prefix = SET_LANG.count("\n")
+    """Every code cell a learner reads fits in MAX_CELL_LINES lines (a translated notebook's language cell
+    included: it is a cell of its own)."""
     long = []
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type == "code":
             lines = cell.source.splitlines()
-            if lines and lines[0].startswith("from effitrain_helpers.core.settings import SETTINGS") and \
-                    len(lines) > 1 and ".set_lang(" in lines[1]:
-                lines = lines[prefix:]
             if len(lines) > MAX_CELL_LINES:
                 long.append(f"{cell.get('id')} ({len(lines)} lines)")
     assert not long, f"{path.name}: code cells over {MAX_CELL_LINES} lines: {', '.join(long)}"

@@ -71,8 +71,10 @@ def test_the_translated_notebook_follows_the_outputs_policy_and_sets_its_languag
     assert notebook_outputs.problems(nb, f"{LANG}/{name}") == []
     assert nb.metadata["effitrain"]["lang"] == LANG
     first_code = next(c for c in nb.cells if c.cell_type == "code")
-    assert first_code.source.startswith(t.set_lang_line(LANG))
-    assert sum(t.set_lang_line(LANG) in c.source for c in nb.cells) == 1
+    assert first_code.get("id") == t.LANG_CELL_ID and first_code.source == t.set_lang_line(LANG)
+    assert sum("set_lang(" in c.source for c in nb.cells if c.cell_type == "code") == 1
+    english = [c.source for c in _english(name).cells if c.cell_type == "code"]
+    assert len([c for c in nb.cells if c.cell_type == "code"]) == len(english) + 1  # the lesson's own cells kept
 
 
 def _stale_copy(name, edit):

@@ -23,8 +23,8 @@ entry or is still ``todo``, a code translation changes anything but comments and
 ``ast``) or has a line longer than :data:`MAX_CODE_LINE` characters, or an entry names a cell id that no longer exists.
 
 The translated notebooks live in ``notebooks/<lang>/`` (:func:`build_notebook`): the English notebook with the
-translated cells substituted, ``metadata.effitrain.lang`` set, and one line at the top of its first code cell
-that sets the kernel's language (``SETTINGS.set_lang("pt-BR")``), so ``check()`` answers in that language
+translated cells substituted, ``metadata.effitrain.lang`` set, and a two-line code cell of its own before the
+first code cell (id ``LANG_CELL_ID``) that sets the kernel's language (``SETTINGS.set_lang("pt-BR")``), so ``check()`` answers in that language
 wherever the notebook runs (a student copy, a grader's temporary folder). A test compares them with what this
 module builds. The package's own messages are translated in ``translations/<lang>/messages/``
 (:mod:`effitrain_helpers.core.language`); :func:`message_problems` says which are missing or stale.
@@ -52,7 +52,8 @@ from effitrain_helpers.teach.workbook import lesson_id
 PACKAGE = Path(__file__).resolve().parents[1]  # effitrain_helpers/
 FINGERPRINT = 12  # hex digits of sha256 kept in the translation files
 MAX_CODE_LINE = 100  # characters: the English notebooks' code lines keep to it, and so must their translations
-SET_LANG = 'from effitrain_helpers.core.settings import SETTINGS\nSETTINGS.set_lang("{lang}")  # {why}\n\n'
+SET_LANG = 'from effitrain_helpers.core.settings import SETTINGS\nSETTINGS.set_lang("{lang}")  # {why}'
+LANG_CELL_ID = "set-lang"  # the id of that cell (no English notebook's cell has it)
 SET_LANG_WHY = msg("check(), hint() and the workbook's messages in this notebook's language")
 
 
@@ -189,27 +190,30 @@ def notebook_problems(english, notebook: str, translation: Translation) -> list[
 
 
 def set_lang_line(lang: str) -> str:
-    """The lines a translated notebook's first code cell starts with (they set the kernel's language)."""
+    """The source of a translated notebook's first code cell, its own (it sets the kernel's language)."""
     return SET_LANG.format(lang=lang, why=tr(SET_LANG_WHY, lang=lang))
 
 
 def build_notebook(english, notebook: str, lang: str, previous=None):
     """The ``lang`` edition of the ``english`` notebook: translated cells substituted, outputs dropped (kept from
     ``previous``, the notebook built before, for a cell whose source did not change), the language set in the
-    metadata and at the top of the first code cell."""
+    metadata and by a code cell of its own before the first code cell (so the lesson's cells keep their length)."""
+    import nbformat
+
     translation = Translation.read(notebook, lang)
     old = {c.get("id"): c for c in previous.cells} if previous is not None else {}
     nb = copy.deepcopy(english)
-    first_code = True
+    if LANG_CELL_ID in {c.get("id") for c in nb.cells}:
+        raise ValueError(f"{notebook} has a cell with id {LANG_CELL_ID!r}, the id the translation's language cell "
+                         "takes: give that cell another id")
+    first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
+    nb.cells.insert(first_code, nbformat.v4.new_code_cell(set_lang_line(lang), id=LANG_CELL_ID))
     for cell in nb.cells:
         text = translation.text(cell.get("id"))
         if text is not None:
             cell.source = text
         if cell.cell_type != "code":
             continue
-        if first_code:
-            cell.source = set_lang_line(lang) + cell.source
-            first_code = False
         before = old.get(cell.get("id"))
         keep = before is not None and before.source == cell.source
         cell.outputs = copy.deepcopy(before.outputs) if keep else []
