@@ -190,8 +190,8 @@ q3 = Exercise(
     usage="q3.check(seconds)",
     hints=["Under DDP each step all-reduces the whole gradient; over a ring each node sends about twice the "
            "gradient, and the link carries bits, not bytes.",
-           "Lesson 6.1: each rank sends 2 (N - 1) / N times the tensor's bytes; float32 is 4 bytes per value; "
-           "the link's rate is in bits per second.",
+           "This lesson's bandwidth section: each rank sends 2 (N - 1) / N times the tensor's bytes; float32 "
+           "is 4 bytes per value; the link's rate is in bits per second.",
            "seconds = 2 * (____ - 1) / ____ * 124_000_000 * ____ * 8 / ____"],
     solution_code="seconds = 2 * (8 - 1) / 8 * 124_000_000 * 4 * 8 / 25e9\nq3.check(seconds)",
 )
