@@ -63,7 +63,7 @@ def _check_agent(agent) -> None:
                                "first node, {want!r}.", rank=rank, got=config.rdzv_endpoint, want=endpoint))
         if config.max_nodes * config.nproc_per_node != Q1_NODES * Q1_NPROC or config.min_nodes != Q1_NODES:
             raise Incorrect(tr("with --nnodes {nodes} and --nproc-per-node {nproc} the world would not be {n} "
-                               "nodes of {per} processes.", nodes=f"{config.min_nodes}:{config.max_nodes}",
+                               "nodes of {per} processes.", nodes=parsed.nnodes,
                                nproc=config.nproc_per_node, n=Q1_NODES, per=Q1_NPROC))
         if command[-2:] != ["effitrain_helpers.training.train", "--json"] or "-m" not in command:
             raise Incorrect(tr("the agents should run the course's script as a module: -m "
