@@ -881,6 +881,7 @@ def plot_link_rates(rows: list[dict], title: str = "") -> "Figure":
     """Time per step of DDP and FSDP against the link's rate, measured (dots) and theory (dashed: the unlimited
     link's time plus bits sent / rate) (lesson 5.4). ``rows``: ``link_rate_steps(...)["rows"]``."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogFormatter, ScalarFormatter
 
     limited = sorted((r for r in rows if r["rate"] is not None), key=lambda r: r["rate"])
     if not limited:
@@ -894,6 +895,10 @@ def plot_link_rates(rows: list[dict], title: str = "") -> "Figure":
                 label=tr("{name} theory", name=name))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # plain numbers (20, 100, 1000), not 2 x 10^1 on a projector; between decades, a few minor ticks named
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     ax.set_xlabel(tr("link rate (Mbit/s, tc tbf)"), fontsize=FONT)
     ax.set_ylabel(tr("ms per training step (median)"), fontsize=FONT)
     ax.legend(fontsize=FONT - 2)

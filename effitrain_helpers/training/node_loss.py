@@ -4,9 +4,10 @@
 with ``--nnodes 1:2 --max-restarts 1``; the ranks run lesson 5.3's loop (:func:`resume.train_with_checkpoints`,
 a checkpoint every ``save_every`` steps). After ``lose_at`` steps one rank of node 1 writes a marker naming its
 agent and waits; the harness then kills that agent and every rank below it with SIGKILL, as a power cut would.
-Node 0's ranks lose their peers in the next all-reduce and fail; node 0's agent restarts its ranks, the
-rendezvous closes with the one node left (after ``last_call_timeout``), and the ranks resume from the newest whole
-checkpoint and finish on half the world size. Steps lost: those done after that checkpoint.
+Node 0's ranks lose their peers in the next all-reduce and fail; node 0's agent goes back to the rendezvous, which
+strikes node 1 off when its heartbeats stop and completes a new round with the one node left (after
+``last_call_timeout``); the restarted ranks resume from the newest whole checkpoint and finish on half the world
+size. Steps lost: those done after that checkpoint.
 
 Every run has a time limit (a timeout names the processes still running) and ends both agents, their ranks,
 the namespaces and the temporary folder, whatever happens.

@@ -63,7 +63,7 @@ def _check_agent(agent) -> None:
                                "first node, {want!r}.", rank=rank, got=config.rdzv_endpoint, want=endpoint))
         if config.max_nodes * config.nproc_per_node != Q1_NODES * Q1_NPROC or config.min_nodes != Q1_NODES:
             raise Incorrect(tr("with --nnodes {nodes} and --nproc-per-node {nproc} the world would not be {n} "
-                               "nodes of {per} processes.", nodes=f"{config.min_nodes}:{config.max_nodes}",
+                               "nodes of {per} processes.", nodes=parsed.nnodes,
                                nproc=config.nproc_per_node, n=Q1_NODES, per=Q1_NPROC))
         if command[-2:] != ["effitrain_helpers.training.train", "--json"] or "-m" not in command:
             raise Incorrect(tr("the agents should run the course's script as a module: -m "
@@ -190,8 +190,8 @@ q3 = Exercise(
     usage="q3.check(seconds)",
     hints=["Under DDP each step all-reduces the whole gradient; over a ring each node sends about twice the "
            "gradient, and the link carries bits, not bytes.",
-           "Lesson 6.1: each rank sends 2 (N - 1) / N times the tensor's bytes; float32 is 4 bytes per value; "
-           "the link's rate is in bits per second.",
+           "This lesson's bandwidth section: each rank sends 2 (N - 1) / N times the tensor's bytes; float32 "
+           "is 4 bytes per value; the link's rate is in bits per second.",
            "seconds = 2 * (____ - 1) / ____ * 124_000_000 * ____ * 8 / ____"],
     solution_code="seconds = 2 * (8 - 1) / 8 * 124_000_000 * 4 * 8 / 25e9\nq3.check(seconds)",
 )
