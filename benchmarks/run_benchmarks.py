@@ -7,7 +7,8 @@ Targets (checked here, never in timed tests):
 1. the helper's matmul GFLOP/s agree with ``torch.utils.benchmark`` on the same shapes in the same run:
    median ratio over interleaved rounds >= 0.95 (the harness adds no overhead); the ratio of the best
    repeats is reported too, and is noisier (the reference's blocks are short, so its best is a lucky one);
-2. every lesson notebook, executed headless in the default size, takes under 60 s on a 2-core CPU;
+2. every lesson notebook, executed headless in the default size on a 2-core CPU, takes under 45 s in the
+   course's chapters 1-4 (and the start page), under 120 s in chapters 5-6 (several runs of real processes each);
 3. ``import effitrain_helpers`` imports neither transformers, accelerate nor datasets;
 4. the workbook's sharded Accelerate loop reaches at least 0.9 x the samples per second of a plain PyTorch
    ``DistributedDataParallel`` loop with the same number of processes (same model, data and threads);
@@ -60,7 +61,7 @@ import hand_ddp  # lesson 6.2 (benchmarks/ is this script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
-NOTEBOOK_MAX_S = 60.0
+NOTEBOOK_MAX_S = {"course": 45.0, "beyond": 120.0}  # chapters 1-4 and the start page; chapters 5-6
 DDP_RATIO_MIN = 0.9
 STATE_VS_THEORY_TOL = 0.05
 EIGHT_BIT_OVER_ADAMW_MAX = 0.3
@@ -171,7 +172,8 @@ def notebook_times() -> list[dict]:
             start = time.perf_counter()
             NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": tmp}}).execute()
             seconds = time.perf_counter() - start
-        rows.append({"notebook": path.name, "seconds": seconds, "ok": seconds < NOTEBOOK_MAX_S})
+        limit = NOTEBOOK_MAX_S["beyond" if path.name[0] in "56" else "course"]
+        rows.append({"notebook": path.name, "seconds": seconds, "limit": limit, "ok": seconds < limit})
     return rows
 
 
@@ -337,9 +339,9 @@ def write_report(report: dict, out: Path) -> None:
         lines.append(f"| {r['size']} | {r['helper_gflops']:.1f} / {r['best_helper_gflops']:.1f} | "
                      f"{r['torch_benchmark_gflops']:.1f} / {r['best_torch_benchmark_gflops']:.1f} | "
                      f"{r['ratio']:.3f} | {r['best_ratio']:.3f} | {'ok' if r['ok'] else 'MISSED'} |")
-    lines += ["", "## Notebooks, headless, small size", "", "| notebook | seconds | target < 60 s |", "|---|---|---|"]
+    lines += ["", "## Notebooks, headless, small size", "", "| notebook | seconds | target | |", "|---|---|---|---|"]
     for r in report["notebooks"]:
-        lines.append(f"| {r['notebook']} | {r['seconds']:.1f} | {'ok' if r['ok'] else 'MISSED'} |")
+        lines.append(f"| {r['notebook']} | {r['seconds']:.1f} | < {r['limit']:.0f} s | {'ok' if r['ok'] else 'MISSED'} |")
     d = report["ddp"]
     lines += ["", "## Workbook loop vs plain DDP", "",
               f"{d['processes']} processes x {d['threads_per_process']} thread(s): workbook {d['workbook_samples_per_s']:.0f} "
