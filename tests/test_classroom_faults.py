@@ -195,9 +195,12 @@ def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing
     (tmp_path / "temp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "temp"), "PYTHONFAULTHANDLER": "1"}
     before = _hashes(subs)
+    # A command started in the background by a shell without job control (`cmd &`) inherits SIGINT ignored,
+    # and Python keeps it so: grade is started the way a terminal starts it, with Ctrl-C's default action.
     grading = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "grade", str(subs), "--out",
                                 str(tmp_path / "g.csv"), "--timeout", "600"], env=env, stderr=subprocess.PIPE,
-                               text=True, restore_signals=True)
+                               text=True, restore_signals=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def started():
         return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]

@@ -17,7 +17,7 @@ def test_start_page_runs_clean(page, lab):
     course_map = page.page.locator(".jp-OutputArea-output table").filter(has_text="1.1").first
     rows = course_map.locator("tbody tr").all_inner_texts()
     lessons = [row.split()[0] for row in rows if re.match(r"\d\.\d\s", row)]
-    assert lessons[:1] == ["1.1"] and lessons[-1:] == ["6.4"] and len(lessons) == 19, rows  # chapters 5 and 6 included
+    assert lessons[:1] == ["1.1"] and lessons[-1:] == ["6.4"] and len(lessons) == 20, rows  # chapters 5 and 6 included
     summary = "\n".join(text for _, text in stream(cells, "stdout"))
     assert re.search(r"CPU\s*:.*cores", summary) and "GPU" in summary, summary
     assert_tables_left_aligned(page, "00_start_here.ipynb")
