@@ -328,6 +328,20 @@ def _add_resume_parser(sub) -> None:
     p.set_defaults(func=_resume)
 
 
+def _nodes_outcome(run, as_json: bool) -> dict | int:
+    """What ``effitrain nodes`` does with ``run()``: its result, to print as text, or the exit code when nothing
+    is left to print (2 after one line on stderr naming the error; 0 after the result as one JSON record)."""
+    try:
+        result = run()
+    except (PermissionError, TimeoutError, RuntimeError) as err:
+        print(f"effitrain nodes: error: {err}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(result))
+        return 0
+    return result
+
+
 def _nodes(args) -> int:
     """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
     from effitrain_helpers.training.node_loss import lose_a_node
@@ -336,17 +350,10 @@ def _nodes(args) -> int:
     form = args.form or ("loopback" if namespace_refusal() else "namespaces")
     if args.link_rates:
         return _link_rates(args)
-    try:
-        if args.lose_a_node:
-            result = lose_a_node(form, args.nproc_per_node, timeout=args.timeout)
-        else:
-            result = run_nodes(form, args.nproc_per_node, timeout=args.timeout)
-    except (PermissionError, TimeoutError, RuntimeError) as err:
-        print(f"effitrain nodes: error: {err}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(result))
-        return 0
+    run = lose_a_node if args.lose_a_node else run_nodes
+    result = _nodes_outcome(lambda: run(form, args.nproc_per_node, timeout=args.timeout), args.json)
+    if isinstance(result, int):
+        return result
     if args.lose_a_node:
         print(tr("{form}: world size {before}, node lost after step {lost_at}; re-formed with world size {after}, "
                  "resumed from step {resumed} and finished {steps} steps in {seconds:.1f} s; steps lost: {n} "
@@ -368,14 +375,9 @@ def _link_rates(args) -> int:
     """``effitrain nodes --link-rates``: DDP against FSDP time per step over the rate-limited veth (root)."""
     from effitrain_helpers.training.link_rate import link_rate_steps
 
-    try:
-        result = link_rate_steps(timeout=args.timeout)
-    except (PermissionError, TimeoutError, RuntimeError) as err:
-        print(f"effitrain nodes: error: {err}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(result))
-        return 0
+    result = _nodes_outcome(lambda: link_rate_steps(timeout=args.timeout), args.json)
+    if isinstance(result, int):
+        return result
     print(tr("bytes each rank sends per step: DDP {ddp:,.0f}, FSDP {fsdp:,.0f}", ddp=result["bytes_sent"]["DDP"],
              fsdp=result["bytes_sent"]["FSDP"]))
     for row in result["rows"]:
