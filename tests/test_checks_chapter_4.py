@@ -241,17 +241,17 @@ def test_4_2_q3_hard_coded_and_not_a_function():
     assert _status(l42.q3, lambda m: "lots").status == "incorrect"
 
 
-def test_4_3_q1_8bit_bytes():
+def test_4_3_q2_8bit_bytes():
     def right(n):
         return 8 * n if n < 4096 else 2 * n + 8 * math.ceil(n / 256)
 
-    assert _status(l43.q1, right).status == "correct"
-    assert "absmax" in _status(l43.q1, lambda n: 8 * n if n < 4096 else 2 * n).message
-    assert "round the number" in _status(l43.q1, lambda n: 8 * n if n < 4096 else 2 * n + 8 * (n // 256)).message
-    assert "under min_8bit_size" in _status(l43.q1, lambda n: 2 * n + 8 * math.ceil(n / 256)).message
+    assert _status(l43.q2, right).status == "correct"
+    assert "absmax" in _status(l43.q2, lambda n: 8 * n if n < 4096 else 2 * n).message
+    assert "round the number" in _status(l43.q2, lambda n: 8 * n if n < 4096 else 2 * n + 8 * (n // 256)).message
+    assert "under min_8bit_size" in _status(l43.q2, lambda n: 2 * n + 8 * math.ceil(n / 256)).message
 
 
-def test_4_3_q1_agrees_with_bitsandbytes():
+def test_4_3_q2_agrees_with_bitsandbytes():
     pytest.importorskip("bitsandbytes")
     from effitrain_helpers.training.optimizer_compare import make_optimizer
     from effitrain_helpers.measure.optimizer_memory import BNB_QMAP_BYTES, state_bytes
@@ -265,13 +265,13 @@ def test_4_3_q1_agrees_with_bitsandbytes():
         assert state_bytes(optimizer) == l43.adamw8bit_tensor_bytes(n) + maps
 
 
-def test_4_3_q2_names_in_32_bit():
-    assert _status(l43.q2, {"0.bias", "1.weight", "1.bias"}).status == "correct"
-    assert "4096 values" in _status(l43.q2, {"0.weight", "0.bias", "1.weight", "1.bias"}).message
-    assert "not the length" in _status(l43.q2, {"0.bias", "1.weight", "1.bias", "2.weight"}).message
-    assert "missing" in _status(l43.q2, {"0.bias"}).message
-    assert "not parameter names" in _status(l43.q2, {"fc.bias"}).message
-    assert "set of parameter names" in _status(l43.q2, "0.bias").message
+def test_4_3_q3_names_in_32_bit():
+    assert _status(l43.q3, {"0.bias", "1.weight", "1.bias"}).status == "correct"
+    assert "4096 values" in _status(l43.q3, {"0.weight", "0.bias", "1.weight", "1.bias"}).message
+    assert "not the length" in _status(l43.q3, {"0.bias", "1.weight", "1.bias", "2.weight"}).message
+    assert "missing" in _status(l43.q3, {"0.bias"}).message
+    assert "not parameter names" in _status(l43.q3, {"fc.bias"}).message
+    assert "set of parameter names" in _status(l43.q3, "0.bias").message
 
 
 def _adamw8bit_state(layer, cls=None, step=True, count=None, **options):
@@ -286,38 +286,131 @@ def _adamw8bit_state(layer, cls=None, step=True, count=None, **options):
     return optimizer, state_bytes(optimizer) if count is None else count
 
 
-def test_4_3_q3_adamw8bit_judged_by_its_state():
+def test_4_3_q4_adamw8bit_judged_by_its_state():
     pytest.importorskip("bitsandbytes")
     import bitsandbytes as bnb
 
-    assert _status(l43.q3, _adamw8bit_state).status == "correct"
-    assert "state is empty" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, step=False)).message
-    assert "not uint8" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW)).message
-    assert "not uint8" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, cls=bnb.optim.AdamW,
+    assert _status(l43.q4, _adamw8bit_state).status == "correct"
+    assert "state is empty" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, step=False)).message
+    assert "not uint8" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW)).message
+    assert "not uint8" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, cls=bnb.optim.AdamW,
                                                                           optim_bits=32)).message
-    assert "bias" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, min_8bit_size=16)).message
-    assert "measured_bytes=32,768" in _status(l43.q3, lambda layer: _adamw8bit_state(layer, count=32768)).message
-    assert "two things" in _status(l43.q3, lambda layer: _adamw8bit_state(layer)[0]).message
-    assert "function itself" in _status(l43.q3, 3).message
+    assert "bias" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, min_8bit_size=16)).message
+    assert "measured_bytes=32,768" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, count=32768)).message
+    assert "two things" in _status(l43.q4, lambda layer: _adamw8bit_state(layer)[0]).message
+    assert "function itself" in _status(l43.q4, 3).message
 
 
-def test_4_3_q3_without_bitsandbytes_is_skipped_with_the_reason(monkeypatch):
+def test_4_3_q4_without_bitsandbytes_is_skipped_with_the_reason(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # `import bitsandbytes` raises ImportError
-    result = _status(l43.q3, _adamw8bit_state)
+    result = _status(l43.q4, _adamw8bit_state)
     assert result.status == "not attempted" and "not checked here" in result.message
     assert "cannot be imported" in result.message
 
     def starter(layer):
         return ____
 
-    assert "still contains ____" in _status(l43.q3, starter).message
+    assert "still contains ____" in _status(l43.q4, starter).message
 
 
-def test_4_3_q4_trainer_args():
+def test_4_3_q5_trainer_args():
     base = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none", learning_rate=1e-3)
-    assert _status(l43.q4, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
-    assert "adamw_bnb_8bit" in _status(l43.q4, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
-    assert "weight_decay" in _status(l43.q4, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
-    assert "TrainingArguments object" in _status(l43.q4, {"optim": "adamw_bnb_8bit"}).message
+    assert _status(l43.q5, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
+    assert "adamw_bnb_8bit" in _status(l43.q5, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
+    assert "weight_decay" in _status(l43.q5, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
+    assert "TrainingArguments object" in _status(l43.q5, {"optim": "adamw_bnb_8bit"}).message
+
+
+def _builder(adamw=None, adafactor=None, adamw8bit=None, unknown=None):
+    """A learner's build_optimizer: the right one (the notebook's solution) unless a branch is replaced."""
+    def build(name, params, lr):
+        if name == "adamw":
+            return adamw(params, lr) if adamw else torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+        if name == "adafactor":
+            return (adafactor(params, lr) if adafactor else
+                    Adafactor(params, lr=lr, scale_parameter=False, relative_step=False, weight_decay=0.01))
+        if name == "adamw8bit":
+            import bitsandbytes as bnb
+
+            return adamw8bit(params, lr) if adamw8bit else bnb.optim.AdamW8bit(params, lr=lr, weight_decay=0.01)
+        if unknown:
+            return unknown(name)
+        raise ValueError(f"unknown optimizer {name!r}: choose adamw, adafactor or adamw8bit")
+
+    return build
+
+
+def test_4_3_q1_build_optimizer_right_and_starter():
+    assert _status(l43.q1, _builder()).status == "correct"
+    assert "3 steps" in _status(l43.q1, _builder()).message
+
+    def starter(name, params, lr):
+        if name == "adamw":
+            return ____
+        raise ____
+
+    assert _status(l43.q1, starter).status == "not attempted"
+    assert "function itself" in _status(l43.q1, _builder()("adamw", [torch.nn.Parameter(torch.ones(1))], 1e-3)).message
+
+
+@pytest.mark.parametrize("mistake, wrong, said", [
+    ("Adafactor given lr with relative_step at its default",
+     dict(adafactor=lambda ps, lr: Adafactor(ps, lr=lr, scale_parameter=False, weight_decay=0.01)), "relative_step"),
+    ("Adafactor's parameter scaling left on",
+     dict(adafactor=lambda ps, lr: Adafactor(ps, lr=lr, relative_step=False, weight_decay=0.01)), "scale_parameter"),
+    ("Adafactor's weight decay left at its default",
+     dict(adafactor=lambda ps, lr: Adafactor(ps, lr=lr, scale_parameter=False, relative_step=False)),
+     "Adafactor's default is 0.0"),
+    ("Adam with coupled weight decay",
+     dict(adamw=lambda ps, lr: torch.optim.Adam(ps, lr=lr, weight_decay=0.01)), "torch.optim.Adam"),
+    ("a fixed learning rate", dict(adamw=lambda ps, lr: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01)),
+     "use the lr argument"),
+    ("other settings changed", dict(adamw=lambda ps, lr: torch.optim.AdamW(ps, lr=lr, betas=(0.8, 0.99))),
+     "differ from the lesson's"),
+    ("torch's Adafactor", dict(adafactor=lambda ps, lr: torch.optim.Adafactor(ps, lr=lr, weight_decay=0.01)),
+     "transformers.Adafactor"),
+    ("the wrong class", dict(adafactor=lambda ps, lr: torch.optim.AdamW(ps, lr=lr, weight_decay=0.01)),
+     "the comparison's is transformers"),
+    ("no optimizer returned", dict(adamw=lambda ps, lr: None), "not an optimizer"),
+    ("an unknown name returns None", dict(unknown=lambda name: None), "should raise ValueError"),
+    ("an unknown name raises a bare KeyError", dict(unknown=lambda name: {}[name]), "KeyError"),
+    ("an unknown name's error does not name it", dict(unknown=lambda name: (_ for _ in ()).throw(ValueError("bad"))),
+     "does not name 'sgd'"),
+])
+def test_4_3_q1_build_optimizer_names_each_mistake(mistake, wrong, said):
+    result = _status(l43.q1, _builder(**wrong))
+    assert result.status == "incorrect" and said in result.message, (mistake, result.message)
+
+
+def test_4_3_q1_a_32bit_adamw_for_8bit_is_named():
+    bnb = pytest.importorskip("bitsandbytes")
+    wrong = _builder(adamw8bit=lambda ps, lr: bnb.optim.AdamW(ps, lr=lr, weight_decay=0.01))
+    assert "32-bit" in _status(l43.q1, wrong).message
+    assert "32-bit" in _status(l43.q1, _builder(adamw8bit=lambda ps, lr: torch.optim.AdamW(ps, lr=lr))).message
+    eight_bits = _builder(adamw8bit=lambda ps, lr: bnb.optim.AdamW(ps, lr=lr, optim_bits=8, weight_decay=0.01))
+    assert _status(l43.q1, eight_bits).status == "correct"  # the same optimizer by another name
+
+
+def test_answer_or_hands_on_the_answer_only_once_it_is_correct(capsys):
+    right, reference = _builder(), object()
+    assert l43.q1.answer_or(reference, right) is right
+    assert "Using your answer" in capsys.readouterr().out
+
+    def starter(name, params, lr):
+        return ____
+
+    assert l43.q1.answer_or(reference, starter) is reference
+    assert "Not attempted" in capsys.readouterr().out
+    assert l43.q1.answer_or(reference, _builder(adamw=lambda ps, lr: None)) is reference
+    assert "Incorrect" in capsys.readouterr().out
+
+
+def test_4_3_q1_without_bitsandbytes_checks_the_other_two(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # `import bitsandbytes` raises ImportError
+    assert _status(l43.q1, _builder()).status == "correct"
+    assert "Adafactor's default" in _status(l43.q1, _builder(
+        adafactor=lambda ps, lr: Adafactor(ps, lr=lr, scale_parameter=False, relative_step=False))).message

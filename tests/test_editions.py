@@ -265,7 +265,8 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("4_1_", "lesson_4_1", "q1", "import torch\nfrom effitrain_helpers.teach.checks.lesson_4_1 import q1_model"),
     ("4_2_", "lesson_4_2", "q3", "import torch\nfrom transformers import Adafactor\n"
      "from effitrain_helpers.teach.checks.lesson_4_2 import Q3_BETA1, Q3_LR"),
-    ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q2_SHAPES"),
+    ("4_3_", "lesson_4_3", "q1", "import torch\nimport transformers"),
+    ("4_3_", "lesson_4_3", "q2", "import math\nfrom effitrain_helpers.teach.checks.lesson_4_3 import Q3_SHAPES"),
     pytest.param("5_1_", "lesson_5_1", "q2", "", marks=pytest.mark.slow),  # it launches 2 processes
     ("5_1_", "lesson_5_1", "q3", ""),
     ("5_2_", "lesson_5_2", "q2", _ONE_5_2),
@@ -305,7 +306,8 @@ def test_filling_in_the_solution_turns_the_check_correct(built, prefix, module, 
     def run(code):
         recorder = _Recorder(exercise)
         namespace = {name: recorder, "____": ____}
-        exec(setup + "\n" + code, namespace)  # noqa: S102 - the workbook's own cell
+        own_import = f"from effitrain_helpers.teach.checks.{module} import {name}"  # 4.3 q1's cell imports q1
+        exec(setup + "\n" + code.replace(own_import, ""), namespace)  # noqa: S102 - the workbook's own cell
         (result,) = recorder.results
         return result.status
 

@@ -1,4 +1,5 @@
-"""Exercises of lesson 4.3 (8-bit Adam: quantised states, block statistics, small tensors in 32 bits)."""
+"""Exercises of lesson 4.3 (the three optimizers built for the comparison; 8-bit Adam: quantised states, block
+statistics, small tensors in 32 bits)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,143 @@ import math
 from effitrain_helpers.measure.optimizer_memory import adamw8bit_state_bytes, adamw8bit_tensor_bytes, state_bytes
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import NOT_ATTEMPTED, CheckResult, Exercise, Incorrect, as_number
-from effitrain_helpers.training.optimizer_compare import bitsandbytes_status
+from effitrain_helpers.training.optimizer_compare import OPTIMIZER_NAMES, bitsandbytes_status, make_optimizer
+
+Q1_LR = 3e-3  # exercise 1's learning rate: not the lesson's, so a builder that ignores ``lr`` shows
+Q1_STEPS = 3
+
+
+def q1_layer():
+    """Exercise 1's model: nn.Linear(64, 64), a weight of exactly 4096 values (8-bit state under AdamW8bit) and a
+    bias of 64 (32-bit state)."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Linear(64, 64)
+
+
+def _after_steps(layer, optimizer) -> list:
+    """The layer's weights after ``Q1_STEPS`` steps of ``optimizer`` on fixed random batches."""
+    import torch
+
+    batches = torch.Generator().manual_seed(1)
+    for _ in range(Q1_STEPS):
+        layer(torch.randn(8, 64, generator=batches)).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return [p.detach() for p in layer.parameters()]
+
+
+def _check_kind(name: str, optimizer) -> None:
+    """The optimizer built for ``name`` is the comparison's class (or, for 8 bits, one with 8-bit states)."""
+    import torch
+
+    kind = f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+    if name == "adamw" and type(optimizer) is torch.optim.Adam:
+        raise Incorrect(tr("for 'adamw' you built torch.optim.Adam: with weight_decay it adds the decay to the "
+                           "gradient (L2), which Adam's moments then rescale; lesson 4.1's AdamW applies it to "
+                           "the weights directly (decoupled)."))
+    if name == "adafactor" and type(optimizer).__name__ == "Adafactor" and kind.startswith("torch."):
+        raise Incorrect(tr("for 'adafactor' you built torch's own {kind}; its defaults and options differ from "
+                           "transformers.Adafactor, the one lesson 4.2 and Trainer(optim='adafactor') use.",
+                           kind=kind))
+    if name == "adamw8bit":
+        bits = getattr(getattr(optimizer, "args", None), "optim_bits", None)
+        if bits != 8:
+            raise Incorrect(tr("for 'adamw8bit' you built {kind}, whose states are 32-bit: the comparison "
+                               "measures bitsandbytes' 8-bit AdamW.", kind=kind))
+        return
+    if name == "adafactor":
+        from transformers import Adafactor as want
+    else:
+        want = torch.optim.AdamW
+    if not isinstance(optimizer, want):
+        raise Incorrect(tr("for {name!r} you built {kind}; the comparison's is {want}.", name=name, kind=kind,
+                           want=f"{want.__module__}.{want.__name__}"))
+
+
+def _build(build, name: str, layer):
+    """``build(name, layer.parameters(), Q1_LR)``, with Adafactor's refusal of an external rate named."""
+    import torch
+
+    try:
+        optimizer = build(name, layer.parameters(), Q1_LR)
+    except ValueError as err:
+        if "relative_step" in str(err):
+            raise Incorrect(tr("Adafactor refused the lr you passed: with relative_step=True (its default) it "
+                               "computes its own step size from the step count. The comparison gives every "
+                               "optimizer its rate and schedule: turn relative_step off.")) from None
+        raise Incorrect(tr("build_optimizer({name!r}, params, lr) raised ValueError: {err}", name=name,
+                           err=err)) from None
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise Incorrect(tr("build_optimizer({name!r}, params, lr) returned {got!r}, not an optimizer: return "
+                           "the one you build.", name=name, got=optimizer))
+    if not any(p is layer.weight for group in optimizer.param_groups for p in group["params"]):
+        raise Incorrect(tr("the {name!r} optimizer does not hold the parameters it was given: build it on "
+                           "params.", name=name))
+    return optimizer
+
+
+def _check_settings(name: str, group: dict) -> None:
+    """The learning rate passed in, weight decay 0.01 and, for Adafactor, an external rate (no scaling)."""
+    lr = group.get("lr")
+    if lr is None or not math.isclose(lr, Q1_LR):
+        raise Incorrect(tr("the {name!r} optimizer has lr={lr!r}, but build_optimizer was called with "
+                           "lr={want}: use the lr argument (the comparison gives each optimizer its rate).",
+                           name=name, lr=lr, want=Q1_LR))
+    if not math.isclose(group.get("weight_decay", 0.0), 0.01):
+        raise Incorrect(tr("the {name!r} optimizer has weight_decay={decay}: all three use 0.01 in the "
+                           "comparison (Adafactor's default is 0.0).", name=name, decay=group.get("weight_decay")))
+    if name == "adafactor" and group.get("scale_parameter"):
+        raise Incorrect(tr("Adafactor's scale_parameter=True (its default) multiplies each step by the "
+                           "parameter's size (its RMS), so lr is not the step size; Trainer(optim='adafactor') "
+                           "and the lesson turn it off."))
+
+
+def _check_unknown_name(build) -> None:
+    """An unknown name is refused with a ValueError that names it."""
+    bad = "sgd"
+    try:
+        got = build(bad, q1_layer().parameters(), Q1_LR)
+    except ValueError as err:
+        if bad not in str(err):
+            raise Incorrect(tr("build_optimizer({bad!r}, ...) raised ValueError, but its message does not name "
+                               "{bad!r}: say which name was wrong and which are allowed.", bad=bad)) from None
+        return
+    except KeyError:
+        raise Incorrect(tr("build_optimizer({bad!r}, ...) raised KeyError: a bare key says neither what was "
+                           "wrong nor what is allowed; raise ValueError naming it and the three names.",
+                           bad=bad)) from None
+    raise Incorrect(tr("build_optimizer({bad!r}, ...) returned {got!r}: an unknown name should raise "
+                       "ValueError naming it (a None would fail later, far from the mistake).", bad=bad, got=got))
+
+
+def _check_builder(build) -> None:
+    """Builds each optimizer with the learner's function and with the lesson's (make_optimizer) on the same
+    layer, and compares class, settings and the weights after three steps; then an unknown name."""
+    import torch
+
+    if not callable(build):
+        raise Incorrect(tr("pass your function itself (build_optimizer, without calling it); you gave "
+                           "{fn!r}.", fn=build))
+    names = [n for n in OPTIMIZER_NAMES if n != "adamw8bit" or bitsandbytes_status()[0]]
+    for name in names:
+        layer, reference = q1_layer(), q1_layer()
+        optimizer = _build(build, name, layer)
+        _check_kind(name, optimizer)
+        _check_settings(name, optimizer.param_groups[0])
+        mine = _after_steps(layer, optimizer)
+        want = _after_steps(reference, make_optimizer(name, reference.parameters(), Q1_LR))
+        gap = max((a - b).abs().max().item() for a, b in zip(mine, want))
+        if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(mine, want)):
+            raise Incorrect(tr("after {steps} steps on the same batches, your {name!r} weights differ from the "
+                               "lesson's by up to {gap:.2e}: leave its other settings at their defaults.",
+                               steps=Q1_STEPS, name=name, gap=gap))
+    _check_unknown_name(build)
+
 
 NUMELS = [4096, 5000, 256 * 1000 + 1, 4095, 1, 768 * 3072]
-Q2_SHAPES = {"0.weight": (64, 64), "0.bias": (64,), "1.weight": (4095, 1), "1.bias": (4095,), "2.weight": (10, 4095)}
+Q3_SHAPES = {"0.weight": (64, 64), "0.bias": (64,), "1.weight": (4095, 1), "1.bias": (4095,), "2.weight": (10, 4095)}
 
 
 def _check_tensor_bytes(fn) -> None:
@@ -34,14 +168,14 @@ def _check_tensor_bytes(fn) -> None:
 
 
 def _check_32bit_names(answer) -> None:
-    want = {name for name, shape in Q2_SHAPES.items() if math.prod(shape) < 4096}
+    want = {name for name, shape in Q3_SHAPES.items() if math.prod(shape) < 4096}
     if isinstance(answer, str) or not hasattr(answer, "__iter__"):
         raise Incorrect(tr("give a set of parameter names, e.g. {{'0.bias'}}; you gave {answer!r}.", answer=answer))
     got = set(answer)
-    unknown = got - set(Q2_SHAPES)
+    unknown = got - set(Q3_SHAPES)
     if unknown:
         raise Incorrect(tr("{unknown} are not parameter names of this model; names: {names}.",
-                           unknown=sorted(unknown), names=sorted(Q2_SHAPES)))
+                           unknown=sorted(unknown), names=sorted(Q3_SHAPES)))
     if "0.weight" in got:
         raise Incorrect(tr("0.weight has 64 x 64 = 4096 values: not under 4096, so its state is 8-bit."))
     if "2.weight" in got:
@@ -52,7 +186,7 @@ def _check_32bit_names(answer) -> None:
                            missing=sorted(want - got)))
 
 
-def q3_layer():
+def q4_layer():
     """The layer of exercise 3: nn.Linear(256, 64), a weight of 16,384 values and a bias of 64."""
     import torch
 
@@ -61,13 +195,13 @@ def q3_layer():
 
 
 def _check_adamw8bit(build_and_step) -> None:
-    """Runs the learner's function on a fresh q3_layer and judges the optimizer it returns by its state."""
+    """Runs the learner's function on a fresh q4_layer and judges the optimizer it returns by its state."""
     import torch
 
     if not callable(build_and_step):
         raise Incorrect(tr("pass your function itself (adamw8bit_state, without calling it); you gave "
                            "{fn!r}.", fn=build_and_step))
-    layer = q3_layer()
+    layer = q4_layer()
     answer = build_and_step(layer)
     if not isinstance(answer, tuple) or len(answer) != 2:
         raise Incorrect(tr("return two things, (optimizer, measured_bytes); you returned {kind}.",
@@ -135,9 +269,39 @@ def _check_8bit_args(args) -> None:
 
 
 q1 = Exercise(
-    "4.3 q1: 8-bit state bytes of one tensor",
+    "4.3 q1: build the three optimizers of the comparison",
+    _check_builder,
+    usage="q1.check(build_optimizer)",
+    api=True,
+    checked=("checked: each optimizer's class, learning rate and weight decay, and its weights after 3 steps equal "
+             "to the lesson's (8-bit AdamW where bitsandbytes imports); an unknown name is refused by name."),
+    hints=["One branch per name, each returning a new optimizer over params with the lr it is given and the "
+           "comparison's weight decay; any other name is an error that says what was wrong and what is allowed.",
+           "AdamW is torch's (lesson 4.1), Adafactor is transformers' (lesson 4.2), the 8-bit AdamW is in "
+           "bitsandbytes.optim (the state table above built it). Adafactor takes its step size from the rate you "
+           "pass only with two of its own options turned off: its docstring names them, and "
+           "Trainer(optim=\"adafactor\") sets them.",
+           "    if name == \"adafactor\":\n"
+           "        return transformers.Adafactor(params, lr=____, ____=False, ____=False, weight_decay=____)\n"
+           "    raise ValueError(f\"unknown optimizer {____!r}: ____\")"],
+    solution_code=("from effitrain_helpers.teach.checks.lesson_4_3 import q1\n\n"
+                   "def build_optimizer(name, params, lr):\n"
+                   "    \"\"\"Chapter 4's three optimizers, each over params with learning rate lr.\"\"\"\n"
+                   "    if name == \"adamw\":\n"
+                   "        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)\n"
+                   "    if name == \"adafactor\":  # stepping by the lr you pass\n"
+                   "        return transformers.Adafactor(params, lr=lr, scale_parameter=False, relative_step=False,\n"
+                   "                                      weight_decay=0.01)\n"
+                   "    if name == \"adamw8bit\":\n"
+                   "        import bitsandbytes as bnb\n\n"
+                   "        return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=0.01)\n"
+                   "    raise ValueError(f\"unknown optimizer {name!r}: choose adamw, adafactor or adamw8bit\")\n\n"
+                   "q1.check(build_optimizer)"),
+)
+q2 = Exercise(
+    "4.3 q2: 8-bit state bytes of one tensor",
     _check_tensor_bytes,
-    usage="q1.check(adamw8bit_bytes)",
+    usage="q2.check(adamw8bit_bytes)",
     hints=["Two cases: a small tensor keeps two float32 states; a large one keeps two uint8 states and, for each "
            "of them, one float32 absmax per block of 256 values (the last block may be partial).",
            "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size decides the dtype (its "
@@ -146,26 +310,26 @@ q1 = Exercise(
            "        return ____ * n\n"
            "    return ____ * n + ____ * math.ceil(____)"],
     solution_code=("def adamw8bit_bytes(n):\n    if n < 4096:\n        return 8 * n\n"
-                   "    return 2 * n + 2 * 4 * math.ceil(n / 256)\n\nq1.check(adamw8bit_bytes)"),
+                   "    return 2 * n + 2 * 4 * math.ceil(n / 256)\n\nq2.check(adamw8bit_bytes)"),
 )
-q2 = Exercise(
-    "4.3 q2: which tensors keep 32-bit state",
+q3 = Exercise(
+    "4.3 q3: which tensors keep 32-bit state",
     _check_32bit_names,
-    usage="q2.check(names_in_32_bit)",
+    usage="q3.check(names_in_32_bit)",
     hints=["The rule counts a tensor's values, not the length of one side: compare each shape's number of values "
            "with min_8bit_size.",
            "A shape's number of values is the product of its sides (Python's math module has a function for it); "
            "Optimizer2State.init_state compares p.numel() with min_8bit_size: read on which side a tensor of "
            "exactly min_8bit_size values falls.",
-           "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if ____}"],
-    solution_code=("print(Q2_SHAPES)\n"
-                   "names_in_32_bit = {name for name, shape in Q2_SHAPES.items() if math.prod(shape) < 4096}\n"
-                   "q2.check(names_in_32_bit)"),
+           "names_in_32_bit = {name for name, shape in Q3_SHAPES.items() if ____}"],
+    solution_code=("print(Q3_SHAPES)\n"
+                   "names_in_32_bit = {name for name, shape in Q3_SHAPES.items() if math.prod(shape) < 4096}\n"
+                   "q3.check(names_in_32_bit)"),
 )
-q3 = OptionalExercise(
-    "4.3 q3: AdamW8bit, built and measured",
+q4 = OptionalExercise(
+    "4.3 q4: AdamW8bit, built and measured",
     _check_adamw8bit,
-    usage="q3.check(adamw8bit_state)",
+    usage="q4.check(adamw8bit_state)",
     api=True,
     checked=("checked by its state after one step: uint8 moments for the weight, float32 for the bias, and your "
              "byte count."),
@@ -181,12 +345,12 @@ q3 = OptionalExercise(
     solution_code=("def adamw8bit_state(layer):\n    import bitsandbytes as bnb\n\n"
                    "    optimizer = bnb.optim.AdamW8bit(layer.parameters(), lr=1e-3)\n"
                    "    layer(torch.randn(4, 256)).sum().backward()\n    optimizer.step()\n"
-                   "    return optimizer, state_bytes(optimizer)\n\nq3.check(adamw8bit_state)"),
+                   "    return optimizer, state_bytes(optimizer)\n\nq4.check(adamw8bit_state)"),
 )
-q4 = Exercise(
-    "4.3 q4: 8-bit AdamW through Trainer",
+q5 = Exercise(
+    "4.3 q5: 8-bit AdamW through Trainer",
     _check_8bit_args,
-    usage="q4.check(my_args)",
+    usage="q5.check(my_args)",
     api=True,
     checked=("checked: the arguments ask Trainer for bitsandbytes' 8-bit AdamW with the exercise's settings."),
     hints=["TrainingArguments has an argument that names the optimizer Trainer builds; the learning rate and "
@@ -198,5 +362,5 @@ q4 = Exercise(
     solution_code=("my_args = TrainingArguments(output_dir=out.name, optim=\"adamw_bnb_8bit\",\n"
                    "                            learning_rate=1e-3, weight_decay=0.01, use_cpu=True,\n"
                    "                            report_to=\"none\")\n"
-                   "q4.check(my_args)"),
+                   "q5.check(my_args)"),
 )
