@@ -367,8 +367,25 @@ def test_4_3_q1_build_optimizer_right_and_starter():
      dict(adamw=lambda ps, lr: torch.optim.Adam(ps, lr=lr, weight_decay=0.01)), "torch.optim.Adam"),
     ("a fixed learning rate", dict(adamw=lambda ps, lr: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01)),
      "use the lr argument"),
+    ("the rate the checker named, hard-coded",
+     dict(adamw=lambda ps, lr: torch.optim.AdamW(ps, lr=l43.Q1_RATES[0], weight_decay=0.01)), "use the lr argument"),
     ("other settings changed", dict(adamw=lambda ps, lr: torch.optim.AdamW(ps, lr=lr, betas=(0.8, 0.99))),
-     "differ from the lesson's"),
+     "differs from the lesson's"),
+    ("AdamW without weight decay", dict(adamw=lambda ps, lr: torch.optim.AdamW(ps, lr=lr, weight_decay=0.0)),
+     "all three use 0.01"),
+    ("Adafactor's warmup_init without its own step size",
+     dict(adafactor=lambda ps, lr: Adafactor(ps, lr=lr, scale_parameter=False, relative_step=False,
+                                             warmup_init=True, weight_decay=0.01)), "leave warmup_init"),
+    ("Adam with decoupled weight decay",
+     dict(adamw=lambda ps, lr: torch.optim.Adam(ps, lr=lr, weight_decay=0.01, decoupled_weight_decay=True)),
+     "decoupled_weight_decay=True does AdamW's update"),
+    ("Adafactor with a first moment",
+     dict(adafactor=lambda ps, lr: Adafactor(ps, lr=lr, scale_parameter=False, relative_step=False, beta1=0.0,
+                                             weight_decay=0.01)), "leave beta1 at None"),
+    ("every optimizer built at once on one generator", dict(adafactor=lambda ps, lr: {
+        "adamw": torch.optim.AdamW(ps, lr=lr), "adafactor": Adafactor(ps, lr=lr, scale_parameter=False,
+                                                                       relative_step=False)}["adafactor"]),
+     "used it up"),
     ("torch's Adafactor", dict(adafactor=lambda ps, lr: torch.optim.Adafactor(ps, lr=lr, weight_decay=0.01)),
      "transformers.Adafactor"),
     ("the wrong class", dict(adafactor=lambda ps, lr: torch.optim.AdamW(ps, lr=lr, weight_decay=0.01)),
@@ -384,6 +401,22 @@ def test_4_3_q1_build_optimizer_names_each_mistake(mistake, wrong, said):
     assert result.status == "incorrect" and said in result.message, (mistake, result.message)
 
 
+def test_4_3_q1_weight_decay_message_names_adafactor_only_for_adafactor():
+    adamw = _status(l43.q1, _builder(adamw=lambda ps, lr: torch.optim.AdamW(ps, lr=lr, weight_decay=0.0))).message
+    adafactor = _status(l43.q1, _builder(
+        adafactor=lambda ps, lr: Adafactor(ps, lr=lr, scale_parameter=False, relative_step=False))).message
+    assert "Adafactor" not in adamw and "transformers.Adafactor's default is 0.0" in adafactor
+
+
+def test_4_3_q1_the_lessons_own_builder_is_not_an_answer():
+    from effitrain_helpers.training.optimizer_compare import make_optimizer
+
+    def build_optimizer(name, params, lr):
+        return make_optimizer(name, params, lr)
+
+    assert "write the three constructors yourself" in _status(l43.q1, build_optimizer).message
+
+
 def test_4_3_q1_a_32bit_adamw_for_8bit_is_named():
     bnb = pytest.importorskip("bitsandbytes")
     wrong = _builder(adamw8bit=lambda ps, lr: bnb.optim.AdamW(ps, lr=lr, weight_decay=0.01))
@@ -391,19 +424,32 @@ def test_4_3_q1_a_32bit_adamw_for_8bit_is_named():
     assert "32-bit" in _status(l43.q1, _builder(adamw8bit=lambda ps, lr: torch.optim.AdamW(ps, lr=lr))).message
     eight_bits = _builder(adamw8bit=lambda ps, lr: bnb.optim.AdamW(ps, lr=lr, optim_bits=8, weight_decay=0.01))
     assert _status(l43.q1, eight_bits).status == "correct"  # the same optimizer by another name
+    paged = _builder(adamw8bit=lambda ps, lr: bnb.optim.PagedAdamW8bit(ps, lr=lr, weight_decay=0.01))
+    assert _status(l43.q1, paged).status == "correct"
+
+
+def test_4_3_q1_another_8bit_optimizer_is_named():
+    bnb = pytest.importorskip("bitsandbytes")
+    adam8 = _status(l43.q1, _builder(adamw8bit=lambda ps, lr: bnb.optim.Adam8bit(ps, lr=lr, weight_decay=0.01)))
+    assert "bitsandbytes.optim.AdamW8bit" in adam8.message and "Adam8bit defaults to weight_decay=0" in adam8.message
+    lion = _status(l43.q1, _builder(adamw8bit=lambda ps, lr: bnb.optim.Lion8bit(ps, lr=lr, weight_decay=0.01)))
+    assert "the comparison's is bitsandbytes.optim.AdamW8bit" in lion.message
 
 
 def test_answer_or_hands_on_the_answer_only_once_it_is_correct(capsys):
-    right, reference = _builder(), object()
-    assert l43.q1.answer_or(reference, right) is right
-    assert "Using your answer" in capsys.readouterr().out
+    from effitrain_helpers.training.optimizer_compare import make_optimizer
+
+    right = _builder()
+    assert l43.q1.answer_or(right, make_optimizer) is right
+    assert "Correct (4.3 q1" in capsys.readouterr().out
 
     def starter(name, params, lr):
         return ____
 
-    assert l43.q1.answer_or(reference, starter) is reference
-    assert "Not attempted" in capsys.readouterr().out
-    assert l43.q1.answer_or(reference, _builder(adamw=lambda ps, lr: None)) is reference
+    assert l43.q1.answer_or(starter, make_optimizer) is make_optimizer
+    said = capsys.readouterr().out
+    assert "Not attempted (4.3 q1" in said and "the lesson's own make_optimizer until" in said
+    assert l43.q1.answer_or(_builder(adamw=lambda ps, lr: None), make_optimizer) is make_optimizer
     assert "Incorrect" in capsys.readouterr().out
 
 

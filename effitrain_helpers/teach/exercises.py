@@ -9,7 +9,7 @@ A lesson's exercises live in ``effitrain_helpers.teach.checks.lesson_X_Y`` as :c
   :func:`solutions_enabled`: a graded class's student edition, or ``EFFITRAIN_SOLUTIONS=off``).
 
 ``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests), and
-``q1.answer_or(reference, answer)`` hands later cells the learner's answer once it is Correct; only ``check``
+``q1.answer_or(answer, reference)`` hands later cells the learner's answer once it is Correct; only ``check``
 records its verdict for ``effitrain progress``. Everything they show is in the learner's language
 (:func:`~effitrain_helpers.core.language.tr`: verdict words, the exercise's name, its hints and the checker's
 messages); the statuses and the recorded verdicts stay in English.
@@ -244,18 +244,19 @@ class Exercise:
         record(self, result.status)
         _show(result)
 
-    def answer_or(self, reference: Any, answer: Any) -> Any:
+    def answer_or(self, answer: Any, reference: Any) -> Any:
         """``answer`` when it checks Correct, else ``reference``, with one line saying which was taken and why.
 
         For a lesson whose later cells run on the learner's code (4.3's comparison builds each optimizer with
         the learner's ``build_optimizer``): until the exercise is Correct they run on the lesson's own version,
         so a student edition still runs to the end. Nothing is recorded (``check`` does that)."""
         result = self.evaluate(answer)
+        verdict = f"{tr(_ICONS[result.status])} ({result.exercise})"
         if result:
-            _show(tr("Using your answer to {exercise} (Correct).", exercise=result.exercise))
+            _show(tr("{verdict}: this cell uses your answer.", verdict=verdict))
             return answer
-        _show(tr("{exercise} is not Correct yet ({status}), so this cell uses the lesson's own version; run it "
-                 "again once your answer is.", exercise=result.exercise, status=tr(_ICONS[result.status])))
+        _show(tr("{verdict}: this cell uses the lesson's own {reference} until your answer is Correct; run it "
+                 "again then.", verdict=verdict, reference=getattr(reference, "__name__", tr("version"))))
         return reference
 
     def hint(self, n: int | None = None) -> None:

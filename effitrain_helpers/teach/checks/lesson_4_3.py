@@ -10,8 +10,9 @@ from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import NOT_ATTEMPTED, CheckResult, Exercise, Incorrect, as_number
 from effitrain_helpers.training.optimizer_compare import OPTIMIZER_NAMES, bitsandbytes_status, make_optimizer
 
-Q1_LR = 3e-3  # exercise 1's learning rate: not the lesson's, so a builder that ignores ``lr`` shows
+Q1_RATES = (3e-3, 7e-4)  # exercise 1 builds at both (neither is the lesson's): a builder that ignores lr is caught
 Q1_STEPS = 3
+_BNB_8BIT_ADAMW = ("AdamW8bit", "PagedAdamW8bit")  # bitsandbytes' 8-bit AdamW, under its names
 
 
 def q1_layer():
@@ -35,12 +36,34 @@ def _after_steps(layer, optimizer) -> list:
     return [p.detach() for p in layer.parameters()]
 
 
+def _check_8bit_kind(optimizer, kind: str) -> None:
+    """For 'adamw8bit': bitsandbytes' AdamW with 8-bit states (AdamW8bit, its paged form, or AdamW(optim_bits=8))."""
+    name = type(optimizer).__name__
+    bits = getattr(getattr(optimizer, "args", None), "optim_bits", None)
+    if name in _BNB_8BIT_ADAMW or (name in ("AdamW", "PagedAdamW") and kind.startswith("bitsandbytes") and bits == 8):
+        return
+    if name in ("AdamW", "PagedAdamW", "AdamW32bit"):
+        raise Incorrect(tr("for 'adamw8bit' you built {kind}, whose states are 32-bit: the comparison measures "
+                           "bitsandbytes' 8-bit AdamW.", kind=kind))
+    if "Adam8bit" in name:
+        raise Incorrect(tr("for 'adamw8bit' you built {kind}; the comparison's is bitsandbytes.optim.AdamW8bit "
+                           "(bitsandbytes' Adam8bit defaults to weight_decay=0, AdamW8bit to 0.01).", kind=kind))
+    raise Incorrect(tr("for 'adamw8bit' you built {kind}; the comparison's is bitsandbytes.optim.AdamW8bit.",
+                       kind=kind))
+
+
 def _check_kind(name: str, optimizer) -> None:
-    """The optimizer built for ``name`` is the comparison's class (or, for 8 bits, one with 8-bit states)."""
+    """The optimizer built for ``name`` is the comparison's class."""
     import torch
 
     kind = f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+    if name == "adamw8bit":
+        _check_8bit_kind(optimizer, kind)
+        return
     if name == "adamw" and type(optimizer) is torch.optim.Adam:
+        if optimizer.param_groups[0].get("decoupled_weight_decay"):
+            raise Incorrect(tr("torch.optim.Adam with decoupled_weight_decay=True does AdamW's update, but the "
+                               "comparison names torch.optim.AdamW: build that."))
         raise Incorrect(tr("for 'adamw' you built torch.optim.Adam: with weight_decay it adds the decay to the "
                            "gradient (L2), which Adam's moments then rescale; lesson 4.1's AdamW applies it to "
                            "the weights directly (decoupled)."))
@@ -48,12 +71,6 @@ def _check_kind(name: str, optimizer) -> None:
         raise Incorrect(tr("for 'adafactor' you built torch's own {kind}; its defaults and options differ from "
                            "transformers.Adafactor, the one lesson 4.2 and Trainer(optim='adafactor') use.",
                            kind=kind))
-    if name == "adamw8bit":
-        bits = getattr(getattr(optimizer, "args", None), "optim_bits", None)
-        if bits != 8:
-            raise Incorrect(tr("for 'adamw8bit' you built {kind}, whose states are 32-bit: the comparison "
-                               "measures bitsandbytes' 8-bit AdamW.", kind=kind))
-        return
     if name == "adafactor":
         from transformers import Adafactor as want
     else:
@@ -63,17 +80,24 @@ def _check_kind(name: str, optimizer) -> None:
                            want=f"{want.__module__}.{want.__name__}"))
 
 
-def _build(build, name: str, layer):
-    """``build(name, layer.parameters(), Q1_LR)``, with Adafactor's refusal of an external rate named."""
+def _build(build, name: str, layer, lr: float):
+    """``build(name, layer.parameters(), lr)``, with the usual ways it fails named."""
     import torch
 
     try:
-        optimizer = build(name, layer.parameters(), Q1_LR)
+        optimizer = build(name, layer.parameters(), lr)
     except ValueError as err:
-        if "relative_step" in str(err):
+        if "Cannot combine manual" in str(err):
             raise Incorrect(tr("Adafactor refused the lr you passed: with relative_step=True (its default) it "
                                "computes its own step size from the step count. The comparison gives every "
                                "optimizer its rate and schedule: turn relative_step off.")) from None
+        if "warmup_init" in str(err):
+            raise Incorrect(tr("warmup_init=True works only with Adafactor's own step size (relative_step=True); "
+                               "leave warmup_init at its default, False.")) from None
+        if "empty parameter list" in str(err):
+            raise Incorrect(tr("params is a generator (net.parameters()), and an optimizer built before the one "
+                               "{name!r} asks for used it up: build only the optimizer the name asks for.",
+                               name=name)) from None
         raise Incorrect(tr("build_optimizer({name!r}, params, lr) raised ValueError: {err}", name=name,
                            err=err)) from None
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -85,27 +109,32 @@ def _build(build, name: str, layer):
     return optimizer
 
 
-def _check_settings(name: str, group: dict) -> None:
+def _check_settings(name: str, group: dict, lr: float) -> None:
     """The learning rate passed in, weight decay 0.01 and, for Adafactor, an external rate (no scaling)."""
-    lr = group.get("lr")
-    if lr is None or not math.isclose(lr, Q1_LR):
-        raise Incorrect(tr("the {name!r} optimizer has lr={lr!r}, but build_optimizer was called with "
-                           "lr={want}: use the lr argument (the comparison gives each optimizer its rate).",
-                           name=name, lr=lr, want=Q1_LR))
-    if not math.isclose(group.get("weight_decay", 0.0), 0.01):
+    got = group.get("lr")
+    if got is None or not math.isclose(got, lr):
+        raise Incorrect(tr("the {name!r} optimizer has lr={lr!r}, but build_optimizer was called with another "
+                           "rate: use the lr argument (the comparison gives each optimizer its rate).",
+                           name=name, lr=got))
+    decay = group.get("weight_decay", 0.0)
+    if not math.isclose(decay, 0.01):
+        if name == "adafactor":
+            raise Incorrect(tr("the 'adafactor' optimizer has weight_decay={decay}: all three use 0.01 in the "
+                               "comparison (transformers.Adafactor's default is 0.0: pass weight_decay=0.01).",
+                               decay=decay))
         raise Incorrect(tr("the {name!r} optimizer has weight_decay={decay}: all three use 0.01 in the "
-                           "comparison (Adafactor's default is 0.0).", name=name, decay=group.get("weight_decay")))
+                           "comparison.", name=name, decay=decay))
     if name == "adafactor" and group.get("scale_parameter"):
-        raise Incorrect(tr("Adafactor's scale_parameter=True (its default) multiplies each step by the "
-                           "parameter's size (its RMS), so lr is not the step size; Trainer(optim='adafactor') "
-                           "and the lesson turn it off."))
+        raise Incorrect(tr("Adafactor's scale_parameter=True (its default) multiplies the step size by the "
+                           "parameter's root mean square (RMS, at least 1e-3), so lr is not the step size; "
+                           "Trainer(optim='adafactor') and the lesson turn it off."))
 
 
 def _check_unknown_name(build) -> None:
     """An unknown name is refused with a ValueError that names it."""
     bad = "sgd"
     try:
-        got = build(bad, q1_layer().parameters(), Q1_LR)
+        got = build(bad, q1_layer().parameters(), Q1_RATES[0])
     except ValueError as err:
         if bad not in str(err):
             raise Incorrect(tr("build_optimizer({bad!r}, ...) raised ValueError, but its message does not name "
@@ -121,25 +150,36 @@ def _check_unknown_name(build) -> None:
 
 def _check_builder(build) -> None:
     """Builds each optimizer with the learner's function and with the lesson's (make_optimizer) on the same
-    layer, and compares class, settings and the weights after three steps; then an unknown name."""
+    layer, and compares class, settings, state kept and the weights after three steps; then an unknown name."""
     import torch
 
     if not callable(build):
         raise Incorrect(tr("pass your function itself (build_optimizer, without calling it); you gave "
                            "{fn!r}.", fn=build))
+    code = getattr(build, "__code__", None)
+    if code and "make_optimizer" in code.co_names + code.co_freevars:
+        raise Incorrect(tr("build_optimizer calls the lesson's make_optimizer: write the three constructors "
+                           "yourself."))
     names = [n for n in OPTIMIZER_NAMES if n != "adamw8bit" or bitsandbytes_status()[0]]
     for name in names:
+        other = _build(build, name, q1_layer(), Q1_RATES[1])  # a second rate: lr must come from the argument
+        _check_settings(name, other.param_groups[0], Q1_RATES[1])
         layer, reference = q1_layer(), q1_layer()
-        optimizer = _build(build, name, layer)
+        optimizer = _build(build, name, layer, Q1_RATES[0])
         _check_kind(name, optimizer)
-        _check_settings(name, optimizer.param_groups[0])
-        mine = _after_steps(layer, optimizer)
-        want = _after_steps(reference, make_optimizer(name, reference.parameters(), Q1_LR))
+        _check_settings(name, optimizer.param_groups[0], Q1_RATES[0])
+        wanted = make_optimizer(name, reference.parameters(), Q1_RATES[0])
+        mine, want = _after_steps(layer, optimizer), _after_steps(reference, wanted)
+        extra = set(optimizer.state[layer.weight]) - set(wanted.state[reference.weight])
+        if name == "adafactor" and "exp_avg" in extra:
+            raise Incorrect(tr("your 'adafactor' keeps exp_avg, a full first moment (beta1 is set): the "
+                               "comparison's keeps none; leave beta1 at None."))
         gap = max((a - b).abs().max().item() for a, b in zip(mine, want))
-        if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(mine, want)):
-            raise Incorrect(tr("after {steps} steps on the same batches, your {name!r} weights differ from the "
-                               "lesson's by up to {gap:.2e}: leave its other settings at their defaults.",
-                               steps=Q1_STEPS, name=name, gap=gap))
+        if extra or not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(mine, want)):
+            raise Incorrect(tr("after {steps} steps on the same batches, your {name!r} optimizer differs from the "
+                               "lesson's (weights by up to {gap:.2e}; extra state: {extra}): leave its other "
+                               "settings at their defaults.", steps=Q1_STEPS, name=name, gap=gap,
+                               extra=sorted(extra) or "none"))
     _check_unknown_name(build)
 
 
@@ -187,7 +227,7 @@ def _check_32bit_names(answer) -> None:
 
 
 def q4_layer():
-    """The layer of exercise 3: nn.Linear(256, 64), a weight of 16,384 values and a bias of 64."""
+    """The layer of exercise 4: nn.Linear(256, 64), a weight of 16,384 values and a bias of 64."""
     import torch
 
     torch.manual_seed(0)
@@ -284,8 +324,7 @@ q1 = Exercise(
            "    if name == \"adafactor\":\n"
            "        return transformers.Adafactor(params, lr=____, ____=False, ____=False, weight_decay=____)\n"
            "    raise ValueError(f\"unknown optimizer {____!r}: ____\")"],
-    solution_code=("from effitrain_helpers.teach.checks.lesson_4_3 import q1\n\n"
-                   "def build_optimizer(name, params, lr):\n"
+    solution_code=("def build_optimizer(name, params, lr):\n"
                    "    \"\"\"Chapter 4's three optimizers, each over params with learning rate lr.\"\"\"\n"
                    "    if name == \"adamw\":\n"
                    "        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)\n"
