@@ -615,7 +615,9 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
                          "of compare_ddp_fsdp().")
     kinds = list(next(iter(measured.values()))[0])
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
-    fig, ax = plt.subplots(figsize=(10, 5.5))
+    span = sum(map(len, measured.values())) + 0.6 * len(measured)  # x units: a bar per rank, a gap per strategy
+    fig, ax = plt.subplots(figsize=(max(10.0, 0.9 * span), 5.5))  # 6.3's six strategies: 14 inches
+    chars_per_unit = 0.85 * fig.get_figwidth() / span * 72 / (0.55 * (FONT - 1))  # a glyph: ~0.55 of its size
     ticks, labels, groups, x = [], [], [], 0.0
     for strategy, ranks in measured.items():
         groups.append((strategy, x + (len(ranks) - 1) / 2, len(ranks)))
@@ -636,9 +638,9 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
         x += 0.6
     ax.set_xticks(ticks, labels, fontsize=FONT - 2)
     for strategy, centre, count in groups:  # the strategy's name once, under its group of ranks, wrapped to fit
-        ax.annotate(textwrap.fill(strategy, width=max(10, 12 * count)), xy=(centre, 0),
-                    xycoords=("data", "axes fraction"), xytext=(0, -3 * FONT), textcoords="offset points",
-                    ha="center", va="top", fontsize=FONT - 1)
+        ax.annotate(textwrap.fill(strategy, width=int((count + 0.6) * chars_per_unit), break_long_words=False),
+                    xy=(centre, 0), xycoords=("data", "axes fraction"), xytext=(0, -3 * FONT),
+                    textcoords="offset points", ha="center", va="top", fontsize=FONT - 1)
     ax.set_ylabel(tr("MiB held by the rank"), fontsize=FONT)
     _decimal_ticks(ax.yaxis)
     ax.legend(fontsize=FONT - 2, loc="upper center", ncol=len(kinds) + 1)  # in one row, above the bars
