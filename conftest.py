@@ -4,7 +4,7 @@ refuses a process started by a test not marked slow). The tests run in English w
 language (README, Contributing, Translations).
 
 While nbval runs a pt-BR lesson listed in ``tests/screen_language.SCREENED``, each cell's outputs are scanned for
-the workbook's English labels, and a cell that shows any fails, naming them (issue 29: no English on a Brazilian
+the workbook's English labels and lists of English decimals, and a cell that shows any fails, naming them (issue 29: no English on a Brazilian
 learner's screen, checked in every run without executing the lessons a second time)."""
 
 import os

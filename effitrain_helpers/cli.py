@@ -157,8 +157,8 @@ def _ddp_check(args) -> int:
 
 def _efficiency(args) -> int:
     from effitrain_helpers.processes.launch import resolve_num_processes
-    from effitrain_helpers.training.efficiency import (chapter_table, check_options, measure_chapter,
-                                                      precision_conclusion)
+    from effitrain_helpers.training.efficiency import (chapter_records, chapter_table, check_options,
+                                                      measure_chapter, precision_conclusion)
     from effitrain_helpers.training.local_sgd import LOCAL_SGD_NEEDS
 
     n = resolve_num_processes(args.processes, minimum=2, name="--processes", why=LOCAL_SGD_NEEDS)
@@ -167,10 +167,11 @@ def _efficiency(args) -> int:
         print(f"measuring the four techniques of chapter 3 ({n} processes for local SGD; about a minute) ...")
     records = measure_chapter(n, accumulation_steps=args.accumulation_steps, local_sgd_steps=args.local_sgd_steps,
                               steps=args.steps)
+    conclusion = precision_conclusion(records)
     if args.json:
-        print(json.dumps([r.to_dict() for r in records]))
+        print(json.dumps(chapter_records(records, conclusion)))
     else:
-        print(f"{chapter_table(records)}\n\n{precision_conclusion(records)}")
+        print(f"{chapter_table(records)}\n\n{conclusion.text}")
     return 0
 
 

@@ -5,7 +5,10 @@ tests it and the executed scans use it, and the root conftest.py applies it to e
 The English words are the short labels of the message catalogs (1-4 words, no fields; letters, digits, hyphens and
 commas, so "ZeRO-1 by hand" counts) whose translation differs and which never occur in any Portuguese text of the
 catalogs (so "no", "batch" or "checkpoint", also Portuguese or kept in English by the glossary, are not flagged),
-plus the benchmark table's column names.
+plus the benchmark table's column names. A Python list of floats printed as it is (``[0.533, 0.326]``) counts too:
+its decimals are English, and its commas read as decimal commas on a Portuguese screen (``language.number_list``
+writes ``[0,533; 0,326]``). A lone English decimal is not flagged: ``1.198`` is also how pt-BR groups thousands,
+and a lesson may show a library's own table or a configuration file (torch's profiler, a model's JSON config).
 
 One thing on screen is not the workbook's to translate: the label of a library's own progress bar (transformers'
 "Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
@@ -24,6 +27,7 @@ from effitrain_helpers.core.language import catalog
 
 LANG = "pt-BR"
 ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulation", "mixed precision")
+ENGLISH_NUMBER_LIST = re.compile(r"\[\s*-?\d+\.\d+(?:e[-+]?\d+)?(?:\s*,\s*-?\d+\.\d+(?:e[-+]?\d+)?)*\s*\]")
 LIBRARY_BARS = {"Loading weights": "transformers/core_model_loading.py"}  # label: the file that prints it
 # The pt-BR lessons that show no English; nbval fails any of their cells whose output does (conftest.py).
 SCREENED = ("1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb", "5_1_shard_the_model.ipynb",
@@ -45,11 +49,13 @@ def english_words() -> tuple[str, ...]:
 
 def english_in(text: str, code: frozenset[str] = frozenset()) -> list[str]:
     """The English labels found in ``text`` (whole words, any case), a library's progress bar label and the
-    labels in ``code`` (what the lesson writes as code, lower case) left out."""
+    labels in ``code`` (what the lesson writes as code, lower case) left out, then its lists of English
+    decimals (``[0.533, 0.326]``, :data:`ENGLISH_NUMBER_LIST`)."""
     for label in LIBRARY_BARS:
         text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
     return [w for w in english_words()
-            if w.lower() not in code and re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)]
+            if w.lower() not in code and re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)
+            ] + ENGLISH_NUMBER_LIST.findall(text)
 
 
 @functools.cache

@@ -127,7 +127,8 @@ def test_efficiency_json_has_one_record_per_technique_with_measured_and_expected
         for key in ("memory", "time", "sync"):
             assert r[f"{key}_ratio"] > 0 and r[f"{key}_expected"] > 0
         assert r["verdict"].startswith(("as expected: ", "differs from theory: ")), r["verdict"]
-    accumulation, checkpointing, local_sgd, _ = records
+    accumulation, checkpointing, local_sgd, mixed = records
+    assert mixed["conclusion"]["text"] and mixed["conclusion"]["device"] in {"cpu", "gpu"}  # as the text prints
     for exact in (accumulation, local_sgd):  # counted, not timed: these verdicts must agree with theory
         assert exact["verdict"].startswith("as expected: "), exact
     assert accumulation["memory_ratio"] == pytest.approx(0.5, rel=0.03) and accumulation["sync_ratio"] == 1

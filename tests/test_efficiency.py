@@ -1,5 +1,7 @@
 """Chapter 3's measurements: bad input, the equivalence checks, and each technique against theory."""
 
+import json
+
 import pytest
 import torch
 
@@ -143,13 +145,36 @@ def test_efficiency_names_the_cpus_isa_and_concludes_what_holds_on_it():
     from effitrain_helpers.training.efficiency import precision_conclusion
 
     avx2 = precision_conclusion(_precision_row(12.0, 40.0), _cpu("SIMD AVX2", False))
-    assert "Test CPU, SIMD AVX2" in avx2 and "fast bf16 instructions" in avx2 and ": no." in avx2
-    assert "costs time here (12.00x" in avx2 and "train in fp32 on this machine" in avx2
+    assert (avx2.device, avx2.name, avx2.isa, avx2.low, avx2.fast_units, avx2.outcome) == (
+        "cpu", "Test CPU", "SIMD AVX2", "bf16", False, "costs_time")
+    assert "Test CPU, SIMD AVX2" in avx2.text and "fast bf16 instructions" in avx2.text and ": no." in avx2.text
+    assert "costs time here (12.00x" in avx2.text and "train in fp32 on this machine" in avx2.text
     amx = precision_conclusion(_precision_row(0.6, 0.3), _cpu("SIMD AVX512", True))
-    assert ": yes." in amx and "So bf16 pays here: 0.60x" in amx
+    assert amx.outcome == "pays" and ": yes." in amx.text and "So bf16 pays here: 0.60x" in amx.text
     small = precision_conclusion(_precision_row(1.1, 0.5), _cpu("SIMD AVX512", True))
-    assert "not faster at this size" in small and "EFFITRAIN_SIZE=full" in small
+    assert small.outcome == "not_faster_at_this_size"
+    assert "not faster at this size" in small.text and "EFFITRAIN_SIZE=full" in small.text
     odd = precision_conclusion(_precision_row(0.9, 20.0), _cpu("SIMD AVX2", False))
-    assert "measure again" in odd
+    assert odd.outcome == "faster_without_units" and "measure again" in odd.text
     here = precision_conclusion(_precision_row(1.0))  # this machine's own summary
-    assert ("this GPU" if torch.cuda.is_available() else "this CPU") in here
+    assert ("this GPU" if torch.cuda.is_available() else "this CPU") in here.text
+
+
+def test_efficiency_json_carries_the_conclusion_the_text_prints(monkeypatch, capsys):
+    """``effitrain efficiency --json``: the mixed-precision record's ``conclusion`` is the text's last
+    paragraph, with the CPU, its instruction set and whether bf16 is fast as fields (measurements faked)."""
+    from effitrain_helpers.cli import main
+    from effitrain_helpers.core import devices
+    from effitrain_helpers.training import efficiency
+
+    monkeypatch.setattr(efficiency, "measure_chapter", lambda *args, **kwargs: _precision_row(12.0, 40.0))
+    monkeypatch.setattr(devices, "hardware_summary", lambda: _cpu("SIMD AVX2", False))
+    assert main(["efficiency", "--processes", "2", "--json"]) == 0
+    checkpointing, mixed = json.loads(capsys.readouterr().out)
+    assert "conclusion" not in checkpointing
+    conclusion = mixed["conclusion"]
+    assert {k: conclusion[k] for k in ("technique", "device", "name", "isa", "low", "fast_units", "outcome")} == {
+        "technique": "mixed precision (bf16)", "device": "cpu", "name": "Test CPU", "isa": "SIMD AVX2",
+        "low": "bf16", "fast_units": False, "outcome": "costs_time"}
+    assert main(["efficiency", "--processes", "2"]) == 0
+    assert capsys.readouterr().out.rstrip("\n").endswith("\n\n" + conclusion["text"])

@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from effitrain_helpers.core.language import catalog, number, separators, tr
+from effitrain_helpers.core.language import catalog, number, number_list, separators, tr
 
 LANG = "pt-BR"
 
@@ -69,6 +69,12 @@ def test_number_is_the_same_formatting_outside_a_message():
     assert number(28996, ",", LANG) == tr("{n:,}", lang=LANG, n=28996) == "28.996"
     assert number(28996, ",", "en") == "28,996"
     assert number(0.5, ".2f", "xx-Nowhere") == "0.50"  # a language Babel does not know: English separators
+
+
+def test_a_list_of_numbers_is_joined_where_its_decimal_comma_cannot_be_misread():
+    assert number_list([0.5, 1.25, 2], ".2f", LANG) == "0,50; 1,25; 2,00"  # not "0,50, 1,25": five numbers?
+    assert number_list([0.533, 0.326], ".3f", "en") == "0.533, 0.326"
+    assert number_list([65600, 65539], ",", LANG) == "65.600; 65.539" and number_list([], ".1f", LANG) == ""
 
 
 def test_every_catalog_message_with_a_format_spec_is_byte_identical_in_english_and_formats_in_portuguese():

@@ -148,3 +148,19 @@ def test_plot_rank_bytes_draws_one_bar_per_rank_and_refuses_nothing():
     assert [t.get_text() for t in ax.texts if t.get_text() in ("DDP", "FSDP")] == ["DDP", "FSDP"]  # once each
     with pytest.raises(ValueError, match="nothing to plot"):
         plot_rank_bytes({})
+
+
+def test_plot_rank_bytes_names_six_strategies_without_overlapping_them():
+    """Lesson 6.3's six strategies: their names under the bars overlapped in a 10-inch figure."""
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.teach.plots import plot_rank_bytes
+
+    held = [{"parameters": 4, "gradients": 4, "optimizer state": 8}] * 2
+    for first in ("AdamW, averaged gradients", "AdamW, gradientes em média"):
+        names = [first, "ZeRO-1 by hand", "ZeRO-2 by hand", "ZeRO-3 by hand", "ZeroRedundancyOptimizer", "fully_shard"]
+        fig = plot_rank_bytes({name: held for name in names})
+        fig.canvas.draw()
+        boxes = [t.get_window_extent() for t in fig.axes[0].texts if t.get_text().replace("\n", " ") in names]
+        assert len(boxes) == 6 and not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), first
+        plt.close(fig)

@@ -183,6 +183,27 @@ def test_the_portuguese_figures_leave_no_english_word(monkeypatch):
     assert translated["plot_scaling"][0] == "Vazão do treinamento" and translated["plot_rank_bytes"][3] == "parâmetros"
 
 
+def test_numbers_drawn_in_6_2_and_6_3_figures_have_the_decimal_comma(monkeypatch):
+    """The rank-bytes ticks (5.1, 6.3) and the overlap title and ticks (6.2) drew ``0.5`` and ``2.0, 1.0`` on a
+    Portuguese figure before they went through the language layer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.teach import plots
+
+    monkeypatch.setattr(SETTINGS, "lang", LANG)
+    held = [{"parameters": 2**19, "gradients": 2**19, "optimizer state": 2**20}] * 2
+    overlap = {"ended": 1.0, "issued": [0.4, 0.8], "ran": [(0.45, 1.2), (0.85, 1.5)]}  # ms
+    for fig in (plots.plot_rank_bytes({"DDP": held}), plots.plot_overlap_timeline(overlap, [2**21, 2**20])):
+        fig.canvas.draw()
+        ticks = [t.get_text() for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels())]
+        assert any("," in t for t in ticks) and not any(re.search(r"\d\.\d", t) for t in ticks), ticks
+        plt.close(fig)
+    assert fig.axes[0].get_title().endswith("(baldes de 2,0; 1,0 MiB)"), fig.axes[0].get_title()
+
+
 def test_a_text_left_in_english_is_found():
     english = {"plot_x": ["Where a step's time goes", "rank 0", "forward + backward (ms)"]}
     assert english_words_left(english, {"plot_x": ["Onde vai o tempo de um passo", "rank 0",

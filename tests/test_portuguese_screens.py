@@ -59,6 +59,17 @@ def _cells(styler) -> list[str]:
     return re.findall(r">([^<>]*\S[^<>]*)<", styler.to_html())
 
 
+def test_a_python_list_of_english_decimals_is_english_on_screen():
+    """6.2 printed ``losses [0.533, 0.326, 0.078]`` on a Portuguese screen before ``number_list``; what pt-BR
+    writes, whole numbers, a version, an address, a thousands group and a config's value are not flagged."""
+    from effitrain_helpers.core.language import number_list
+
+    assert english_in("losses [0.533, 0.326, 0.078]; [6.0e-01]") == ["[0.533, 0.326, 0.078]", "[6.0e-01]"]
+    shown = (f"losses [{number_list([0.533, 0.326], '.3f', LANG)}] [65600, 65539] torch 2.13.0 169.254.77.1 "
+             '1.198 "dropout": 0.1, (6.2 q1)')
+    assert english_in(shown) == [], shown
+
+
 def test_the_tables_of_5_1_name_the_kinds_in_portuguese_and_keep_the_english_keys(portuguese):
     """The columns are built from the English kinds (issue 29 saw "optimizer state = teoria" on screen)."""
     import pandas as pd

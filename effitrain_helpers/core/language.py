@@ -16,8 +16,8 @@ the lessons' checkers, ``teach.progress`` and ``teach.editions``.
 Numbers are written the language's way: a numeric field of ``tr`` (``{n:,}``, ``{x:.3f}``, ``{p:.1%}``) is
 formatted by Python's format spec, then its separators are those of the language's locale (Babel's CLDR data):
 in pt-BR ``28.996``, ``0,016``, ``12,5%``; English stays exactly ``str.format``. Code that shows a number outside
-a message (a table cell) calls :func:`number`. So a number a learner reads goes into ``tr`` as a field with a
-format spec, never pre-formatted into an f-string.
+a message (a table cell) calls :func:`number`, a list of numbers :func:`number_list`. So a number a learner
+reads goes into ``tr`` as a field with a format spec, never pre-formatted into an f-string.
 """
 
 from __future__ import annotations
@@ -114,6 +114,14 @@ def number(value, spec: str = "", lang: str | None = None) -> str:
     if (decimal, group) == (".", ","):
         return text
     return text.translate(str.maketrans({".": decimal, ",": group}))
+
+
+def number_list(values, spec: str = "", lang: str | None = None) -> str:
+    """``values`` each written by :func:`number`, joined the language's way: ``", "`` where the decimal
+    separator is a point, ``"; "`` where it is a comma (``number_list([0.5, 1.25], ".2f", "pt-BR")`` is
+    ``"0,50; 1,25"``, never ``"0,50, 1,25"``). What a lesson prints instead of a Python list (``[0.5, 1.25]``)."""
+    lang = lang or SETTINGS.lang
+    return ("; " if separators(lang)[0] == "," else ", ").join(number(v, spec, lang) for v in values)
 
 
 class _LanguageFormatter(string.Formatter):

@@ -11,6 +11,8 @@ Every text a figure draws (titles, axis labels, legends, annotations, tick label
 learner's language (``tr``, see :mod:`effitrain_helpers.core.language`); a title a lesson passes in is the lesson's
 own (translated in its notebook), and the default title, when none is passed, is translated here. Values stay as
 they are: device, dtype and precision names, a lesson's labels, code (``optimizer.step()``, ``load_state``).
+Numbers drawn as text use the language's separators (``number``, ``number_list``); so do the numeric ticks of the
+figures that call :func:`_decimal_ticks` (lessons 5.1, 6.2 and 6.3 so far: the others' ticks are matplotlib's).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from effitrain_helpers.core.language import msg, number, tr
+from effitrain_helpers.core.language import msg, number, number_list, separators, tr
+from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.core.validate import whole_number
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -64,6 +67,23 @@ def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None
     ax.legend(fontsize=FONT - 2)
     fig.tight_layout()
     return fig
+
+
+def _decimal_ticks(*axes) -> None:
+    """Numeric tick labels of ``axes`` (``ax.xaxis``, ``ax.yaxis``) with the learner's decimal separator:
+    matplotlib's own choice of ticks and digits (``0.5`` becomes ``0,5`` in pt-BR), English left untouched."""
+    from matplotlib.ticker import ScalarFormatter
+
+    decimal = separators(SETTINGS.lang)[0]
+    if decimal == ".":
+        return
+
+    class LanguageTicks(ScalarFormatter):
+        def __call__(self, x, pos=None):
+            return super().__call__(x, pos).replace(".", decimal)
+
+    for axis in axes:
+        axis.set_major_formatter(LanguageTicks())
 
 
 def _box(ax, x, y, w, h, text, color):
@@ -595,7 +615,9 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
                          "of compare_ddp_fsdp().")
     kinds = list(next(iter(measured.values()))[0])
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
-    fig, ax = plt.subplots(figsize=(10, 5.5))
+    span = sum(map(len, measured.values())) + 0.6 * len(measured)  # x units: a bar per rank, a gap per strategy
+    fig, ax = plt.subplots(figsize=(max(10.0, 0.9 * span), 5.5))  # 6.3's six strategies: 14 inches
+    chars_per_unit = 0.85 * fig.get_figwidth() / span * 72 / (0.55 * (FONT - 1))  # a glyph: ~0.55 of its size
     ticks, labels, groups, x = [], [], [], 0.0
     for strategy, ranks in measured.items():
         groups.append((strategy, x + (len(ranks) - 1) / 2, len(ranks)))
@@ -616,10 +638,11 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
         x += 0.6
     ax.set_xticks(ticks, labels, fontsize=FONT - 2)
     for strategy, centre, count in groups:  # the strategy's name once, under its group of ranks, wrapped to fit
-        ax.annotate(textwrap.fill(strategy, width=max(10, 12 * count)), xy=(centre, 0),
-                    xycoords=("data", "axes fraction"), xytext=(0, -3 * FONT), textcoords="offset points",
-                    ha="center", va="top", fontsize=FONT - 1)
+        ax.annotate(textwrap.fill(strategy, width=int((count + 0.6) * chars_per_unit), break_long_words=False),
+                    xy=(centre, 0), xycoords=("data", "axes fraction"), xytext=(0, -3 * FONT),
+                    textcoords="offset points", ha="center", va="top", fontsize=FONT - 1)
     ax.set_ylabel(tr("MiB held by the rank"), fontsize=FONT)
+    _decimal_ticks(ax.yaxis)
     ax.legend(fontsize=FONT - 2, loc="upper center", ncol=len(kinds) + 1)  # in one row, above the bars
     ax.margins(y=0.3)
     ax.set_title(title or tr("What each rank holds: full copies (DDP) against 1/N shards (FSDP)"), fontsize=FONT + 1)
@@ -836,7 +859,8 @@ def plot_overlap_timeline(overlap: dict, bucket_bytes: list[int]) -> "Figure":
     ax.invert_yaxis()
     ax.set_xlabel(tr("milliseconds since backward began (rank 0, profiler trace)"), fontsize=FONT - 1)
     ax.set_title(tr("Overlap: all-reduces started during backward (buckets of {sizes} MiB)",
-                    sizes=", ".join(f"{b / 2**20:.1f}" for b in bucket_bytes)), fontsize=FONT)
+                    sizes=number_list([b / 2**20 for b in bucket_bytes], ".1f")), fontsize=FONT)
+    _decimal_ticks(ax.xaxis)
     ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig

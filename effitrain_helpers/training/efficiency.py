@@ -10,7 +10,9 @@ model and fixed-length batches of sentence pairs, so memory counts are exact):
 - any combination in one training loop: ``techniques.run_techniques`` (the 3.3 widget).
 
 This module puts them side by side: :func:`measure_chapter` returns one :class:`ChapterRow` per technique
-(measured ratios next to theory, and a verdict), :func:`chapter_table` shows them as a table.
+(measured ratios next to theory, and a verdict), :func:`chapter_table` shows them as a table,
+:func:`precision_conclusion` says what the mixed-precision row means on this machine and :func:`chapter_records`
+gives rows and conclusion as ``effitrain efficiency --json``'s records.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class ChapterRow:
     verdict: str = ""
 
     def to_dict(self) -> dict:
-        """The row as a plain dict (what ``effitrain efficiency --json`` prints)."""
+        """The row as a plain dict (one record of ``effitrain efficiency --json``: :func:`chapter_records`)."""
         return asdict(self)
 
 
@@ -168,11 +170,34 @@ def chapter_table(rows: list[ChapterRow]) -> str:
     return "\n".join(lines)
 
 
-def precision_conclusion(rows: list[ChapterRow], hardware=None) -> str:
-    """What the mixed-precision row means on this machine (``effitrain efficiency``): the CPU's instruction set
-    and whether it has fast bf16 (``hardware_summary()``'s ``cpu_isa`` and ``cpu_bf16_fast``; the GPU instead when
-    the row ran on one), then the conclusion the measured ratios support here. ``hardware`` defaults to
-    :func:`~effitrain_helpers.core.devices.hardware_summary`."""
+@dataclass
+class PrecisionConclusion:
+    """What the mixed-precision row means on this machine: the device that ran it (``device`` ``"cpu"`` or
+    ``"gpu"``, its ``name``, the CPU's instruction set ``isa``, None on a GPU), whether it has fast units for the
+    low precision (``fast_units``), which of four conclusions the measured ratios support (``outcome``:
+    ``pays``, ``not_faster_at_this_size``, ``costs_time``, ``faster_without_units``) and ``text``, the sentence
+    ``effitrain efficiency`` prints under its table. ``technique`` is the row's key."""
+
+    technique: str
+    device: str
+    name: str
+    isa: str | None
+    low: str
+    fast_units: bool
+    outcome: str
+    text: str
+
+    def to_dict(self) -> dict:
+        """The conclusion as a plain dict (the ``conclusion`` of ``effitrain efficiency --json``'s
+        mixed-precision record)."""
+        return asdict(self)
+
+
+def precision_conclusion(rows: list[ChapterRow], hardware=None) -> PrecisionConclusion:
+    """What the mixed-precision row means on this machine (``effitrain efficiency``, in text and in JSON): the
+    CPU's instruction set and whether it has fast bf16 (``hardware_summary()``'s ``cpu_isa`` and
+    ``cpu_bf16_fast``; the GPU instead when the row ran on one), then the conclusion the measured ratios support
+    here. ``hardware`` defaults to :func:`~effitrain_helpers.core.devices.hardware_summary`."""
     from effitrain_helpers.core.devices import _yes, hardware_summary
 
     hw = hardware or hardware_summary()
@@ -181,27 +206,38 @@ def precision_conclusion(rows: list[ChapterRow], hardware=None) -> str:
     figures = dict(time=row.time_ratio, matmul=row.time_expected, memory=row.memory_ratio, low=low)
     if hw.gpus:
         gpu = hw.gpus[0]
-        head = tr("this GPU: {name}; fast {low} units: {fast}.", name=gpu.name, low=low,
-                  fast=_yes(gpu.bf16_fast if low == "bf16" else gpu.fp16_fast))
+        device, name, isa = "gpu", gpu.name, None
         fast = gpu.bf16_fast if low == "bf16" else gpu.fp16_fast
+        head = tr("this GPU: {name}; fast {low} units: {fast}.", name=name, low=low, fast=_yes(fast))
     else:
+        device, name, isa, fast = "cpu", hw.cpu_model, hw.cpu_isa, hw.cpu_bf16_fast
         head = tr("this CPU: {model}, {isa}; fast bf16 instructions (AMX or AVX512-BF16 on x86, the bf16 "
-                  "extension on ARM): {fast}.", model=hw.cpu_model, isa=hw.cpu_isa, fast=_yes(hw.cpu_bf16_fast))
-        fast = hw.cpu_bf16_fast
+                  "extension on ARM): {fast}.", model=name, isa=isa, fast=_yes(fast))
     if fast and row.time_ratio < 1:
+        outcome = "pays"
         body = tr("So {low} pays here: {time:.2f}x fp32's time per step (matmul {matmul:.2f}x), {memory:.2f}x "
                   "its activation memory.", **figures)
     elif fast:
+        outcome = "not_faster_at_this_size"
         body = tr("Yet {low} was not faster at this size ({time:.2f}x fp32's time per step, matmul {matmul:.2f}x): "
                   "the lesson model's products are too small for the units to win; measure at the full size "
                   "(EFFITRAIN_SIZE=full) before choosing. It still keeps {memory:.2f}x the activation memory.",
                   **figures)
     elif row.time_ratio >= 1:
+        outcome = "costs_time"
         body = tr("So {low} costs time here ({time:.2f}x fp32's time per step, matmul {matmul:.2f}x) and saves "
                   "only activation memory ({memory:.2f}x): train in fp32 on this machine; {low} pays on hardware "
                   "with units for it (NVIDIA GPUs since Ampere, CPUs with AMX or AVX512-BF16).", **figures)
     else:
+        outcome = "faster_without_units"
         body = tr("{low} measured faster ({time:.2f}x fp32's time per step) without units for it, against the "
                   "matmul benchmark ({matmul:.2f}x): other work dominated the step or the machine was busy; "
                   "measure again before relying on it.", **figures)
-    return f"{head} {body}"
+    return PrecisionConclusion(row.technique, device, name, isa, low, bool(fast), outcome, f"{head} {body}")
+
+
+def chapter_records(rows: list[ChapterRow], conclusion: PrecisionConclusion) -> list[dict]:
+    """What ``effitrain efficiency --json`` prints: one record per technique (:meth:`ChapterRow.to_dict`), the
+    mixed-precision record carrying ``conclusion`` (the same :class:`PrecisionConclusion` the text prints)."""
+    return [{**r.to_dict(), **({"conclusion": conclusion.to_dict()} if r.technique == conclusion.technique else {})}
+            for r in rows]
