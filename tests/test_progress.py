@@ -87,3 +87,13 @@ def test_a_broken_line_is_skipped(record_file):
     with open(record_file, "a") as f:
         f.write('{"lesson": "start", "exerc')  # a write cut short
     assert len(verdicts.read()) == 1 and progress()[0].correct == 1
+
+
+def test_a_verdict_of_a_renumbered_exercise_is_not_credited_to_the_new_one(record_file):
+    """4.3's exercises were renumbered (q1, the byte count, became q2): an old 'q1' Correct whose name is the old
+    exercise's counts for nothing; a record with no name (an older format) still counts."""
+    old = {"lesson": "4.3", "exercise": "q1", "name": "4.3 q1: 8-bit state bytes of one tensor", "status": "correct"}
+    record_file.write_text(json.dumps(old) + "\n")
+    assert {r.lesson: r for r in progress()}["4.3"].correct == 0
+    record_file.write_text(json.dumps({k: v for k, v in old.items() if k != "name"}) + "\n")
+    assert {r.lesson: r for r in progress()}["4.3"].correct == 1

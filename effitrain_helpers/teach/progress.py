@@ -70,9 +70,13 @@ def progress(path: str | Path | None = None) -> list[LessonProgress]:
 
 
 def _rows(records: list[dict]) -> list[LessonProgress]:
-    states = exercise_states(records)
+    found = lesson_exercises()
+    # A verdict counts for the exercise that now has its variable only if it names the same exercise: when a
+    # lesson renumbers its exercises (4.3's q1 became q2), an old verdict is not credited to the new q1.
+    states = exercise_states([rec for rec in records if rec.get("name") in (None, found.get(rec["lesson"], {}).get(
+        rec["exercise"]))])
     rows = []
-    for lesson, exercises in lesson_exercises().items():
+    for lesson, exercises in found.items():
         mine = [states.get((lesson, name)) for name in exercises]
         correct, attempted = mine.count(CORRECT), mine.count(ATTEMPTED)
         rows.append(LessonProgress(lesson, len(mine), correct, attempted, len(mine) - correct - attempted))
