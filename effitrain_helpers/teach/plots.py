@@ -86,6 +86,8 @@ def _in_language(formatter_class: type) -> type:
     :func:`_with_decimal`; same ticks, digits and settings as matplotlib's."""
 
     class InLanguage(formatter_class):
+        in_language = True
+
         def __call__(self, x, pos=None):
             return _with_decimal(super().__call__(x, pos))
 
@@ -99,14 +101,16 @@ def _in_language(formatter_class: type) -> type:
 def numbers_in_language(fig: "Figure") -> "Figure":
     """``fig`` with the numeric tick labels of all its axes in the learner's language, read when it is drawn
     (``0.5`` becomes ``0,5`` in pt-BR): linear and log axes (``ScalarFormatter``, ``LogFormatter`` and their
-    kinds, major and minor, colour bars too) keep matplotlib's ticks and digits; word ticks (categories,
-    ``set_xticks(ticks, labels)``) and English figures are left exactly as they were. Returns ``fig``."""
+    subclasses, major and minor, colour bars too) keep matplotlib's ticks and digits; word ticks (categories,
+    ``set_xticks(ticks, labels)``) and English figures are left exactly as they were. Calling it again changes
+    nothing. Returns ``fig``."""
     from matplotlib.ticker import LogFormatter, ScalarFormatter
 
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for formatter in (axis.get_major_formatter(), axis.get_minor_formatter()):
-                if isinstance(formatter, (ScalarFormatter, LogFormatter)):
+                numeric = isinstance(formatter, (ScalarFormatter, LogFormatter))
+                if numeric and not hasattr(formatter, "in_language"):
                     formatter.__class__ = _in_language(type(formatter))  # keeps the formatter's own settings
     return fig
 
@@ -967,6 +971,5 @@ def _numbers_in_language(plot):
 
 
 # every figure's numbers in the learner's language, one home for all plot_* functions (a new one too)
-for _name, _plot in list(globals().items()):
-    if _name.startswith("plot_") and callable(_plot):
-        globals()[_name] = _numbers_in_language(_plot)
+globals().update({name: _numbers_in_language(plot) for name, plot in list(globals().items())
+                  if name.startswith("plot_") and callable(plot)})
