@@ -204,6 +204,81 @@ def test_numbers_drawn_in_6_2_and_6_3_figures_have_the_decimal_comma(monkeypatch
     assert fig.axes[0].get_title().endswith("(baldes de 2,0; 1,0 MiB)"), fig.axes[0].get_title()
 
 
+# An English decimal: a point between digits, unless it could be a Brazilian thousands group (``1.198``: exactly
+# three digits after a point that follows a non-zero number)
+ENGLISH_DECIMAL = re.compile(r"(?<![\d.,])(?:0\.\d+|\d+\.(?:\d{1,2}|\d{4,})(?!\d))")
+
+
+def rendered_texts(fig) -> list[str]:
+    """Every text ``fig`` shows once drawn: :func:`drawn_texts` and every tick label and offset (``1e-3``) of
+    every axis shown, numeric ticks included."""
+    fig.canvas.draw()
+    texts = drawn_texts(fig)
+    for ax in (ax for ax in fig.axes if ax.axison):  # ax.axis("off") draws no ticks
+        for axis in (ax.xaxis, ax.yaxis):
+            texts += [t.get_text() for t in (*axis.get_ticklabels(), *axis.get_ticklabels(minor=True))]
+            texts.append(axis.get_offset_text().get_text())
+    return [t for t in texts if t]
+
+
+def test_the_english_decimal_pattern():
+    assert ENGLISH_DECIMAL.findall("0.5 1.25 2.0 3.4e+38 $\\mathdefault{0.1}$ 0.001") == [
+        "0.5", "1.25", "2.0", "3.4", "0.1", "0.001"]
+    assert not ENGLISH_DECIMAL.findall("0,5 1.198 28.996 float32 optimizer.step() 10^{-3} 2,0; 1,0 MiB")
+
+
+def test_every_portuguese_figure_writes_numbers_with_the_decimal_comma(monkeypatch):
+    """No tick label, offset, title, legend or annotation of any figure in pt-BR has an English decimal point
+    (matplotlib's ticks wrote ``0.5``, ``1.0`` and ``f"{x:.1f}"`` labels ``3.8 MiB`` before), and each decimal
+    the English figure draws is drawn in the Portuguese one with a comma (``0.5`` there, ``0,5`` here)."""
+    import matplotlib.pyplot as plt
+
+    texts = {}
+    for lang in ("en", LANG):
+        monkeypatch.setattr(SETTINGS, "lang", lang)
+        figures = _figures()
+        texts[lang] = {name: rendered_texts(fig) for name, fig in figures.items()}
+        for fig in figures.values():
+            plt.close(fig)
+    decimals = {lang: {name: {d for t in drawn for d in ENGLISH_DECIMAL.findall(t)} for name, drawn in found.items()}
+                for lang, found in texts.items()}
+    assert {name: sorted(d) for name, d in decimals[LANG].items() if d} == {}
+    missing = {name: sorted(d for d in english if not any(d.replace(".", ",") in t for t in texts[LANG][name]))
+               for name, english in decimals["en"].items()}
+    assert {name: d for name, d in missing.items() if d} == {}
+    assert sum(map(bool, decimals["en"].values())) >= 14  # the English figures keep their points
+
+
+def test_numbers_in_language_leaves_log_powers_and_categories_as_they_are(monkeypatch):
+    """A log axis's powers (mathtext ``10^{-1}``) have no decimal to change, a category is a word: both are drawn
+    exactly as in English; a linear axis gets the comma (``0,5``), a mathtext decimal a comma with no space."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.teach import plots
+
+    def ticks(lang):
+        monkeypatch.setattr(SETTINGS, "lang", lang)
+        fig, (log, bars) = plt.subplots(1, 2)
+        log.plot([0.1, 0.5], [0.15, 0.45])
+        log.set_yscale("log")
+        bars.bar(["a", "b"], [1.0, 1.5])
+        plots.numbers_in_language(plots.numbers_in_language(fig)).canvas.draw()  # twice: changes nothing
+        assert type(log.yaxis.get_major_formatter()).__name__ == "LogFormatterSciNotationInLanguage"
+        drawn = [[t.get_text() for t in axis.get_ticklabels(minor=minor)]
+                 for axis in (log.xaxis, log.yaxis, bars.xaxis, bars.yaxis) for minor in (False, True)]
+        plt.close(fig)
+        return drawn
+
+    english, portuguese = ticks("en"), ticks(LANG)
+    assert portuguese[2:6] == english[2:6] and "$\\mathdefault{10^{-1}}$" in english[2]
+    assert portuguese[4] == ["a", "b"]
+    assert portuguese[0] == [t.replace(".", ",") for t in english[0]] and "0,5" in portuguese[0]
+    assert plots._with_decimal("$\\mathdefault{2^{5.32}}$") == "$\\mathdefault{2^{5{,}32}}$"
+
+
 def test_a_text_left_in_english_is_found():
     english = {"plot_x": ["Where a step's time goes", "rank 0", "forward + backward (ms)"]}
     assert english_words_left(english, {"plot_x": ["Onde vai o tempo de um passo", "rank 0",

@@ -11,12 +11,14 @@ Every text a figure draws (titles, axis labels, legends, annotations, tick label
 learner's language (``tr``, see :mod:`effitrain_helpers.core.language`); a title a lesson passes in is the lesson's
 own (translated in its notebook), and the default title, when none is passed, is translated here. Values stay as
 they are: device, dtype and precision names, a lesson's labels, code (``optimizer.step()``, ``load_state``).
-Numbers drawn as text use the language's separators (``number``, ``number_list``); so do the numeric ticks of the
-figures that call :func:`_decimal_ticks` (lessons 5.1, 6.2 and 6.3 so far: the others' ticks are matplotlib's).
+Numbers drawn as text use the language's separators (``number``, ``number_list``); so do the numeric ticks of
+every figure: each ``plot_*`` function hands its figure to :func:`numbers_in_language` (wrapped once, at the end of
+this module), which a lesson can call on a figure it draws itself.
 """
 
 from __future__ import annotations
 
+import functools
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -69,21 +71,48 @@ def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None
     return fig
 
 
-def _decimal_ticks(*axes) -> None:
-    """Numeric tick labels of ``axes`` (``ax.xaxis``, ``ax.yaxis``) with the learner's decimal separator:
-    matplotlib's own choice of ticks and digits (``0.5`` becomes ``0,5`` in pt-BR), English left untouched."""
-    from matplotlib.ticker import ScalarFormatter
-
+def _with_decimal(label: str) -> str:
+    """A tick label matplotlib wrote (``0.5``, ``$\\mathdefault{2^{5.32}}$``) with the decimal separator of the
+    language drawn now: ``0,5`` (mathtext: ``{,}``, a comma with no space after it) in pt-BR, as it was in English."""
     decimal = separators(SETTINGS.lang)[0]
     if decimal == ".":
-        return
+        return label
+    return label.replace(".", "{%s}" % decimal if "$" in label else decimal)
 
-    class LanguageTicks(ScalarFormatter):
+
+@functools.cache
+def _in_language(formatter_class: type) -> type:
+    """``formatter_class`` (a ScalarFormatter or LogFormatter) whose labels and offset (``1e-3``) go through
+    :func:`_with_decimal`; same ticks, digits and settings as matplotlib's."""
+
+    class InLanguage(formatter_class):
+        in_language = True
+
         def __call__(self, x, pos=None):
-            return super().__call__(x, pos).replace(".", decimal)
+            return _with_decimal(super().__call__(x, pos))
 
-    for axis in axes:
-        axis.set_major_formatter(LanguageTicks())
+        def get_offset(self):
+            return _with_decimal(super().get_offset())
+
+    InLanguage.__name__ = InLanguage.__qualname__ = f"{formatter_class.__name__}InLanguage"
+    return InLanguage
+
+
+def numbers_in_language(fig: "Figure") -> "Figure":
+    """``fig`` with the numeric tick labels of all its axes in the learner's language, read when it is drawn
+    (``0.5`` becomes ``0,5`` in pt-BR): linear and log axes (``ScalarFormatter``, ``LogFormatter`` and their
+    subclasses, major and minor, colour bars too) keep matplotlib's ticks and digits; word ticks (categories,
+    ``set_xticks(ticks, labels)``) and English figures are left exactly as they were. Calling it again changes
+    nothing. Returns ``fig``."""
+    from matplotlib.ticker import LogFormatter, ScalarFormatter
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for formatter in (axis.get_major_formatter(), axis.get_minor_formatter()):
+                numeric = isinstance(formatter, (ScalarFormatter, LogFormatter))
+                if numeric and not hasattr(formatter, "in_language"):
+                    formatter.__class__ = _in_language(type(formatter))  # keeps the formatter's own settings
+    return fig
 
 
 def _box(ax, x, y, w, h, text, color):
@@ -228,7 +257,7 @@ def plot_saved_bytes(labels: list[str], values: list[float], title: str) -> "Fig
     fig, ax = plt.subplots(figsize=(7, 4))
     mib = [v / 2**20 for v in values]
     bars = ax.bar(labels, mib, color=["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"][:len(labels)])
-    ax.bar_label(bars, [f"{m:.1f} MiB" for m in mib], fontsize=FONT - 2)
+    ax.bar_label(bars, [f"{number(m, '.1f')} MiB" for m in mib], fontsize=FONT - 2)
     ax.set_ylabel(tr("activations saved for backward (MiB)"), fontsize=FONT - 1)
     ax.set_title(title, fontsize=FONT)
     fig.tight_layout()
@@ -587,8 +616,9 @@ def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: in
     table.plot(np.arange(256), np.sort(qmap), ".", markersize=3)
     table.set_xlabel(tr("code (0-255)"), fontsize=FONT - 2)
     table.set_ylabel(tr("qmap[code] (times absmax)"), fontsize=FONT - 2)
-    table.set_title(tr("the table: {near} of 256 entries within +-0.1", near=int((np.abs(qmap) < 0.1).sum())),
-                    fontsize=FONT - 1)
+    near = 0.1
+    table.set_title(tr("the table: {count} of 256 entries within +-{near}", count=int((np.abs(qmap) < near).sum()),
+                       near=near), fontsize=FONT - 1)
     table.grid(alpha=0.3)
     error = fig.add_subplot(grid[1, 1])
     relative = np.abs(decoded - true_values) / np.where(scale > 0, scale, 1)
@@ -642,7 +672,6 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
                     xy=(centre, 0), xycoords=("data", "axes fraction"), xytext=(0, -3 * FONT),
                     textcoords="offset points", ha="center", va="top", fontsize=FONT - 1)
     ax.set_ylabel(tr("MiB held by the rank"), fontsize=FONT)
-    _decimal_ticks(ax.yaxis)
     ax.legend(fontsize=FONT - 2, loc="upper center", ncol=len(kinds) + 1)  # in one row, above the bars
     ax.margins(y=0.3)
     ax.set_title(title or tr("What each rank holds: full copies (DDP) against 1/N shards (FSDP)"), fontsize=FONT + 1)
@@ -782,7 +811,7 @@ def plot_collectives(seen: list[dict], title: str = "") -> "Figure":
                 values = seen[r][name][col]
                 for i, v in enumerate(values):
                     ax.add_patch(plt.Rectangle((i, world - 1 - r), 0.95, 0.9, color=colours[r % len(colours)]))
-                    ax.text(i + 0.47, world - 0.55 - r, f"{v:g}", ha="center", va="center", fontsize=FONT - 1)
+                    ax.text(i + 0.47, world - 0.55 - r, number(v, "g"), ha="center", va="center", fontsize=FONT - 1)
                 ax.text(-0.15, world - 0.55 - r, tr("rank {rank}", rank=r), ha="right", va="center",
                         fontsize=FONT - 2)
             ax.set_xlim(-1.3, max(width, 3) + 0.1)
@@ -860,7 +889,6 @@ def plot_overlap_timeline(overlap: dict, bucket_bytes: list[int]) -> "Figure":
     ax.set_xlabel(tr("milliseconds since backward began (rank 0, profiler trace)"), fontsize=FONT - 1)
     ax.set_title(tr("Overlap: all-reduces started during backward (buckets of {sizes} MiB)",
                     sizes=number_list([b / 2**20 for b in bucket_bytes], ".1f")), fontsize=FONT)
-    _decimal_ticks(ax.xaxis)
     ax.legend(fontsize=FONT - 4, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
@@ -930,3 +958,18 @@ def plot_link_rates(rows: list[dict], title: str = "") -> "Figure":
     ax.set_title(title or tr("Two nodes, one rank each: time per step against the link's rate"), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
+
+
+def _numbers_in_language(plot):
+    """``plot`` (a ``plot_*`` function) whose figure goes through :func:`numbers_in_language`."""
+
+    @functools.wraps(plot)
+    def drawn(*args, **kwargs):
+        return numbers_in_language(plot(*args, **kwargs))
+
+    return drawn
+
+
+# every figure's numbers in the learner's language, one home for all plot_* functions (a new one too)
+globals().update({name: _numbers_in_language(plot) for name, plot in list(globals().items())
+                  if name.startswith("plot_") and callable(plot)})
