@@ -10,7 +10,8 @@ its decimals are English, and its commas read as decimal commas on a Portuguese 
 writes ``[0,533; 0,326]``). A lone English decimal is not flagged: ``1.198`` is also how pt-BR groups thousands,
 and a lesson may show a library's own table or a configuration file (torch's profiler, a model's JSON config).
 
-One thing on screen is not the workbook's to translate: the label of a library's own progress bar (transformers'
+Two things on screen are not the workbook's to translate: a dataset's sentences, printed quoted
+(:data:`QUOTED_SENTENCE`), and the label of a library's own progress bar (transformers'
 "Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
 prints it. The scan leaves out that label only where it starts a tqdm bar (``Loading weights:  0%|``), so the
 same words printed by the workbook are still flagged. A label the Portuguese lesson itself writes as code (in
@@ -29,11 +30,12 @@ LANG = "pt-BR"
 ALWAYS = ("median ms", "reliable", "spread", "min-max ms", "gradient accumulation", "mixed precision")
 ENGLISH_NUMBER_LIST = re.compile(r"\[\s*-?\d+\.\d+(?:e[-+]?\d+)?(?:\s*,\s*-?\d+\.\d+(?:e[-+]?\d+)?)*\s*\]")
 LIBRARY_BARS = {"Loading weights": "transformers/core_model_loading.py"}  # label: the file that prints it
-# The pt-BR lessons that show no English; nbval fails any of their cells whose output does (conftest.py).
-SCREENED = ("1_1_prepare_models.ipynb", "3_3_mixed_precision.ipynb", "5_1_shard_the_model.ipynb",
-            "5_2_profile_a_training_step.ipynb", "5_3_checkpoint_crash_resume.ipynb", "5_4_from_one_machine_to_many.ipynb",
-            "6_1_collectives_by_hand.ipynb", "6_2_data_parallelism_by_hand.ipynb", "6_3_zero_by_hand.ipynb",
-            "6_4_split_the_layer_split_the_model.ipynb")
+# The pt-BR lessons that show no English: every one of them; nbval fails any of their cells whose output does
+# (conftest.py).
+SCREENED = tuple(sorted(p.name for p in (Path(__file__).resolve().parents[1] / "notebooks" / LANG).glob("*.ipynb")))
+# A quoted sentence (four words or more between quotes) is data shown as it is, e.g. 1.3's English sentence pairs
+# ('Dennis loaded a faster data loader in 2024.'): the dataset's text, not the workbook's.
+QUOTED_SENTENCE = re.compile(r"(?<!\w)'(?:[^'\n]*\s){3,}[^'\n]*'(?!\w)")
 
 
 @functools.cache
@@ -53,6 +55,7 @@ def english_in(text: str, code: frozenset[str] = frozenset()) -> list[str]:
     decimals (``[0.533, 0.326]``, :data:`ENGLISH_NUMBER_LIST`)."""
     for label in LIBRARY_BARS:
         text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
+    text = QUOTED_SENTENCE.sub("", text)
     return [w for w in english_words()
             if w.lower() not in code and re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)
             ] + ENGLISH_NUMBER_LIST.findall(text)

@@ -236,3 +236,10 @@ def test_an_executed_portuguese_lesson_shows_no_english(name, tmp_path, monkeypa
     code = code_words(path)
     found = [f"{name} cell {i}: {words}" for i, text in _shown_texts(nb) if (words := english_in(text, code))]
     assert found == [], "English on a pt-BR screen:\n" + "\n".join(found)
+
+
+def test_a_quoted_data_sentence_is_not_the_workbooks_english():
+    """1.3 prints its dataset's English sentence pairs quoted: data, not a label."""
+    data = "rótulo 0: 'Dennis loaded a faster data loader in 2024.' / 'A data scientist tested a faster one.'"
+    assert english_in(data) == []
+    assert english_in("rótulo 0: faster") == ["faster"]  # unquoted, it is the workbook's

@@ -469,3 +469,10 @@ def test_portuguese_student_notebook_runs_to_the_end_with_every_exercise_not_att
         shown = json.dumps(cell.outputs, ensure_ascii=False)
         assert "Não tentado" in shown and "Not attempted" not in shown, (name, cell.source, shown)
         assert "Incorreto" not in shown and "✅" not in shown and "error" not in shown
+
+
+def test_a_cell_magic_line_stays_and_the_python_below_it_may_change_only_in_strings():
+    english = '%%writefile {script}\nprint("rank 0 of world size 2")  # one line per rank'
+    assert t.code_change(english, '%%writefile {script}\nprint("rank 0 de world size 2")  # uma linha por rank') is None
+    assert "cell magic" in t.code_change(english, '%%writefile other.py\nprint("rank 0 de world size 2")')
+    assert "changes code" in t.code_change(english, '%%writefile {script}\nprint("rank", 0)')

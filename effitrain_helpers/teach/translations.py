@@ -131,8 +131,20 @@ class _Strings(ast.NodeTransformer):
         return ast.Constant(("f-string", *fields))
 
 
+def _cell_magic(source: str) -> tuple[str, str]:
+    """``(magic line, body)`` of a cell that starts with an IPython cell magic (``%%writefile script.py``: 2.2's
+    script, Python below it), else ``("", source)``; the body keeps its line numbers (the magic becomes a blank
+    line)."""
+    first, _, rest = source.partition("\n")
+    return (first, "\n" + rest) if first.startswith("%%") else ("", source)
+
+
 def code_change(english: str, translated: str) -> str | None:
-    """Why ``translated`` is not ``english`` with only comments and string literals changed; None when it is."""
+    """Why ``translated`` is not ``english`` with only comments and string literals changed; None when it is.
+    A cell magic's line must stay the same; the code below it is compared as Python."""
+    (magic, english), (translated_magic, translated) = _cell_magic(english), _cell_magic(translated)
+    if magic != translated_magic:
+        return f"the translation changes the cell magic line ({magic or 'none'} in English)"
     try:
         trees = [ast.parse(src) for src in (english, translated)]
     except SyntaxError as err:
