@@ -71,10 +71,13 @@ def progress(path: str | Path | None = None) -> list[LessonProgress]:
 
 def _rows(records: list[dict]) -> list[LessonProgress]:
     found = lesson_exercises()
-    # A verdict counts for the exercise that now has its variable only if it names the same exercise: when a
-    # lesson renumbers its exercises (4.3's q1 became q2), an old verdict is not credited to the new q1.
-    states = exercise_states([rec for rec in records if rec.get("name") in (None, found.get(rec["lesson"], {}).get(
-        rec["exercise"]))])
+
+    def current(rec: dict) -> bool:
+        """A verdict of the exercise that holds its variable now: when a lesson renumbers its exercises (4.3's q1
+        became q2), an old verdict is not credited to the new q1. A record without a name (older) counts."""
+        return rec.get("name") in (None, found.get(rec["lesson"], {}).get(rec["exercise"]))
+
+    states = exercise_states([rec for rec in records if current(rec)])
     rows = []
     for lesson, exercises in found.items():
         mine = [states.get((lesson, name)) for name in exercises]

@@ -52,8 +52,9 @@ def _check_8bit_kind(optimizer, kind: str) -> None:
                        kind=kind))
 
 
-def _check_kind(name: str, optimizer) -> None:
-    """The optimizer built for ``name`` is the comparison's class."""
+def _check_kind(name: str, optimizer, want: type) -> None:
+    """The optimizer built for ``name`` is the comparison's class ``want`` (that of the lesson's own, built by
+    make_optimizer)."""
     import torch
 
     kind = f"{type(optimizer).__module__}.{type(optimizer).__name__}"
@@ -71,10 +72,6 @@ def _check_kind(name: str, optimizer) -> None:
         raise Incorrect(tr("for 'adafactor' you built torch's own {kind}; its defaults and options differ from "
                            "transformers.Adafactor, the one lesson 4.2 and Trainer(optim='adafactor') use.",
                            kind=kind))
-    if name == "adafactor":
-        from transformers import Adafactor as want
-    else:
-        want = torch.optim.AdamW
     if not isinstance(optimizer, want):
         raise Incorrect(tr("for {name!r} you built {kind}; the comparison's is {want}.", name=name, kind=kind,
                            want=f"{want.__module__}.{want.__name__}"))
@@ -166,9 +163,9 @@ def _check_builder(build) -> None:
         _check_settings(name, other.param_groups[0], Q1_RATES[1])
         layer, reference = q1_layer(), q1_layer()
         optimizer = _build(build, name, layer, Q1_RATES[0])
-        _check_kind(name, optimizer)
-        _check_settings(name, optimizer.param_groups[0], Q1_RATES[0])
         wanted = make_optimizer(name, reference.parameters(), Q1_RATES[0])
+        _check_kind(name, optimizer, type(wanted))
+        _check_settings(name, optimizer.param_groups[0], Q1_RATES[0])
         mine, want = _after_steps(layer, optimizer), _after_steps(reference, wanted)
         extra = set(optimizer.state[layer.weight]) - set(wanted.state[reference.weight])
         if name == "adafactor" and "exp_avg" in extra:
