@@ -3,8 +3,8 @@
 Two measurements, from inside each process of a group:
 
 - :class:`PointToPointCounter` wraps ``torch.distributed``'s point-to-point calls (``send``, ``recv``,
-  ``isend``, ``irecv``) as Python code calls them: bytes sent and received, by peer, and the collectives called
-  (named in :data:`COLLECTIVES`; they still run). A blocking wait (``send``, ``recv``, or ``wait()`` on the
+  ``isend``, ``irecv``) as Python code calls them: bytes and messages sent and received, by peer, and the
+  collectives called (named in :data:`COLLECTIVES`; they still run), each with the bytes this rank put in. A blocking wait (``send``, ``recv``, or ``wait()`` on the
   request of ``isend`` / ``irecv``) gets a time limit: past it, :class:`PeerWaitTimeout` says what the rank
   waited for. While a rank waits, a one-line note of what it waits for sits in ``waiting_folder`` (when one
   is given), so that whoever ran the group can name every waiting rank after a deadlock
@@ -26,6 +26,11 @@ from pathlib import Path
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "scatter", "gather")
 POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+# collective -> the argument holding what this rank puts in (a tensor or a list of tensors): its bytes are counted
+CONTRIBUTIONS = {"all_reduce": "tensor", "broadcast": "tensor", "reduce": "tensor", "all_gather": "tensor",
+                 "all_gather_into_tensor": "input_tensor", "reduce_scatter": "input_list",
+                 "reduce_scatter_tensor": "input", "all_to_all": "input_tensor_list", "all_to_all_single": "input",
+                 "scatter": "scatter_list", "gather": "tensor"}
 
 
 def bytes_written() -> int | None:
@@ -59,7 +64,9 @@ class PointToPointCounter:
     bytes_received: int = 0
     sends: int = 0
     sent_to: dict[int, int] = field(default_factory=dict)
+    received_from: dict[int, int] = field(default_factory=dict)
     collectives: list[str] = field(default_factory=list)
+    collective_bytes: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes this rank put in)
     _originals: dict = field(default_factory=dict)
 
     def __enter__(self) -> "PointToPointCounter":
@@ -84,9 +91,13 @@ class PointToPointCounter:
 
     def _recorded(self, name: str):
         original = self._originals[name]
+        signature = inspect.signature(original)
 
         def recorded(*args, **kwargs):
             self.collectives.append(name)
+            given = signature.bind(*args, **kwargs).arguments.get(CONTRIBUTIONS[name])
+            tensors = given if isinstance(given, (list, tuple)) else [] if given is None else [given]
+            self.collective_bytes.append((name, sum(t.numel() * t.element_size() for t in tensors)))
             return original(*args, **kwargs)
 
         return recorded
@@ -104,6 +115,7 @@ class PointToPointCounter:
             what = f"send of {nbytes} bytes to rank {peer}"
         else:
             self.bytes_received += nbytes
+            self.received_from[peer] = self.received_from.get(peer, 0) + nbytes
             what = f"receive of {nbytes} bytes from rank {peer}"
         return original(*args, **kwargs), what
 
