@@ -18,7 +18,7 @@ import re
 import tempfile
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, run_learner_in_processes
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, hands_over_to, run_learner_in_processes
 
 WORLDS = (2, 3)  # q2 runs in 2, then in 3 processes
 STEPS, BATCH = 3, 6  # AdamW steps; samples per step in all (split among the ranks)
@@ -37,7 +37,6 @@ BALANCE_CASES = (
     ([64000, 12288, 8192, 8192, 4096, 192, 128, 64, 64, 3], 3),  # lesson 5.1's model, roughly
     ([5, 5, 5, 5, 5], 4),     # more ranks than pairs: nobody may be left empty
 )
-REFERENCES = ("balanced_owners", "_partition_parameters")  # the workbook's and torch's own assignment
 
 
 def _greedy(sizes: list, world: int, order) -> list[int]:
@@ -48,27 +47,14 @@ def _greedy(sizes: list, world: int, order) -> list[int]:
     return loads
 
 
-def _names_used(fn) -> set[str]:
-    """Every global or attribute name ``fn``'s code (nested functions and lambdas included) refers to."""
-    names, codes = set(), [getattr(fn, "__code__", None)]
-    while codes:
-        code = codes.pop()
-        if code is not None:
-            names |= set(code.co_names)
-            codes += [c for c in code.co_consts if hasattr(c, "co_names")]
-    return names
-
-
 def _check_owners(assign) -> None:
     from effitrain_helpers.training.zero import balanced_owners
 
     if not callable(assign):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=assign))
-    used = sorted(_names_used(assign) & set(REFERENCES))
-    if assign is balanced_owners or used:
+    if hands_over_to(assign, balanced_owners):
         raise Incorrect(tr("your function hands the work to {name}, the lesson's own assignment: write the rule "
-                           "yourself (the exercise is what that function does).",
-                           name=used[0] if used else "balanced_owners"))
+                           "yourself (the exercise is what that function does).", name="balanced_owners"))
     for sizes, world in BALANCE_CASES:
         owners = assign(list(sizes), world)
         try:
