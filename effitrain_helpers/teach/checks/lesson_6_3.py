@@ -182,11 +182,11 @@ def _run_learners(cls, folder: str, *more) -> list[dict]:
     return records
 
 
-def judge_sharded_optimizers(classes: list) -> list[str | None]:
-    """q2's verdict on each of ``classes``: None when right, else the message saying why not. All are judged
+def judge_sharded_optimizers(classes: list) -> list[Incorrect | None]:
+    """q2's verdict on each of ``classes``: None when right, else the :class:`Incorrect` saying why not. All are judged
     in one launch per world size (a class refused in 2 processes is not run in 3): q2's check judges one
     class so; the tests judge many at once, as the mutation harness may."""
-    verdicts: list[str | None] = [None] * len(classes)
+    verdicts: list[Incorrect | None] = [None] * len(classes)
     for world in WORLDS:
         todo = [k for k, v in enumerate(verdicts) if v is None]
         if not todo:
@@ -206,7 +206,7 @@ def judge_sharded_optimizers(classes: list) -> list[str | None]:
             try:
                 _judge([r[j] for r in ranks], world)
             except Incorrect as err:
-                verdicts[k] = str(err)
+                verdicts[k] = err
     return verdicts
 
 
@@ -216,7 +216,7 @@ def _check_sharded_optimizer(cls) -> None:
                            "{fn!r}.", fn=cls))
     verdict = judge_sharded_optimizers([cls])[0]
     if verdict is not None:
-        raise Incorrect(verdict)
+        raise verdict
 
 
 def _call(rank: int, call: dict | None) -> str:
