@@ -244,7 +244,7 @@ q1 = Exercise(
            "rank's values (PyTorch docs: 'Distributed communication package', collective functions). A "
            "collective writes into the tensor you pass it, outside autograd: pass the parameters themselves "
            "(or their .data), never copies.",
-           "for p in model.parameters():\n    ____  # one collective: which tensor, and from which rank?"],
+           "for ____ in model.____():\n    ____  # one collective: which tensor, and from which rank?"],
     solution_code=("def broadcast_parameters(model):\n    for p in model.parameters():\n"
                    "        dist.broadcast(p.data, src=0)\n\nq1.check(broadcast_parameters)"),
 )
@@ -260,7 +260,7 @@ q2 = Exercise(
            "torch.distributed.all_reduce(tensor) sums `tensor` over the ranks, in place, and leaves the sum on "
            "every rank (PyTorch docs: 'Distributed communication package'); dist.get_world_size() is the number "
            "of ranks in this run, whatever it is.",
-           "for p in model.parameters():\n    ____  # every rank's gradient summed into this rank's, in place\n"
+           "for ____ in model.____():\n    ____  # every rank's gradient summed into this rank's, in place\n"
            "    ____  # the sum turned into the mean"],
     solution_code=("def average_gradients(model):\n    for p in model.parameters():\n        dist.all_reduce(p.grad)\n"
                    "        p.grad /= dist.get_world_size()\n\nq2.check(average_gradients)"),
