@@ -46,7 +46,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file
 from effitrain_helpers.core.validate import positive_number
 from effitrain_helpers.teach import verdicts
@@ -54,7 +54,7 @@ from effitrain_helpers.teach.progress import lesson_exercises
 
 COLUMNS = ("student", "notebook", "lesson", "exercise", "status", "detail")
 INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES = (
-    "invalid notebook", "error", "timeout", "not checked", "no exercises")
+    msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"))
 MAX_TIMEOUT = 24 * 3600.0  # seconds per notebook: a day
 RUN_ENV = "EFFITRAIN_GRADE_RUN"  # the marker every process of one graded notebook inherits
 _IMPORTS = re.compile(rf"^\s*from\s+{re.escape(verdicts.CHECKS_PACKAGE)}\.(\w+)\s+import\b", re.M)

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.editions import check_all, source_notebooks, default_source, make_edition
 
 WORKBOOK_ENV = "EFFITRAIN_WORKBOOK"
@@ -47,8 +47,8 @@ MANIFEST = ".effitrain-workbook.json"
 LOCK = ".effitrain-workbook.lock"  # held by one run at a time (see the module docstring)
 # What a run did with each lesson (the ``action`` of a :class:`Copy`).
 NEW, UPDATED, UNCHANGED, KEPT, CHANGED, NOT_OURS, FRESH = (
-    "new", "updated", "up to date", "yours (kept)", "yours (lesson changed)", "not written by the workbook",
-    "fresh copy")
+    msg("new"), msg("updated"), msg("up to date"), msg("yours (kept)"), msg("yours (lesson changed)"),
+    msg("not written by the workbook"), msg("fresh copy"))
 
 
 def default_folder() -> Path:
@@ -264,14 +264,17 @@ def describe(report: list[Copy], folder: Path) -> str:
     counts = {}
     for c in report:
         counts[c.action] = counts.get(c.action, 0) + 1
-    lines = [f"your workbook: {folder} (" + ", ".join(f"{n} {a}" for a, n in counts.items()) + ")"]
+    lines = [tr("your workbook: {folder} ({counts})", folder=folder,
+                counts=", ".join(tr("{n} {action}", n=n, action=tr(a)) for a, n in counts.items()))]
     for c in report:
         if c.action == CHANGED:
-            lines.append(f"  {c.notebook}: the lesson changed since your copy was made. For a fresh copy that "
-                         f"keeps yours (renamed *_mine-<time>.ipynb): {fresh_command(c.notebook, folder)}")
+            lines.append(tr("  {notebook}: the lesson changed since your copy was made. For a fresh copy that keeps "
+                            "yours (renamed *_mine-<time>.ipynb): {command}", notebook=c.notebook,
+                            command=fresh_command(c.notebook, folder)))
         elif c.action == NOT_OURS:
-            lines.append(f"  {c.notebook}: not written by the workbook, left as it is. To replace it with the "
-                         f"lesson (yours kept, renamed): {fresh_command(c.notebook, folder)}")
+            lines.append(tr("  {notebook}: not written by the workbook, left as it is. To replace it with the lesson "
+                            "(yours kept, renamed): {command}", notebook=c.notebook,
+                            command=fresh_command(c.notebook, folder)))
         elif c.action in (NEW, UPDATED):
-            lines.append(f"  {c.notebook}: {c.action}")
+            lines.append(f"  {c.notebook}: {tr(c.action)}")
     return "\n".join(lines)
