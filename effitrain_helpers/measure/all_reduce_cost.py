@@ -85,7 +85,7 @@ def parse_lengths(text: str) -> list[int]:
 def theory_bytes_sent(method: str, nbytes: int, world: int, rank: int) -> float:
     """Bytes rank ``rank`` of ``world`` sends to all-reduce a tensor of ``nbytes`` with ``method``."""
     if method not in METHODS:
-        raise ValueError(f"method={method!r} is not one of {', '.join(METHODS)}.")
+        raise ValueError(tr("method={method!r} is not one of {methods}.", method=method, methods=', '.join(METHODS)))
     if method == "parameter server":
         return float(nbytes * (world - 1) if rank == 0 else nbytes)
     return 2 * (world - 1) / world * nbytes  # gloo's all_reduce on CPU tensors is a ring too (measured below)

@@ -31,6 +31,8 @@ import inspect
 import time
 from dataclasses import dataclass, field
 
+from effitrain_helpers.core.language import tr
+
 # collective -> the argument whose tensor is its payload (the whole tensor it works on)
 PAYLOADS = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input",
             "broadcast": "tensor", "reduce": "tensor", "reduce_scatter": "input_list", "all_gather": "tensor_list"}
@@ -86,7 +88,8 @@ class CommunicationCounter:
 
         unknown = sorted(set(self.collectives) - set(PAYLOADS))
         if unknown:
-            raise ValueError(f"collectives={unknown} cannot be counted; choose among {sorted(PAYLOADS)}.")
+            raise ValueError(tr("collectives={unknown} cannot be counted; choose among {payloads}.",
+                                unknown=unknown, payloads=sorted(PAYLOADS)))
         for name in self.collectives:
             payload = PAYLOADS[name]
             if name not in self._originals:

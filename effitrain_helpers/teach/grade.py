@@ -75,8 +75,9 @@ class Row:
 def find_submissions(folder: Path) -> list[tuple[str, Path]]:
     """``(student, notebook path)`` for every ``.ipynb`` under ``folder`` (checkpoints skipped), sorted."""
     if not folder.is_dir():
-        raise ValueError(f"SUBMISSIONS_DIR {str(folder)!r} is not a folder. Fix: pass the folder that holds the "
-                         "submitted notebooks (one .ipynb per student, or one folder per student).")
+        raise ValueError(tr("SUBMISSIONS_DIR {folder!r} is not a folder. Fix: pass the folder that holds the "
+                            "submitted notebooks (one .ipynb per student, or one folder per student).",
+                            folder=str(folder)))
     found = []
     for path in sorted(folder.rglob("*.ipynb")):
         rel = path.relative_to(folder)
@@ -84,8 +85,8 @@ def find_submissions(folder: Path) -> list[tuple[str, Path]]:
             continue
         found.append((rel.parts[0] if len(rel.parts) > 1 else path.stem, path))
     if not found:
-        raise ValueError(f"SUBMISSIONS_DIR {str(folder)!r} holds no .ipynb notebooks. Fix: pass the folder of the "
-                         "submissions.")
+        raise ValueError(tr("SUBMISSIONS_DIR {folder!r} holds no .ipynb notebooks. Fix: pass the folder of the "
+                            "submissions.", folder=str(folder)))
     return found
 
 

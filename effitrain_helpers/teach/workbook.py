@@ -139,8 +139,8 @@ class Workbook:
     def __init__(self, folder: str | Path | None = None, source: str | Path | None = None, lang: str = "en"):
         self.folder = default_folder() if folder is None else Path(folder).expanduser()
         if self.folder.exists() and not self.folder.is_dir():
-            raise ValueError(f"workbook folder {str(self.folder)!r} is a file, not a folder. Fix: pass --dir with a "
-                             f"folder path (or set {WORKBOOK_ENV}).")
+            raise ValueError(tr("workbook folder {folder!r} is a file, not a folder. Fix: pass --dir with a folder "
+                                "path (or set {workbook_env}).", folder=str(self.folder), workbook_env=WORKBOOK_ENV))
         self.notebooks = source_notebooks(source, lang)  # another language: its translated lessons
         self.manifest_path = self.folder / MANIFEST
         self._editions: dict[str, bytes] = {}
@@ -240,7 +240,8 @@ class Workbook:
         matches = [n for n in self.notebooks if lesson in (lesson_id(n), n, Path(n).stem)]
         if not matches:
             known = ", ".join(lesson_id(n) for n in self.notebooks)
-            raise ValueError(f"--fresh {lesson!r} is not a lesson of this workbook; choose one of {known}.")
+            raise ValueError(tr("--fresh {lesson!r} is not a lesson of this workbook; choose one of {known}.",
+                                lesson=lesson, known=known))
         return matches[0]
 
     def fresh(self, lesson: str) -> Copy:
