@@ -45,6 +45,16 @@ def _check_scale(answer) -> None:
                            got=got))
 
 
+def _dtype_named_by_a_string(err: Exception) -> bool:
+    """Whether ``err`` comes from a dtype's name given as a string: autocast's ``dtype='bfloat16'`` (a
+    TypeError), or ``model.to('bfloat16')``, which takes the string for a device."""
+    import re
+
+    text = str(err)
+    found = re.search(r"Invalid device string: '([^']*)'", text)
+    return "must be torch.dtype, not str" in text or bool(found and re.search(r"16|float|half", found.group(1)))
+
+
 def _check_low_precision_forward(fn) -> None:
     import torch
 
@@ -69,7 +79,15 @@ def _check_low_precision_forward(fn) -> None:
     batch = {"inputs": torch.randn(4, 16, device=device)}
     with torch.no_grad():
         reference = torch.nn.functional.linear(batch["inputs"], layer.weight, layer.bias)
-    logits = fn(model, batch)
+    try:
+        logits = fn(model, batch)
+    except (RuntimeError, TypeError) as err:  # the two likeliest beginner errors, named instead of raised
+        if layer.weight.dtype == torch.float32 and _dtype_named_by_a_string(err):
+            raise Incorrect(tr("a dtype is a torch object, not its name in a string: write torch.bfloat16 (or "
+                               "torch.float16), not 'bfloat16' ({error}: {message}).", error=type(err).__name__,
+                               message=str(err).splitlines()[0])) from None
+        if layer.weight.dtype == torch.float32:
+            raise
     if layer.weight.dtype != torch.float32:
         raise Incorrect(tr("the weights became {dtype}: mixed precision keeps float32 weights; let autocast make "
                            "16-bit copies for the matrix products instead of converting the model.",

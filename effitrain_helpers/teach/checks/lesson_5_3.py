@@ -281,7 +281,15 @@ def _check_loader(make_loader) -> None:
     if not callable(make_loader):
         raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name="make_loader", fn=make_loader))
     accelerator = Accelerator(cpu=True)
-    loader = make_loader(accelerator, list(range(16)), 0)
+    try:
+        loader = make_loader(accelerator, list(range(16)), 0)
+    except ValueError as err:
+        if "must include a `state_dict`" in str(err) and "Generator" in str(err):  # a bare torch.Generator
+            raise Incorrect(tr("register_for_checkpointing saves objects that have state_dict and "
+                               "load_state_dict, and a torch.Generator has neither (it has get_state and "
+                               "set_state): register this lesson's LoaderGenerator(seed), which holds one in "
+                               ".generator, and give the DataLoader its .generator.")) from None
+        raise
     if not isinstance(loader, DataLoader):
         raise Incorrect(tr("make_loader should return a torch DataLoader; yours returned {got}.",
                            got=type(loader).__name__))
