@@ -128,9 +128,8 @@ q2 = Exercise(
            "float16's smallest positive number is about 6e-8; values below half of it round to 0. A while loop "
            "that doubles S until the float16 value is not 0 finds the smallest; a one-value tensor's Python "
            "number comes from one of its methods.",
-           "Start the scale at 1, then:\n"
-           "while torch.tensor(1e-8 * scale, dtype=____).____() == ____:\n"
-           "    scale *= ____"],
+           "Start from the smallest scale and keep doubling it, testing each time whether 1e-8 times the "
+           "scale survives as a float16 number; the first scale that survives is the answer."],
     solution_code=("scale = 1\nwhile torch.tensor(1e-8 * scale, dtype=torch.float16).item() == 0:\n    scale *= 2\n"
                    "q2.check(scale)"),
 )
