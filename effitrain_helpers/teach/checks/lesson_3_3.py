@@ -19,7 +19,7 @@ def _check_bf16_gap(answer) -> None:
         raise Incorrect(tr("that is float16's gap: float16 has 10 mantissa bits, bfloat16 only 7."))
     if math.isclose(got, torch.finfo(torch.float32).eps, rel_tol=1e-6):
         raise Incorrect(tr("that is float32's gap; bfloat16 keeps only 7 of float32's 23 mantissa bits."))
-    raise Incorrect(tr("{got:g} is not it: with m mantissa bits, the next number after 1 is 1 + 2**-m.", got=got))
+    raise Incorrect(tr("{got:,g} is not it: with m mantissa bits, the next number after 1 is 1 + 2**-m.", got=got))
 
 
 def smallest_surviving_scale(gradient: float = 1e-8) -> int:
@@ -38,10 +38,10 @@ def _check_scale(answer) -> None:
     if got == want:
         return
     if got > want and math.log2(got).is_integer():
-        raise Incorrect(tr("{got:g} works, but a smaller power of two already keeps 1e-8 from becoming 0.", got=got))
+        raise Incorrect(tr("{got:,g} works, but a smaller power of two already keeps 1e-8 from becoming 0.", got=got))
     if not (got > 0 and math.log2(got).is_integer()):
-        raise Incorrect(tr("{got!r} is not a power of two; GradScaler uses powers of two (exact to undo).", got=got))
-    raise Incorrect(tr("with S = {got:g}, 1e-8 x S still rounds to 0 in float16: try a larger power of two.",
+        raise Incorrect(tr("{got:,g} is not a power of two; GradScaler uses powers of two (exact to undo).", got=got))
+    raise Incorrect(tr("with S = {got:,g}, 1e-8 x S still rounds to 0 in float16: try a larger power of two.",
                            got=got))
 
 

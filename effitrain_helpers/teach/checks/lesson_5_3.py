@@ -210,10 +210,10 @@ def _check_lost_steps(answer) -> None:
         raise Incorrect(tr("step {step} was running, never finished: it is not among the steps done.",
                            step=Q2_DONE + 1))
     if got == Q2_EVERY - want:
-        raise Incorrect(tr("{got:g} steps were still to go to the next checkpoint; count those since the last "
+        raise Incorrect(tr("{got:,g} steps were still to go to the next checkpoint; count those since the last "
                            "one.", got=got))
     if got != want:
-        raise Incorrect(tr("{got:g} is not the number of steps done after the newest checkpoint (taken after the "
+        raise Incorrect(tr("{got:,g} is not the number of steps done after the newest checkpoint (taken after the "
                            "largest multiple of {every} up to {done:,}).", got=got, every=Q2_EVERY, done=Q2_DONE))
 
 
@@ -235,7 +235,7 @@ def _check_young(answer) -> None:
     if math.isclose(got, want / 60, rel_tol=0.02):
         raise Incorrect(tr("answer in seconds, not minutes."))
     if not math.isclose(got, want, rel_tol=0.02):
-        raise Incorrect(tr("{got:g} s is not sqrt(2 x save time x the job's mean time between failures).",
+        raise Incorrect(tr("{got:,g} s is not sqrt(2 x save time x the job's mean time between failures).",
                            got=got))
 
 
