@@ -36,17 +36,20 @@ _EXERCISE_NAME = re.compile(r"^q\d+$")
 _COPY = re.compile(r"(-Copy\d+|_mine-[\w.-]*| \(\d+\))$")  # what Jupyter or the workbook adds to a copy's name
 _NAMES = {  # a name (variable, attribute, import) in an answer that reaches the machinery: why it is flagged
     **dict.fromkeys(["Exercise", "CheckResult", "Incorrect", "verdicts", "solution_code", "checker", "answer_or",
-                     "evaluate", "effitrain_helpers"], "the checking machinery"),
-    **dict.fromkeys(["exec", "eval", "compile", "__import__", "importlib", "globals", "get_ipython", "builtins",
-                     "__builtins__", "gc", "inspect", "ctypes", "_getframe", "settrace", "setprofile"],
-                    "code that runs or finds code by name"),
+                     "VERDICT_MIME", "GRADING_ENV"], "the checking machinery"),
+    **dict.fromkeys(["importlib", "builtins", "__builtins__", "gc", "inspect", "ctypes", "_getframe", "settrace",
+                     "setprofile", "get_ipython"], "code that finds other code"),
     **dict.fromkeys(["__globals__", "__closure__", "__code__", "__dict__", "__subclasses__", "__bases__", "__mro__",
                      "__module__", "__wrapped__", "__func__", "__self__", "__getattribute__", "__file__", "f_globals",
                      "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame", "cr_frame"],
                     "the inside of functions and modules"),
 }
-_TEXTS = {".ipynb": "a notebook file", "EFFITRAIN_": "the workbook's settings", "effitrain": "the workbook's files",
-          "verdict": "the verdicts", "progress.jsonl": "the verdicts"}
+_CALLS = {"exec", "eval", "compile", "__import__", "globals", "breakpoint"}  # called by their bare name
+_TEXTS = {".ipynb": "a notebook file", "EFFITRAIN_": "the workbook's settings", "vnd.effitrain": "the verdicts",
+          "verdict": "the verdicts", "progress.jsonl": "the verdicts", "effitrain_helpers.teach": "the checking "
+          "machinery", "notebooks/": "the workbook's notebooks"}
+_LINES = {re.compile(r"effitrain_helpers\s*\.\s*teach"): "effitrain_helpers.teach (the checking machinery)",
+          re.compile(r"\bsys\s*\.\s*modules\b"): "sys.modules (code that finds other code)"}
 REVIEW = "flagged for review"
 
 
@@ -104,38 +107,53 @@ def match_source(nb, file_name: str, sources: dict) -> str | None:
     return next((name for name, src in sources.items() if lessons & set(exercise_lessons(src).values())), None)
 
 
-def _tokens(code: str):
-    """``(line, token)`` of the names and strings of ``code`` (IPython's ``!``/``%`` lines turned into Python)."""
+def _tokens(code: str) -> list[tuple[int, str]]:
+    """``(line, token)`` of the names, operators and strings of ``code`` (IPython's ``!``/``%`` lines turned
+    into Python first)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     try:
         code = TransformerManager().transform_cell(code)
     except Exception:  # noqa: BLE001 - reviewed as it is
         pass
+    found = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(code).readline):
-            if tok.type in (tokenize.NAME, tokenize.STRING):
-                yield tok.start[0], tok.string
+            if tok.type in (tokenize.NAME, tokenize.STRING, tokenize.OP):
+                found.append((tok.start[0], tok.string))
     except (tokenize.TokenError, IndentationError, SyntaxError):  # unfinished code: every word of it
-        for number, line in enumerate(code.splitlines(), 1):
-            for word in re.findall(r"\w+|'[^']*'|\"[^\"]*\"", line):
-                yield number, word
+        found = [(n, w) for n, line in enumerate(code.splitlines(), 1)
+                 for w in re.findall(r"\w+|'[^']*'|\"[^\"]*\"|[.(=]", line)]
+    return found
+
+
+def _why(token: str, before: str, after: str) -> str | None:
+    """Why one token of an answer reaches into the checking machinery (``before``/``after``: its neighbours)."""
+    if token[:1] in "'\"" or token[:2].lower() in ("f'", 'f"', "b'", 'b"', "r'", 'r"'):
+        return next((what for text, what in _TEXTS.items() if text in token), None)
+    if _EXERCISE_NAME.match(token):
+        return "the exercise object itself"
+    if token.startswith("_reference"):
+        return "a checker's reference implementation"
+    if token in _CALLS:
+        return "code that runs code from text" if before != "." and after == "(" else None
+    return _NAMES.get(token)
 
 
 def review(code: str) -> tuple[int, str] | None:
     """``(line number, why)`` for the first line of an answer that reaches into the checking machinery, or None."""
-    for number, token in _tokens(textwrap.dedent(code)):
-        if token[0] in "'\"" or token[:2].lower() in ("f'", 'f"', "b'", 'b"', "r'", 'r"'):
-            why = next((what for text, what in _TEXTS.items() if text.lower() in token.lower()), None)
-        elif _EXERCISE_NAME.match(token):
-            why = "the exercise object itself"
-        elif token.startswith("_reference"):
-            why = "a checker's reference implementation"
-        else:
-            why = _NAMES.get(token)
+    code = textwrap.dedent(code)
+    hits = [(number, what) for number, line in enumerate(code.splitlines(), 1)
+            for pattern, what in _LINES.items() if pattern.search(line)]
+    tokens = _tokens(code)
+    for k, (number, token) in enumerate(tokens):
+        before = tokens[k - 1][1] if k else ""
+        after = tokens[k + 1][1] if k + 1 < len(tokens) else ""
+        why = _why(token, before, after)
         if why:
-            return number, f"{token[:40]} ({why})"
-    return None
+            hits.append((number, f"{token[:40]} ({why})"))
+            break
+    return min(hits) if hits else None
 
 
 def _same(a: list[str], b: list[str]) -> bool:
@@ -148,6 +166,11 @@ def _find(lines: list[str], block: list[str], start: int) -> int | None:
         if _same(lines[i:i + len(block)], block):
             return i
     return None
+
+
+def _drop_check(line: str) -> str:
+    """A student's own one-line ``qN.check(...)`` call blanked out (the source's check call is the one that runs)."""
+    return "" if _CHECK_LINE.match(line) and line.count("(") == line.count(")") else line
 
 
 def answers(student: str, source: str, regions) -> tuple[list[tuple[int, list[str]]], bool]:
@@ -173,7 +196,7 @@ def answers(student: str, source: str, regions) -> tuple[list[tuple[int, list[st
         else:  # the student edited the lines after the answer (a check call, most often): the answer stops there
             changed = True
             end = next((i for i in range(pos, len(mine)) if _CHECK_LINE.match(mine[i])), len(mine))
-        found.append((pos, mine[pos:end]))
+        found.append((pos, [_drop_check(line) for line in mine[pos:end]]))
         pos = end + len(after)
     return found, changed
 

@@ -9,7 +9,7 @@
   the folder for ``alice/1_1_x.ipynb`` (a file named after a lesson), and the path for any other file
   (``section2/uma.ipynb`` is ``section2/uma``): sections stay apart. A ``--roster`` CSV (``file,student``) names
   the student of any file. Two submissions of one student for one lesson (a ``-Copy1``, a file and a folder)
-  are named in a ``duplicate`` row and only the first is graded.
+  are named in a ``duplicate`` row and only one is graded (the first by path, a ``-Copy1`` after the original).
 - **The grader decides** (:mod:`~effitrain_helpers.teach.answers`): each submission is matched to its lesson in
   the instructor's solved notebooks (``--source``, default the workbook's ``notebooks/``); what runs is that
   lesson with only the student's answer lines in it, the rest restored, and the lesson's reference in place of
@@ -154,7 +154,7 @@ def find_submissions(folder: Path, sources: dict, roster: dict | None = None) ->
         raise ValueError(f"SUBMISSIONS_DIR {str(folder)!r} holds no .ipynb notebooks. Fix: pass the folder of the "
                          "submissions.")
     first: dict[tuple[str, str], str] = {}
-    for sub in found:
+    for sub in sorted(found, key=lambda s: (s.path.name != lesson_name(s.path.name), s.notebook)):  # copies last
         if sub.source:
             sub.duplicate_of = first.setdefault((sub.student, sub.source), sub.notebook)
             if sub.duplicate_of == sub.notebook:
