@@ -60,6 +60,7 @@ class Check:
     cell: int  # index in the graded notebook
     exercises: list[tuple[str, str]]  # (lesson, variable), e.g. ("1.1", "q2")
     flag: str = ""  # why the answer is flagged for review ("" when it is not)
+    note: str = ""  # what of the student's cell did not run (lines outside the answer, edited)
 
 
 @dataclass
@@ -69,11 +70,6 @@ class Graded:
     source: str  # the lesson's notebook (file name in the source folder)
     notebook: object  # nbformat notebook
     checks: list[Check] = field(default_factory=list)
-    changed: list[str] = field(default_factory=list)  # cells whose restored parts the student had changed
-
-    @property
-    def exercises(self) -> list[tuple[str, str]]:
-        return list(dict.fromkeys(e for c in self.checks for e in c.exercises))
 
 
 def exercise_lessons(nb) -> dict[str, str]:
@@ -249,12 +245,15 @@ def graded_notebook(submission, source, source_name: str) -> Graded:
         nth += 1
         names = [n for n in re.findall(r"^(q\d+)\.check\(", cell.source, re.M)]
         exercises = [(lessons.get(n, ""), n) for n in dict.fromkeys(names)]
+        note = ""
         if mine is None:  # the cell is gone: the starter runs (not attempted)
             found = [(0, r.starter) for r in regions]
+            note = "the exercise's cell is missing from the submission"
         else:
             found, changed = answers(mine.source, cell.source, regions)
             if changed:
-                graded.changed.append(f"cell {submission.cells.index(mine)}")
+                note = (f"cell {submission.cells.index(mine)}: lines outside the answer were edited; the lesson's "
+                        "own lines ran instead")
         flag = ""
         for start, answer in found:
             hit = review("\n".join(answer))
@@ -270,7 +269,7 @@ def graded_notebook(submission, source, source_name: str) -> Graded:
             cursor = region.end + 1
         restored.source = "\n".join(new + lines[cursor:])
         out.cells.append(restored)
-        graded.checks.append(Check(len(out.cells) - 1, exercises, flag))
+        graded.checks.append(Check(len(out.cells) - 1, exercises, flag, note))
         out.cells.append(_reference_cell(exercises, _with_solutions(lines, regions)))
     return graded
 

@@ -204,9 +204,9 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
     with tempfile.TemporaryDirectory(prefix="effitrain-grade-") as tmp:
         folder = Path(tmp)
         nbformat.write(graded.notebook, folder / sandbox.NOTEBOOK)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EFFITRAIN_")}
+        env = {k: v for k, v in os.environ.items() if k not in (verdicts.PROGRESS_ENV, sandbox.RUN_ENV)}
         env.update({"HF_HUB_OFFLINE": "1", "EFFITRAIN_SOLUTIONS": "off", verdicts.GRADING_ENV: "1",
-                    "MPLBACKEND": "Agg", "EFFITRAIN_SIZE": os.environ.get("EFFITRAIN_SIZE", "small")})
+                    "MPLBACKEND": "Agg"})
         result = sandbox.run_graded(folder, limit, env, hide, safe)
     rows: list[Row] = []
     ran = nbformat.from_dict(result["notebook"]) if result["notebook"] else None
@@ -222,7 +222,7 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
             if check.flag:
                 rows.append(row(*exercise, REVIEW, check.flag))
             else:
-                rows.append(row(*exercise, found.get(exercise, NOT_CHECKED)))
+                rows.append(row(*exercise, found.get(exercise, NOT_CHECKED), check.note))
     if not graded.checks:
         rows.append(row(status=NO_EXERCISES, detail=f"its lesson {sub.source} has no marked exercises"))
     return rows

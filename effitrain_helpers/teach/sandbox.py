@@ -3,8 +3,10 @@
 :func:`run_graded` runs ``python -m effitrain_helpers.teach.sandbox FOLDER LIMIT`` (this module's ``main``)
 inside ``bwrap`` with: new PID, network, IPC, UTS and user namespaces (no network, no other process visible:
 not the grader, its arguments or another submission's kernel), a private ``/tmp``, the whole file system
-read-only, the submissions folder, the instructor's notebooks and every path the caller names hidden behind
-empty folders or ``/dev/null``, and only the notebook's own folder writable. The runner there executes the
+read-only, the home folder hidden but for what a lesson reads from it (this Python, the workbook, its cache and
+the Hugging Face cache, read-only: run each lesson once, or ``effitrain prefetch``, before grading so that what
+it builds is there), the submissions folder, the instructor's notebooks and every path the caller names hidden
+behind empty folders or ``/dev/null``, and only the notebook's own folder writable. The runner there executes the
 notebook with nbclient (the kernel's output to ``/dev/null``), makes itself unreadable to the processes it
 starts (``PR_SET_DUMPABLE`` 0: they cannot open its file descriptors) and hands the executed notebook back on
 its standard output. When it ends, or the grader kills it, the PID namespace ends and every process the
@@ -67,13 +69,33 @@ def _hidden(paths) -> list[str]:
     return args
 
 
-def _command(folder: Path, limit: float, hide, safe: bool) -> list[str]:
+def _home(env: dict) -> list[str]:
+    """bwrap arguments hiding the home folder (keys, mail, other work), then showing again, read-only, what a
+    lesson needs from it: this Python and its packages, the workbook's checkout, its cache (the offline kit
+    included) and the Hugging Face cache."""
+    from effitrain_helpers.core.settings import SETTINGS
+
+    home = Path.home().resolve()
+    if home == Path("/") or not home.is_dir():
+        return []
+    package_root = Path(__file__).resolve().parents[2]
+    hf = Path(env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "huggingface")
+    needed = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, package_root,
+              SETTINGS.cache_dir, hf, *(Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    args = ["--tmpfs", str(home)]
+    for path in dict.fromkeys(p.expanduser().resolve() for p in needed):
+        if home in path.parents and path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
+def _command(folder: Path, limit: float, hide, safe: bool, env: dict) -> list[str]:
     runner = [sys.executable, "-m", "effitrain_helpers.teach.sandbox", INSIDE if safe else str(folder), str(limit)]
     if not safe:
         return runner
     return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc",
-            "--dev", "/dev", "--tmpfs", "/tmp", *_hidden(hide), "--bind", str(folder), INSIDE, "--chdir", INSIDE,
-            *runner]
+            "--dev", "/dev", "--tmpfs", "/tmp", *_home(env), *_hidden(hide), "--bind", str(folder), INSIDE,
+            "--chdir", INSIDE, *runner]
 
 
 def run_graded(folder: Path, limit: float, env: dict, hide=(), safe: bool = True) -> dict:
@@ -81,9 +103,11 @@ def run_graded(folder: Path, limit: float, env: dict, hide=(), safe: bool = True
     ``{"notebook": executed notebook (dict), "outcome": "ok" | "timeout" | "error", "detail": text}``, or an
     ``"error"`` result when the runner gave nothing back. Whatever ends the wait (its end, SIGTERM, Ctrl-C),
     every process of the run is killed before this returns or raises."""
-    env = {**env, "HOME": INSIDE if safe else str(folder), "IPYTHONDIR": f"{INSIDE if safe else folder}/.ipython",
-           "MPLCONFIGDIR": f"{INSIDE if safe else folder}/.matplotlib", RUN_ENV: uuid.uuid4().hex}
-    proc = subprocess.Popen(_command(folder, limit, hide, safe), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    inside = INSIDE if safe else str(folder)  # where the run may write: its own folder (HOME and caches read-only)
+    env = {**env, "IPYTHONDIR": f"{inside}/.ipython", "MPLCONFIGDIR": f"{inside}/.matplotlib",
+           "JUPYTER_RUNTIME_DIR": f"{inside}/.jupyter", "TMPDIR": "/tmp" if safe else str(folder),
+           RUN_ENV: uuid.uuid4().hex}
+    proc = subprocess.Popen(_command(folder, limit, hide, safe, env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd=str(folder), start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=limit + SLACK)
