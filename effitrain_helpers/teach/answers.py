@@ -106,10 +106,8 @@ def match_source(nb, file_name: str, sources: dict) -> str | None:
 def _tokens(code: str) -> list[tuple[int, str]]:
     """``(line, token)`` of the names, operators and strings of ``code`` (IPython's ``!``/``%`` lines turned
     into Python first)."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
     try:
-        code = TransformerManager().transform_cell(code)
+        code = _python(code)
     except Exception:  # noqa: BLE001 - reviewed as it is
         pass
     found = []
@@ -212,6 +210,7 @@ def _reference_cell(exercises: list[tuple[str, str]], code: str):
 
 
 def _python(code: str) -> str:
+    """``code`` with IPython's ``!``/``%`` lines turned into the Python they run."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     return TransformerManager().transform_cell(code)
