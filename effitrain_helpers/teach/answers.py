@@ -27,6 +27,7 @@ import textwrap
 import tokenize
 from dataclasses import dataclass, field
 
+from effitrain_helpers.core.language import msg
 from effitrain_helpers.teach.editions import BLANK_IMPORT, INSTRUCTOR_TAG, exercise_cells
 from effitrain_helpers.teach.verdicts import CHECKS_PACKAGE, lesson_of
 
@@ -50,7 +51,7 @@ _TEXTS = {".ipynb": "a notebook file", "EFFITRAIN_": "the workbook's settings", 
           "machinery", "notebooks/": "the workbook's notebooks"}
 _LINES = {re.compile(r"effitrain_helpers\s*\.\s*teach"): "effitrain_helpers.teach (the checking machinery)",
           re.compile(r"\bsys\s*\.\s*modules\b"): "sys.modules (code that finds other code)"}
-REVIEW = "flagged for review"
+REVIEW = msg("flagged for review")  # a row status
 
 
 @dataclass

@@ -42,7 +42,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file
 from effitrain_helpers.core.validate import positive_number
 from effitrain_helpers.teach import sandbox, verdicts
@@ -50,7 +50,7 @@ from effitrain_helpers.teach.answers import REVIEW, graded_notebook, lesson_name
 
 COLUMNS = ("student", "notebook", "lesson", "exercise", "status", "detail")
 INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES, DUPLICATE = (
-    "invalid notebook", "error", "timeout", "not checked", "no exercises", "duplicate")
+    msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"), msg("duplicate"))
 MAX_TIMEOUT = 24 * 3600.0  # seconds per notebook: a day
 MAX_NOTEBOOK_BYTES = 64 * 2**20  # a submission larger than this is not read
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
@@ -89,21 +89,24 @@ def read_notebook(path: Path):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError as err:
-        raise ValueError(f"cannot open it ({err.strerror or err}); a link or special file is not a submission")
+        raise ValueError(tr("cannot open it ({why}); a link or special file is not a submission",
+                            why=err.strerror or err)) from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError("it is not a regular file (a FIFO, device or socket): not read")
+            raise ValueError(tr("it is not a regular file (a FIFO, device or socket): not read"))
         if info.st_size > MAX_NOTEBOOK_BYTES:
-            raise ValueError(f"it is {info.st_size} bytes, more than the {MAX_NOTEBOOK_BYTES} a notebook may be: not read")
+            raise ValueError(tr("it is {size} bytes, more than the {most} a notebook may be: not read",
+                                size=info.st_size, most=MAX_NOTEBOOK_BYTES))
         data = f.read(MAX_NOTEBOOK_BYTES + 1)
     try:
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         nb.cells  # noqa: B018 - a JSON file that is not a notebook fails here
         if not isinstance(nb.cells, list) or not all(isinstance(c, dict) and "source" in c for c in nb.cells):
-            raise ValueError("its cells are not a list of cells")
+            raise ValueError(tr("its cells are not a list of cells"))
     except Exception as err:  # noqa: BLE001 - whatever is wrong with the file, it is this student's row
-        raise ValueError(f"cannot read it as a notebook: {type(err).__name__}: {str(err)[:200]}") from None
+        raise ValueError(tr("cannot read it as a notebook: {error}: {message}", error=type(err).__name__,
+                            message=str(err)[:200])) from None
     return nb
 
 
@@ -113,11 +116,12 @@ def read_roster(path) -> dict[str, str]:
         with open(Path(path).expanduser(), encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise ValueError(f"--roster {str(path)!r} cannot be read ({err}). Fix: pass a CSV file with columns "
-                         "file,student.") from None
+        raise ValueError(tr("--roster {path!r} cannot be read ({why}). Fix: pass a CSV file with columns "
+                            "file,student.", path=str(path), why=err)) from None
     if not rows or not {"file", "student"} <= set(rows[0]):
-        raise ValueError(f"--roster {str(path)!r} has no columns file and student. Fix: a CSV whose first line is "
-                         "file,student and one line per submission, e.g. section2/uma.ipynb,Uma Lima.")
+        raise ValueError(tr("--roster {path!r} has no columns file and student. Fix: a CSV whose first line is "
+                            "file,student and one line per submission, e.g. section2/uma.ipynb,Uma Lima.",
+                            path=str(path)))
     return {r["file"].strip(): r["student"].strip() for r in rows if r["file"] and r["student"]}
 
 
@@ -135,8 +139,9 @@ def find_submissions(folder: Path, sources: dict, roster: dict | None = None) ->
     """Every ``.ipynb`` under ``folder`` (checkpoints skipped), sorted, read and matched to its lesson, the
     duplicates marked (module docstring)."""
     if not folder.is_dir():
-        raise ValueError(f"SUBMISSIONS_DIR {str(folder)!r} is not a folder. Fix: pass the folder that holds the "
-                         "submitted notebooks (one .ipynb per student, or one folder per student).")
+        raise ValueError(tr("SUBMISSIONS_DIR {folder!r} is not a folder. Fix: pass the folder that holds the "
+                            "submitted notebooks (one .ipynb per student, or one folder per student).",
+                            folder=str(folder)))
     found: list[Submission] = []
     for path in sorted(folder.rglob("*.ipynb")):
         rel = path.relative_to(folder)
@@ -151,8 +156,8 @@ def find_submissions(folder: Path, sources: dict, roster: dict | None = None) ->
             sub.problem = str(err)
         found.append(sub)
     if not found:
-        raise ValueError(f"SUBMISSIONS_DIR {str(folder)!r} holds no .ipynb notebooks. Fix: pass the folder of the "
-                         "submissions.")
+        raise ValueError(tr("SUBMISSIONS_DIR {folder!r} holds no .ipynb notebooks. Fix: pass the folder of the "
+                            "submissions.", folder=str(folder)))
     first: dict[tuple[str, str], str] = {}
     for sub in sorted(found, key=lambda s: (s.path.name != lesson_name(s.path.name), s.notebook)):  # copies last
         if sub.source:
@@ -354,14 +359,15 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
 
     limit = check_timeout(limit)
     if mode is not None and mode not in KEEP_MODES:
-        raise ValueError(f"mode={mode!r} is not allowed; choose one of {', '.join(KEEP_MODES)}.")
+        raise ValueError(tr("mode={mode!r} is not allowed; choose one of {allowed}.", mode=mode,
+                            allowed=", ".join(KEEP_MODES)))
     if not str(folder).strip():
         raise ValueError(tr("SUBMISSIONS_DIR is empty. Fix: pass the folder of the submitted notebooks."))
     submissions_folder = Path(folder).expanduser()
     out = check_gradebook(out, submissions_folder)
     why = None if unsafe else sandbox.unavailable()
     if why:
-        raise ValueError(f"grade refuses to run submissions outside a sandbox: {why}.")
+        raise ValueError(tr("grade refuses to run submissions outside a sandbox: {why}.", why=why))
     sources = source_notebooks(source)
     subs = find_submissions(submissions_folder, sources, read_roster(roster) if roster else None)
     hide = hidden_paths(submissions_folder, out, Path(source).expanduser() if source else default_source(), roster)

@@ -32,6 +32,8 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
+from effitrain_helpers.core.language import tr
+
 RUN_ENV = "EFFITRAIN_GRADE_RUN"  # (unsafe mode) the marker every process of one graded notebook inherits
 NOTEBOOK = "graded.ipynb"
 INSIDE = "/tmp/effitrain-grade"  # the notebook's folder, as the sandbox sees it
@@ -43,17 +45,18 @@ def unavailable() -> str | None:
     """Why the sandbox cannot run here (one line), or None when ``bwrap`` works."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return ("bubblewrap (bwrap) is not installed, so submissions cannot run in a sandbox. Fix: install it "
-                "(Debian/Ubuntu: sudo apt-get install bubblewrap), or add --unsafe to run them with your permissions")
+        return tr("bubblewrap (bwrap) is not installed, so submissions cannot run in a sandbox. Fix: install it "
+                  "(Debian/Ubuntu: sudo apt-get install bubblewrap), or add --unsafe to run them with your "
+                  "permissions")
     try:
         done = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
                                "--dev", "/dev", "--tmpfs", "/tmp", "true"], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as err:
-        return f"bubblewrap (bwrap) failed to start ({err}). Fix: check it runs, or add --unsafe"
+        return tr("bubblewrap (bwrap) failed to start ({error}). Fix: check it runs, or add --unsafe", error=err)
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
-        return (f"bubblewrap (bwrap) cannot make a sandbox here ({why[0]}; user namespaces may be off). Fix: enable "
-                "them (sysctl kernel.unprivileged_userns_clone=1), or add --unsafe")
+        return tr("bubblewrap (bwrap) cannot make a sandbox here ({why}; user namespaces may be off). Fix: enable "
+                  "them (sysctl kernel.unprivileged_userns_clone=1), or add --unsafe", why=why[0])
     return None
 
 
