@@ -499,6 +499,8 @@ def _workbook(args) -> int:
     book = Workbook(args.dir, args.source, args.lang)
     try:
         report = [book.fresh(args.fresh)] if args.fresh else book.sync()
+    except TimeoutError:  # another run held the folder too long: its own line names it
+        raise
     except OSError as err:
         raise ValueError(tr("cannot write your workbook in {folder!r} ({reason}). Fix: make it writable, or choose "
                             "another folder with --dir (or EFFITRAIN_WORKBOOK).", folder=str(book.folder),
@@ -575,7 +577,7 @@ def add_learner_commands(sub) -> None:
     p = sub.add_parser("workbook", help="write or update your own copy of the lessons (blank exercises); "
                                         "never overwrites a notebook you changed")
     p.add_argument("--dir", type=not_empty("--dir"), default=None, help="your workbook folder (default: $EFFITRAIN_WORKBOOK, else my-workbook/)")
-    p.add_argument("--fresh", metavar="LESSON", default=None,
+    p.add_argument("--fresh", metavar="LESSON", type=not_empty("--fresh"), default=None,
                    help="a fresh copy of one lesson (e.g. 2.2, or start); yours is kept, renamed *_mine-<time>")
     p.add_argument("--source", type=not_empty("--source"), default=None,
                    help="folder of solved notebooks (default: the workbook's notebooks/)")

@@ -501,3 +501,145 @@ def test_workers_import_what_the_notebook_added_to_sys_path_and_talk_over_loopba
     loopback = "lo0" if sys.platform == "darwin" else "lo"
     assert launch(uses_it, num_processes=2, quiet=True) == [(42, loopback), (42, loopback)]
     assert launch_mod.resolve_num_processes(None) >= 2
+
+
+# ---------------------------------------------------------------- 5. issue 49: nothing lost, nothing hangs
+
+from test_workbook import _lesson  # noqa: E402 - a tiny solved lesson (tests/ is on the path under pytest)
+
+from effitrain_helpers.core import files  # noqa: E402
+from effitrain_helpers.teach import workbook as workbook_mod  # noqa: E402
+from effitrain_helpers.teach.workbook import MANIFEST, NOT_OURS, REPAIRED, Workbook  # noqa: E402
+
+SOLVED = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@contextmanager
+def _small_disk(folder: Path, size: str = "96k", read_only: bool = False):
+    """A tmpfs of ``size`` mounted on ``folder`` (root only: skipped otherwise), ``read_only`` if asked: a full
+    or read-only disk for real, not a patched write."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    if libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", 1 if read_only else 0, f"size={size}".encode()):
+        pytest.skip(f"cannot mount a small tmpfs here (errno {ctypes.get_errno()}): needs root")
+    try:
+        yield folder
+    finally:
+        libc.umount2(str(folder).encode(), 2)  # MNT_DETACH
+
+
+def _fill(folder: Path) -> None:
+    """Take every free byte of the file system under ``folder``."""
+    with open(folder / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("inside", ["source inside out", "out inside source", "the same folder"])
+def test_editions_refuses_a_source_and_out_that_overlap(tmp_path, capsys, inside):
+    out = tmp_path / "out"
+    source = {"source inside out": out / "instructor", "out inside source": tmp_path, "the same folder": out}[inside]
+    if inside != "out inside source":
+        source.mkdir(parents=True)
+        _lesson(source / "9_1_lesson.ipynb")
+        (source / "9_1_lesson.ipynb").write_text((source / "9_1_lesson.ipynb").read_text() + " ")
+    else:
+        _lesson(source / "9_1_lesson.ipynb")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    _one_line_error(capsys, ["editions", "--out", str(out), "--source", str(source), "--force"], "overlap")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("text", ['{"cells": 5}', "[]", "{", '"a string"', "\xff"])
+def test_editions_names_a_malformed_source_notebook(tmp_path, capsys, text):
+    source = tmp_path / "src"
+    source.mkdir()
+    _lesson(source / "9_1_lesson.ipynb")
+    (source / "9_2_broken.ipynb").write_bytes(text.encode("latin-1"))
+    line = _one_line_error(capsys, ["editions", "--out", str(tmp_path / "out"), "--source", str(source)],
+                           "9_2_broken.ipynb is not a readable notebook")
+    assert str(source / "9_2_broken.ipynb") in line and not (tmp_path / "out").exists()
+
+
+def test_editions_on_a_full_disk_names_the_file_and_keeps_the_old_editions_whole(tmp_path, capsys):
+    with _small_disk(tmp_path / "disk", size="200k") as disk:
+        out = disk / "out"
+        assert cli.main(["editions", "--out", str(out), "--source", str(SOLVED), "--lang", "en"]) != 0
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "No space left on device" in line and str(out) in line, line
+        for nb in out.rglob("*.ipynb"):  # what was written is whole
+            json.loads(nb.read_text())
+        assert not [p for p in out.rglob("*.tmp")], "no temporary file left"
+
+
+def test_workbook_on_a_full_disk_leaves_no_truncated_copy_and_the_rerun_writes_them(tmp_path, capsys):
+    source = tmp_path / "src"
+    source.mkdir()
+    for i in range(1, 5):
+        _lesson(source / f"9_{i}_lesson.ipynb", note="x" * 20000)  # ~25 kB a copy
+    with _small_disk(tmp_path / "disk", size="64k") as disk:
+        book = disk / "book"
+        assert cli.main(["workbook", "--dir", str(book), "--source", str(source)]) == 2
+        assert "No space left on device" in capsys.readouterr().err
+        for copy in book.glob("*.ipynb"):
+            json.loads(copy.read_text())  # every copy there is whole
+        assert not list(book.glob(".*.tmp"))
+        for copy in book.glob("*.ipynb"):  # free the space: the rerun writes the missing copies
+            copy.unlink()
+    book = tmp_path / "book"
+    Workbook(book, source).sync()
+    nb = book / "9_1_lesson.ipynb"
+    whole = nb.read_bytes()
+    nb.write_bytes(whole[:len(whole) // 2])  # what an older workbook left, writing in place onto a full disk
+    (book / MANIFEST).unlink()
+    actions = {c.notebook: c.action for c in Workbook(book, source).sync()}
+    assert actions["9_1_lesson.ipynb"] == REPAIRED and nb.read_bytes() == whole
+    assert NOT_OURS not in actions.values()
+
+
+def test_workbook_waits_a_bounded_time_then_names_the_run_holding_the_lock(tmp_path, capsys, monkeypatch):
+    source = tmp_path / "src"
+    source.mkdir()
+    _lesson(source / "9_1_lesson.ipynb")
+    book = tmp_path / "book"
+    book.mkdir()
+    monkeypatch.setattr(workbook_mod, "LOCK_WAIT", 0.5)
+    held = open(book / workbook_mod.LOCK, "a")  # a hung run holds the lock (flock: per open file)
+    try:
+        assert workbook_mod._try_lock(held)
+        held.write("4242\n")
+        held.flush()
+        start = time.monotonic()
+        code = cli.main(["workbook", "--dir", str(book), "--source", str(source)])
+        err = capsys.readouterr().err
+        assert code == 2 and time.monotonic() - start < 10
+        assert "process 4242" in err and "kill 4242" in err and "Traceback" not in err, err
+    finally:
+        held.close()
+    assert cli.main(["workbook", "--dir", str(book), "--source", str(source)]) == 0  # the lock let go: it runs
+
+
+def test_workbook_fresh_empty_is_refused(tmp_path, capsys):
+    _one_line_error(capsys, ["workbook", "--dir", str(tmp_path / "b"), "--fresh", ""], "an empty value")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "huge"])
+def test_progress_reads_only_a_regular_file_within_a_size_limit(tmp_path, capsys, monkeypatch, kind):
+    path = {"/dev/zero": Path("/dev/zero"), "fifo": tmp_path / "fifo", "huge": tmp_path / "huge.jsonl"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "huge":
+        monkeypatch.setattr(files, "MAX_BYTES", 1000)
+        monkeypatch.setattr(files.read_bytes, "__defaults__", (1000,))
+        path.write_text('{"lesson": "start", "exercise": "q1", "status": "correct"}\n' * 100)
+    monkeypatch.setenv("EFFITRAIN_PROGRESS", str(path))
+    start = time.monotonic()
+    line = _one_line_error(capsys, ["progress"], str(path))
+    assert time.monotonic() - start < 5 and ("regular file" in line or "larger than" in line)
