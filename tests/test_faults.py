@@ -643,3 +643,40 @@ def test_progress_reads_only_a_regular_file_within_a_size_limit(tmp_path, capsys
     start = time.monotonic()
     line = _one_line_error(capsys, ["progress"], str(path))
     assert time.monotonic() - start < 5 and ("regular file" in line or "larger than" in line)
+
+
+def _sealed_checkpoint(root: Path, step: int = 4) -> Path:
+    from effitrain_helpers.training import resume
+
+    folder = resume.partial_folder(root, step)
+    folder.mkdir(parents=True)
+    for name in ("model.safetensors", "optimizer.bin", "random_states_0.pkl", "random_states_1.pkl"):
+        (folder / name).write_bytes(b"x" * 10)
+    return resume.seal(folder, 2)
+
+
+@pytest.mark.parametrize("damage", ["files a list", "files null", "files ints", "bytes a string", "not a dict",
+                                    "no files, no weights", "a path outside", "no world size"])
+def test_a_damaged_marker_is_passed_over_with_one_line(tmp_path, capsys, damage):
+    from effitrain_helpers.training import resume
+
+    folder = _sealed_checkpoint(tmp_path)
+    marker = json.loads((folder / resume.MARKER).read_text())
+    entry = marker["files"]["optimizer.bin"]
+    marker = {"files a list": {**marker, "files": list(marker["files"])},
+              "files null": {**marker, "files": None},
+              "files ints": {**marker, "files": {"optimizer.bin": 5}},
+              "bytes a string": {**marker, "files": {**marker["files"], "optimizer.bin": {**entry, "bytes": "10"}}},
+              "not a dict": [marker],
+              "no files, no weights": {**marker, "files": {}},
+              "a path outside": {**marker, "files": {**marker["files"], "../x": entry}},
+              "no world size": {k: v for k, v in marker.items() if k != "world_size"}}[damage]
+    (folder / resume.MARKER).write_text(json.dumps(marker))
+    if damage == "no files, no weights":
+        (folder / "model.safetensors").unlink()
+    lines = []
+    assert resume.latest_checkpoint(tmp_path, report=lines.append) is None
+    assert len(lines) == 1 and "complete.json" in lines[0], lines
+    code = cli.main(["resume", "--latest", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "passing over step_4" in err and "Traceback" not in err

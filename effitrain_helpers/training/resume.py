@@ -23,6 +23,7 @@ import os
 import shutil
 from pathlib import Path
 
+from effitrain_helpers.core.files import read_bytes
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import positive_int, whole_number
 
@@ -156,10 +157,14 @@ def checkpoint_problem(folder) -> str | None:
         return tr("no {marker}: not sealed by the main process (a crash mid-save, or not saved with "
                   "save_checkpoint)", marker=MARKER)
     try:
-        files = json.loads(marker.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
+        listed = _listed_files(json.loads(read_bytes(marker, limit=2**20)))
+    except ValueError:
+        listed = None
+    if listed is None:
         return tr("{marker} cannot be read", marker=MARKER)
-    for name, expected in files.items():
+    if isinstance(listed, str):
+        return listed
+    for name, expected in listed.items():
         path = folder / name
         if not path.is_file():
             return tr("{file} is missing", file=name)
@@ -170,6 +175,27 @@ def checkpoint_problem(folder) -> str | None:
         if _sha256(path) != expected["sha256"]:
             return tr("{file} changed since it was saved (SHA-256 differs)", file=name)
     return None
+
+
+def _listed_files(marker) -> dict | str | None:
+    """The ``{file: {"bytes", "sha256"}}`` a parsed :data:`MARKER` lists; None when it is not a marker's shape,
+    one line (a ``str``) when it lists too little to resume from: a rank's own file (``random_states_<r>.pkl``,
+    or ``__<r>_0.distcp`` for a sharded save) or the model (its weights, or a sharded save's ``.metadata``)."""
+    if not isinstance(marker, dict) or not isinstance(marker.get("files"), dict):
+        return None
+    listed, world = marker["files"], marker.get("world_size")
+    if not all(isinstance(name, str) and name and Path(name).name == name and name not in (".", "..")
+               and isinstance(e, dict) and type(e.get("bytes")) is int and e["bytes"] >= 0
+               and isinstance(e.get("sha256"), str) for name, e in listed.items()):
+        return None
+    if type(world) is not int or world < 1:
+        return None
+    for rank in range(world):
+        if not {f"random_states_{rank}.pkl", SHARD_FILE.format(rank=rank)} & set(listed):
+            return tr("{marker} lists no file of rank {rank}", marker=MARKER, rank=rank)
+    if ".metadata" not in listed and not any(n.startswith(("model", "pytorch_model")) for n in listed):
+        return tr("{marker} lists no model weights (model.safetensors)", marker=MARKER)
+    return listed
 
 
 def latest_checkpoint(root, report=print) -> Path | None:
