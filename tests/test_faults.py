@@ -680,3 +680,40 @@ def test_a_damaged_marker_is_passed_over_with_one_line(tmp_path, capsys, damage)
     code = cli.main(["resume", "--latest", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1 and "passing over step_4" in err and "Traceback" not in err
+
+
+def test_launch_names_an_argument_that_cannot_reach_the_workers():
+    def work(lock, n):
+        return n
+
+    with pytest.raises(TypeError) as err:
+        launch(work, threading.Lock(), 2, num_processes=2, quiet=True)
+    message = str(err.value)
+    assert "argument 1 (lock)" in message and "Fix: create it inside fn" in message and "\n" not in message
+    with pytest.raises(TypeError, match=r"launch: timer \(generator\)"):
+        launch(work, 1, timer=(i for i in range(3)), num_processes=2, quiet=True)
+
+
+def _start_a_session_of_its_own(record: str) -> None:
+    """In a worker: a child that starts ``sleep 60`` in a session of its own with a cleared environment, notes
+    its pid and exits at once (a daemon's double fork): the sleeper is in no group of the worker's."""
+    import subprocess
+    import sys
+
+    code = ("import subprocess, sys; p = subprocess.Popen(['sleep', '60'], start_new_session=True, env={}); "
+            f"open({record!r}, 'w').write(str(p.pid))")
+    subprocess.run([sys.executable, "-c", code], check=True, env={})
+
+
+@pytest.mark.slow
+def test_a_process_started_in_a_session_of_its_own_does_not_outlive_the_launch(tmp_path):
+    record = tmp_path / "sleeper.pid"
+    assert launch(_start_a_session_of_its_own, str(record), num_processes=1, quiet=True) == [None]
+    pid = int(record.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survived = not _gone(pid)
+    if survived:
+        os.kill(pid, signal.SIGKILL)  # the test leaves nothing behind either
+    assert not survived, f"pid {pid} outlived the launch"
