@@ -276,7 +276,7 @@ def _resume(args) -> int:
             "torchrun --max-restarts 1: rank 1 killed after {crash_at} steps, the group restarted ({attempts} "
             "attempts) and resumed from step {start} by itself; largest weight difference from an uninterrupted "
             "torchrun run: {got:.1e}", crash_at=result["crash_at"], attempts=result["attempts"],
-            start=result["resumed_from"], got=result["max_difference"]))
+            start=result["resumed_from"] or 0, got=result["max_difference"]))
         return 0
     if args.fsdp:
         if args.dropout is not None:
@@ -297,13 +297,13 @@ def _resume(args) -> int:
         print(tr("sharded on {n}, rank 1 killed after {crash_at} steps, resumed on {m} from step {start}: largest "
                  "weight difference from the uninterrupted run {got:.1e}; between uninterrupted runs on {n} and "
                  "{m} (the tolerance) {floor:.1e}: {verdict}", n=result["processes"], m=result["resume_processes"],
-                 crash_at=result["crash_at"], start=result["resumed_from"], got=result["max_difference"],
+                 crash_at=result["crash_at"], start=result["resumed_from"] or 0, got=result["max_difference"],
                  floor=result["tolerance"], verdict=tr("within") if result["within_tolerance"] else tr("beyond")))
         return 0
     print(tr("rank 1 killed after {crash_at} steps; resumed from step {start} ({lost} step(s) lost); "
              "largest difference from the uninterrupted run after {steps} steps: weights {model:.1e}, AdamW "
              "exp_avg {avg:.1e}, exp_avg_sq {sq:.1e} (dropout {dropout})", crash_at=result["crash_at"],
-             start=result["resumed_from"], lost=result["lost_steps"], steps=result["steps"],
+             start=result["resumed_from"] or 0, lost=result["lost_steps"], steps=result["steps"],
              model=result["max_difference"], avg=result["differences"]["exp_avg"],
              sq=result["differences"]["exp_avg_sq"], dropout=result["dropout"]))
     if args.checkpoints:
@@ -345,9 +345,11 @@ def _nodes_outcome(run, as_json: bool) -> dict | int:
 
 def _nodes(args) -> int:
     """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
+    from effitrain_helpers.core.validate import positive_number
     from effitrain_helpers.training.node_loss import lose_a_node
     from effitrain_helpers.training.nodes import namespace_refusal, run_nodes
 
+    positive_number("--timeout", args.timeout, example="--timeout 300")
     form = args.form or ("loopback" if namespace_refusal() else "namespaces")
     if args.link_rates:
         return _link_rates(args)

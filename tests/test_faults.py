@@ -717,3 +717,57 @@ def test_a_process_started_in_a_session_of_its_own_does_not_outlive_the_launch(t
     if survived:
         os.kill(pid, signal.SIGKILL)  # the test leaves nothing behind either
     assert not survived, f"pid {pid} outlived the launch"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_nodes_timeout_is_a_finite_positive_number(capsys, value):
+    line = _one_line_error(capsys, ["nodes", "--form", "loopback", "--timeout", value], "--timeout=")
+    assert "must be a positive number" in line
+
+
+def test_resume_from_before_the_first_checkpoint_says_step_0(capsys, monkeypatch):
+    from effitrain_helpers.training import resume
+
+    done = {"processes": 2, "dropout": 0.1, "steps": 16, "save_every": 3, "crash_at": 1, "crash": "killed",
+            "resumed_from": None, "passed_over": [], "lost_steps": 1, "max_difference": 0.0,
+            "differences": {"exp_avg": 0.0, "exp_avg_sq": 0.0}, "checkpoints": None}
+    monkeypatch.setattr(resume, "resume_experiment", lambda *a, **k: done)
+    assert cli.main(["resume", "--crash-at", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed from step 0 (1 step(s) lost)" in out and "None" not in out
+
+
+@pytest.mark.parametrize("disk", ["read-only", "full"])
+def test_resume_checkpoints_on_a_disk_it_cannot_fill_is_refused_before_any_process(tmp_path, capsys, monkeypatch,
+                                                                                    disk):
+    monkeypatch.setattr(launch_mod, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with _small_disk(tmp_path / "disk", size="64k", read_only=disk == "read-only") as folder:
+        start = time.monotonic()
+        line = _one_line_error(capsys, ["resume", "--checkpoints", str(folder / "kept")], str(folder))
+        assert time.monotonic() - start < 10
+        assert ("cannot be written" in line) if disk == "read-only" else ("bytes free" in line), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_resume_torchrun_interrupted_ends_torchrun_and_its_ranks_and_removes_its_folders(tmp_path, sig):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "resume", "--torchrun", "--crash-at", "2"],
+                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    family: list[psutil.Process] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:  # until torchrun has started its 2 ranks
+        family = psutil.Process(proc.pid).children(recursive=True)
+        if sum("effitrain_helpers.training.resume" in " ".join(p.cmdline()) for p in family if p.is_running()) >= 3:
+            break
+        time.sleep(0.3)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, 128 + signal.SIGTERM) and "Traceback" not in err, err
+    alive = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert alive == [] and list(tmp.iterdir()) == []
