@@ -771,3 +771,35 @@ def test_resume_torchrun_interrupted_ends_torchrun_and_its_ranks_and_removes_its
     for pid in alive:
         os.kill(pid, signal.SIGKILL)
     assert alive == [] and list(tmp.iterdir()) == []
+
+
+def test_train_output_dir_holding_a_trained_model_is_refused_before_training(tmp_path, capsys):
+    earlier = tmp_path / "model"
+    earlier.mkdir()
+    (earlier / "config.json").write_text("{}")
+    (earlier / "model.safetensors").write_bytes(b"weights trained yesterday")
+    start = time.perf_counter()
+    _one_line_error(capsys, ["train", "--output-dir", str(earlier)], "is not empty")
+    assert time.perf_counter() - start < 5 and (earlier / "model.safetensors").read_bytes() == b"weights trained yesterday"
+
+
+def test_ctrl_c_in_train_is_one_line_and_exit_130(capsys, monkeypatch):
+    from effitrain_helpers.training import train
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "train_accelerate", interrupted)
+    assert cli.main(["train", "--n-train", "16"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "effitrain train: interrupted", err
+
+
+@pytest.mark.slow  # trains the small model in this process (a few seconds)
+def test_train_onto_a_full_disk_is_one_line_and_leaves_no_config_without_weights(tmp_path, capsys):
+    with _small_disk(tmp_path / "disk", size="64k") as disk:
+        line = _one_line_error(capsys, ["train", "--n-train", "8", "--n-validation", "4", "--epochs", "1",
+                                        "--batch-size", "8", "--max-length", "32", "--output-dir", str(disk / "model")],
+                               "could not be saved to")
+        assert str(disk / "model") in line and "Traceback" not in line
+        assert [p.name for p in disk.iterdir()] == [], "no config.json without weights, no partial folder"
