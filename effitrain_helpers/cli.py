@@ -82,9 +82,9 @@ def _bench(args) -> int:
                 print(json.dumps(line) if args.json else
                       f"best achievable {dev} {dt}: {sweep.best_gflops:.1f} GFLOP/s at n={sweep.best_size}{eff}")
     if args.plot:
-        from effitrain_helpers.teach.plots import plot_gflops
+        from effitrain_helpers.teach.plots import plot_gflops, save_figure
 
-        plot_gflops(results).savefig(args.plot, dpi=120)
+        save_figure(plot_gflops(results), args.plot)
         print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 
@@ -191,9 +191,9 @@ def _optimizers(args) -> int:
     else:
         print(comparison_table(result))
     if args.plot:
-        from effitrain_helpers.teach.plots import plot_optimizer_comparison
+        from effitrain_helpers.teach.plots import plot_optimizer_comparison, save_figure
 
-        plot_optimizer_comparison(result).savefig(args.plot, dpi=120)
+        save_figure(plot_optimizer_comparison(result), args.plot)
         print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 

@@ -532,13 +532,13 @@ def _small_disk(folder: Path, size: str = "96k", read_only: bool = False):
 
 def _fill(folder: Path) -> None:
     """Take every free byte of the file system under ``folder``."""
-    with open(folder / "filler", "wb") as f:
-        try:
+    try:
+        with open(folder / "filler", "wb") as f:
             while True:
                 f.write(b"\0" * 4096)
                 f.flush()
-        except OSError:
-            pass
+    except OSError:
+        pass
 
 
 @pytest.mark.parametrize("inside", ["source inside out", "out inside source", "the same folder"])
@@ -803,3 +803,48 @@ def test_train_onto_a_full_disk_is_one_line_and_leaves_no_config_without_weights
                                "could not be saved to")
         assert str(disk / "model") in line and "Traceback" not in line
         assert [p.name for p in disk.iterdir()] == [], "no config.json without weights, no partial folder"
+
+
+def test_bench_refuses_sizes_that_would_run_past_its_time_budget(capsys, monkeypatch):
+    from effitrain_helpers.measure import bench
+
+    monkeypatch.setattr(bench, "BUDGET_S", 1.0)  # a 16384 product alone takes seconds on any CPU
+    monkeypatch.setattr(bench, "PROBE_SIZE", 256)  # a quicker probe, scaled by (16384 / 256)³
+    monkeypatch.setattr(bench, "_interleaved", lambda *a, **k: pytest.fail("the benchmark started"))
+    start = time.monotonic()
+    line = _one_line_error(capsys, ["bench", "--device", "cpu", "--sizes", "16384", "--repeats", "1"],
+                           "would take about")
+    assert "Fix: smaller --sizes" in line and "--repeats" not in line and time.monotonic() - start < 10
+
+
+def test_bench_says_how_long_before_it_starts(capsys, monkeypatch):
+    from effitrain_helpers.measure import bench
+
+    said_first = []
+    monkeypatch.setattr(bench, "estimated_seconds", lambda groups, repeats: 95.0)
+    monkeypatch.setattr(bench, "_interleaved", lambda *a, **k: said_first.append(
+        "about 95 s" in capsys.readouterr().err) or [])
+    bench.run_benchmark([2048], device="cpu", repeats=1, progress=True, check_load=False)
+    assert said_first == [True]
+
+
+def test_bench_plot_onto_a_full_disk_names_the_file_and_leaves_no_partial_image(tmp_path, capsys, monkeypatch):
+    from effitrain_helpers.measure import bench
+
+    result = bench.MatmulResult(device="cpu", device_name="cpu", dtype="float32", size=64, seconds=1e-4,
+                                seconds_min=1e-4, seconds_max=1e-4, repeats=1, number=1,
+                                gflops=bench.gflops(64, 1e-4), times=(1e-4,), busy="")
+    monkeypatch.setattr(bench, "run_benchmark", lambda *a, **k: ([result], []))
+    with _small_disk(tmp_path / "disk", size="16k") as disk:
+        _fill(disk)
+        plot = disk / "gflops.png"
+        line = _one_line_error(capsys, ["bench", "--device", "cpu", "--sizes", "64", "--plot", str(plot)],
+                               "No space left on device")
+        assert str(plot) in line and sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_make_test_browser_runs_only_what_its_environment_installs():
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    recipe = makefile.split("\ntest-browser:")[1].split("\n\n")[0]
+    needs_site = "not exhaustive" not in recipe  # the exhaustive browser test builds the site (the [site] extra)
+    assert not needs_site or "site-env" in recipe.splitlines()[0], recipe
