@@ -848,3 +848,12 @@ def test_make_test_browser_runs_only_what_its_environment_installs():
     recipe = makefile.split("\ntest-browser:")[1].split("\n\n")[0]
     needs_site = "not exhaustive" not in recipe  # the exhaustive browser test builds the site (the [site] extra)
     assert not needs_site or "site-env" in recipe.splitlines()[0], recipe
+
+
+def test_a_fifo_where_the_edition_file_goes_does_not_hang_a_check(tmp_path, monkeypatch):
+    from effitrain_helpers.teach.exercises import EDITION_FILE, solutions_enabled
+
+    os.mkfifo(tmp_path / EDITION_FILE)  # no writer: an open() for reading would wait forever
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EFFITRAIN_SOLUTIONS", raising=False)
+    assert solutions_enabled()[0] is True
