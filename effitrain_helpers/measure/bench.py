@@ -407,10 +407,11 @@ def run_benchmark(
     if max(n for _, n in groups) > PROBE_SIZE:  # how long, said (or refused) before it starts
         seconds = estimated_seconds(groups, repeats)
         if seconds > BUDGET_S:
+            fix = tr("smaller --sizes (e.g. 1024,2048,4096) or fewer --repeats") if repeats > 1 else \
+                tr("smaller --sizes (e.g. 1024,2048,4096)")
             raise ValueError(tr("these sizes would take about {minutes:,.0f} min to measure here, more than the "
-                                "{budget:.0f} min a benchmark may take. Fix: smaller --sizes (e.g. 1024,2048,4096)"
-                                "{or_repeats}.", minutes=seconds / 60, budget=BUDGET_S / 60,
-                                or_repeats=tr(" or fewer --repeats") if repeats > 1 else ""))
+                                "{budget:.0f} min a benchmark may take. Fix: {fix}.", minutes=seconds / 60,
+                                budget=BUDGET_S / 60, fix=fix))
         if seconds > SAY_S and progress:
             print(tr("measuring for about {seconds:,.0f} s (Ctrl-C stops it)", seconds=seconds), file=sys.stderr,
                   flush=True)
