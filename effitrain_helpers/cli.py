@@ -23,7 +23,7 @@
     effitrain prefetch [--dir DIR] [--check] [--json]
     effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain progress [--json]
-    effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S]
+    effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S] [--resume | --merge | --replace]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -555,7 +555,9 @@ def _grade(args) -> int:
 
     from effitrain_helpers.teach.grade import grade
 
-    rows = grade(args.submissions, args.out, args.timeout)
+    mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
+    rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
+                 unsafe=args.unsafe)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
@@ -610,13 +612,13 @@ def add_learner_commands(sub) -> None:
     p = sub.add_parser("progress", help="per lesson: exercises correct, attempted, not attempted (this machine)")
     p.add_argument("--json", action="store_true", help="one JSON record per lesson")
     p.set_defaults(func=_progress)
-    p = sub.add_parser("grade", help="run every submitted notebook (the students' code, on this machine) and write "
-                                     "one CSV row per student and exercise",
-                       description="Executes each submitted notebook (a copy; submissions are never modified) "
-                                   "headless and offline in a fresh kernel, and writes its verdicts to a CSV file. "
-                                   "WARNING: this runs the students' code on this machine with your permissions, "
-                                   "as nbgrader and otter-grader do; grade untrusted submissions in a container "
-                                   "or an account of their own.")
+    p = sub.add_parser("grade", help="grade every submitted notebook in a sandbox and write one CSV row per student "
+                                     "and exercise",
+                       description="Runs each submission's lesson from the instructor's source with only the "
+                                   "student's answer lines in it, in a bubblewrap sandbox (no network, no view of "
+                                   "other submissions or the gradebook; everything it starts ends with it), and "
+                                   "appends its verdicts to a CSV file as each notebook finishes. Submissions are "
+                                   "never modified.")
     p.add_argument("submissions", metavar="SUBMISSIONS_DIR", type=not_empty("SUBMISSIONS_DIR"),
                    help="folder of submissions: NAME.ipynb per student, or one folder per student")
     p.add_argument("--out", required=True, type=not_empty("--out"), help="the CSV file to write (student, notebook, lesson, exercise, "
@@ -624,6 +626,16 @@ def add_learner_commands(sub) -> None:
     p.add_argument("--timeout", type=_grade_seconds, default=300.0,
                    help="seconds each notebook may run before its kernel and everything it started are stopped: "
                         "a number > 0 (fractions allowed), at most 86400 (default 300)")
+    p.add_argument("--source", type=not_empty("--source"), default=None,
+                   help="folder of the instructor's solved notebooks (default: the workbook's notebooks/)")
+    p.add_argument("--roster", type=not_empty("--roster"), default=None,
+                   help="CSV with columns file,student: the student of each file (path under SUBMISSIONS_DIR)")
+    keep = p.add_mutually_exclusive_group()
+    keep.add_argument("--resume", action="store_true", help="--out holds an interrupted run: grade only the rest")
+    keep.add_argument("--merge", action="store_true", help="keep --out's rows of other notebooks, replace the rest")
+    keep.add_argument("--replace", action="store_true", help="start --out over (its rows are dropped)")
+    p.add_argument("--unsafe", action="store_true", help="without bubblewrap: run the submissions with your "
+                                                         "permissions, outside any sandbox")
     p.set_defaults(func=_grade)
 
 
