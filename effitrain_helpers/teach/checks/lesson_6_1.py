@@ -154,15 +154,17 @@ def _check_ring_bytes(ranks: list[dict]) -> None:
 
 
 def _check_ring_pattern(ranks: list[dict]) -> None:
-    """Every rank sends only to one neighbour and receives only from the other (either way round the ring),
-    one chunk per step: 2(N-1) messages. A direct exchange (rank r sends chunk j to rank j) moves the same
+    """Every rank sends only to one neighbour and receives only from the other (either way round the ring; a
+    receive from any rank counts as from the other), one chunk per step: 2(N-1) messages. A direct exchange (rank r sends chunk j to rank j) moves the same
     bytes, but to every rank."""
     world = ranks[0]["world"]
     for r in ranks:
         rank = r["rank"]
         right, left = (rank + 1) % world, (rank - 1) % world
         for run in r["runs"]:
-            if (run["to"], run["from"]) not in (([right], [left]), ([left], [right])):
+            side = {right: left, left: right}.get(run["to"][0]) if len(run["to"]) == 1 else None
+            # a receive from any rank (None) can only get the other neighbour's chunk, the one rank sending here
+            if side is None or not set(run["from"]) <= {side, None}:
                 raise Incorrect(tr("not a ring: in {world} processes rank {rank} sent to ranks {to} and received "
                                    "from ranks {got}. In a ring every rank sends only to its neighbour on one "
                                    "side, (rank + 1) % N = {right}, and receives only from the other, (rank - 1) "
