@@ -178,10 +178,15 @@ def _first_error(nb) -> str | None:
     return f"cell {i} raised {out.get('ename')}: {out.get('evalue', '')}"[:300] + more
 
 
-def _verdicts(cell, exercises) -> dict:
-    """``{(lesson, exercise): status}``: the verdicts a check cell showed, for the exercises it checks only."""
+def _verdicts(cell, next_cell, exercises) -> dict:
+    """``{(lesson, exercise): status}``: the last verdicts a check cell showed, for the exercises it checks only,
+    and only when it ran to its end (no error in it, the grader's cell after it ran): an answer called by the
+    checker that shows a verdict of its own and then stops the kernel gets none."""
+    outputs = cell.get("outputs", [])
+    if any(out.get("output_type") == "error" for out in outputs) or next_cell.get("execution_count") is None:
+        return {}
     found = {}
-    for out in cell.get("outputs", []):
+    for out in outputs:
         rec = out.get("data", {}).get(verdicts.VERDICT_MIME) if out.get("output_type") == "display_data" else None
         if isinstance(rec, dict) and (rec.get("lesson"), rec.get("exercise")) in exercises \
                 and rec.get("status") in ("correct", "incorrect", "not attempted"):
@@ -222,7 +227,7 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
     elif ran is not None and (error := _first_error(ran)):
         rows.append(row(status=ERROR, detail=error))
     for check in graded.checks:
-        found = _verdicts(ran.cells[check.cell], check.exercises) if ran is not None else {}
+        found = _verdicts(ran.cells[check.cell], ran.cells[check.cell + 1], check.exercises) if ran else {}
         for exercise in check.exercises:
             if check.flag:
                 rows.append(row(*exercise, REVIEW, check.flag))
