@@ -35,13 +35,13 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import stat
 import sys
 import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file
 from effitrain_helpers.core.validate import positive_number
@@ -83,22 +83,17 @@ class Submission:
 
 def read_notebook(path: Path):
     """The notebook at ``path``, read only if it is a regular file (not a link, FIFO or device) of at most
-    :data:`MAX_NOTEBOOK_BYTES`; ValueError (one line) otherwise."""
+    :data:`MAX_NOTEBOOK_BYTES` (:func:`~effitrain_helpers.core.files.read_bytes`); ValueError (one line)
+    otherwise."""
     import nbformat
 
+    if path.is_symlink():
+        raise ValueError(tr("it is a link ({target}); a link is not a submission: not read",
+                            target=str(os.readlink(path))))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        data = files.read_bytes(path, limit=MAX_NOTEBOOK_BYTES)
     except OSError as err:
-        raise ValueError(tr("cannot open it ({why}); a link or special file is not a submission",
-                            why=err.strerror or err)) from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(tr("it is not a regular file (a FIFO, device or socket): not read"))
-        if info.st_size > MAX_NOTEBOOK_BYTES:
-            raise ValueError(tr("it is {size} bytes, more than the {most} a notebook may be: not read",
-                                size=info.st_size, most=MAX_NOTEBOOK_BYTES))
-        data = f.read(MAX_NOTEBOOK_BYTES + 1)
+        raise ValueError(tr("cannot open it ({why}): not read", why=err.strerror or err)) from None
     try:
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         nb.cells  # noqa: B018 - a JSON file that is not a notebook fails here
