@@ -22,7 +22,8 @@
   dies without a word (killed by a signal, as the out-of-memory killer does, or ``os._exit``), it is named
   with its exit code or signal, not the peer that lost its connection to it;
 - whatever ends the run (success, failure, timeout, an interrupt, SIGTERM to the notebook's process), every
-  worker and every process a worker started is ended and the launch folder removed; a folder left by a
+  worker and every process a worker started (in a session of its own too: the worker is its reaper, see
+  ``launch_worker``) is ended and the launch folder removed; a folder left by a
   notebook process killed with SIGKILL is removed by the next launch.
 """
 

@@ -15,8 +15,11 @@ cells, no stored verdicts; ``q1.solution()`` works for a self-paced learner) int
   copy beside it. A notebook in the folder that the workbook did not write is never touched either.
 
 Two runs on one folder at once (a double-click, two terminals) take turns: each holds the lock file
-``.effitrain-workbook.lock`` from reading the manifest to writing it, and the manifest is written to a
-temporary file and moved over the old one, so it is always whole. A copy the manifest does not list (the
+``.effitrain-workbook.lock`` (which names its process) from reading the manifest to writing it; a run waits for
+another at most :data:`LOCK_WAIT` seconds, then stops naming the process that holds the lock and how to end it.
+Copies and the manifest are written to a temporary file and moved over the old one, so they are always whole
+(a full disk leaves the old copy, or none); a copy whose bytes are a proper beginning of the lesson's (one an
+older workbook truncated on a full disk) holds nothing of the learner's and is written again. A copy the manifest does not list (the
 manifest was lost or broken) is the workbook's again when its bytes are exactly what the workbook writes now
 (its sha256 fingerprint matches): nothing of the learner's can be in it.
 
