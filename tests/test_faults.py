@@ -609,7 +609,7 @@ def test_workbook_waits_a_bounded_time_then_names_the_run_holding_the_lock(tmp_p
     _lesson(source / "9_1_lesson.ipynb")
     book = tmp_path / "book"
     book.mkdir()
-    monkeypatch.setattr(workbook_mod, "LOCK_WAIT", 0.5)
+    monkeypatch.setattr(workbook_mod, "LOCK_WAIT", 0.2)
     held = open(book / workbook_mod.LOCK, "a")  # a hung run holds the lock (flock: per open file)
     try:
         assert workbook_mod._try_lock(held)
