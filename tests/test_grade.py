@@ -176,11 +176,18 @@ def _exit_code(argv) -> int:
     (["EMPTY", "--out", "nowhere/g.csv"], "does not exist"),
     (["EMPTY", "--out", "g.csv", "--timeout", "-3"], "--timeout=-3.0 must be a positive number"),
     (["EMPTY", "--out", "g.csv", "--roster", "nothere.csv"], "--roster 'nothere.csv' cannot be read"),
+    (["EMPTY", "--out", "g.csv", "--deadline", "Friday"], "--deadline 'Friday' is not an ISO 8601 time"),
+    (["EMPTY", "--out", "g.csv", "--wide", "g.csv"], "--wide 'g.csv' is inside SUBMISSIONS_DIR or is --out"),
+    (["EMPTY", "--out", "g.csv", "--wide", "EMPTY/w.csv"], "is inside SUBMISSIONS_DIR"),
+    (["EMPTY", "--out", "g.csv", "--feedback", "EMPTY/fb"], "--feedback 'EMPTY/fb' is inside SUBMISSIONS_DIR"),
+    (["EMPTY", "--out", "g.csv", "--wide", "notes.csv"], "--wide 'notes.csv' exists and is not a table this command"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, says):
     (tmp_path / "EMPTY").mkdir()
+    (tmp_path / "notes.csv").write_text("my own notes\n")
     monkeypatch.chdir(tmp_path)
     assert _exit_code(["grade", *args, "--unsafe"]) == 2
+    assert (tmp_path / "notes.csv").read_text() == "my own notes\n"
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
 
