@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
-from effitrain_helpers.teach.verdicts import record
+from effitrain_helpers.teach.verdicts import grading, record
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
 _ICONS = {CORRECT: msg("✅ Correct"), INCORRECT: msg("❌ Incorrect"), NOT_ATTEMPTED: msg("⏳ Not attempted")}
@@ -195,7 +196,7 @@ def solutions_enabled() -> tuple[bool, str]:
                          "off, 0, no, false or on, 1, yes, true. Fix: export EFFITRAIN_SOLUTIONS=on (or off)",
                          value=value)
     try:
-        edition = json.loads((Path.cwd() / EDITION_FILE).read_text())
+        edition = json.loads(files.read_bytes(Path.cwd() / EDITION_FILE, limit=2**16))  # never a FIFO's wait
     except (OSError, ValueError):
         return True, ""
     if isinstance(edition, dict) and edition.get("solutions") is False:
@@ -215,6 +216,10 @@ class Exercise:
     api: bool = False  # the learner writes the lesson's library API, run for real (else: a number or a prediction)
     checked: str = ""  # what a Correct verdict checked, in one line (shown after "Correct")
     _hints_shown: int = 0
+
+    def __post_init__(self) -> None:
+        if grading():  # a graded kernel holds no solution (a student's code could read it)
+            self.solution_code = ""
 
     def evaluate(self, *answers: Any, **context: Any) -> CheckResult:
         """Judge ``answers`` without displaying anything; never raises."""
