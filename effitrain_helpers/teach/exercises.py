@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.verdicts import grading, record
 
@@ -195,7 +196,7 @@ def solutions_enabled() -> tuple[bool, str]:
                          "off, 0, no, false or on, 1, yes, true. Fix: export EFFITRAIN_SOLUTIONS=on (or off)",
                          value=value)
     try:
-        edition = json.loads((Path.cwd() / EDITION_FILE).read_text())
+        edition = json.loads(files.read_bytes(Path.cwd() / EDITION_FILE, limit=2**16))  # never a FIFO's wait
     except (OSError, ValueError):
         return True, ""
     if isinstance(edition, dict) and edition.get("solutions") is False:
