@@ -287,6 +287,10 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     pytest.param("6_4_", "lesson_6_4", "q3", "import torch\nimport torch.distributed as dist",
                  marks=pytest.mark.slow),  # it launches 2 processes
     pytest.param("6_4_", "lesson_6_4", "q4", "", marks=pytest.mark.slow),  # it launches 3 processes
+    ("7_3_", "lesson_7_3", "q1", "from effitrain_helpers.measure.planner import parameters_per_rank\n"
+     "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
+    ("7_3_", "lesson_7_3", "q2", ""),
+    ("7_3_", "lesson_7_3", "q3", "from effitrain_helpers.measure.planner import Cluster, Model, plan"),
 ]
 
 
