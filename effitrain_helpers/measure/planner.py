@@ -65,7 +65,9 @@ from effitrain_helpers.measure.memory_estimate import (GB, RECOMPUTE, STAGES, ch
 RESERVED = 0.10  # share of each device's memory left for what the plan does not count
 ACTIVATION_BYTES = 2  # activations, their gradients and what travels between ranks: 16-bit
 PARTS = ("parameters", "gradients", "optimizer state", "activations")
-PART_TERMS = tuple(msg(p) for p in PARTS)  # shown translated
+PART_TERMS = (msg("parameters"), msg("gradients"), msg("optimizer state"), msg("activations"))  # shown translated
+TABLE_TERMS = PART_TERMS + (msg("configuration"), msg("bubble"), msg("step s"), msg("first pick"), msg("model"),
+                            msg("devices"), msg("GB per device"))  # lesson 7.3's table labels
 # defaults: an H100 SXM node (bf16 dense peak, NVLink 4 per direction) and one 400 Gb/s InfiniBand link per GPU
 PEAK_TFLOPS = 989.0
 INTRA_GBPS = 450.0

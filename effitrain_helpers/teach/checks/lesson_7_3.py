@@ -172,10 +172,8 @@ q1 = Exercise(
            "DP x CP, ZeRO-2 also the 2 of the gradients, ZeRO-3 also those of the parameters. "
            "layer_activation_bytes(h, a, s, b, tp, cp, recompute) is one layer's; a stage has L / PP layers, "
            "holds min(PP, m) micro-batches on the first stage, one plus the logits on the last.",
-           "n = parameters_per_rank(model, layout)\nshards = layout.dp * layout.cp\n"
-           "params = 2 * n / (shards if layout.zero >= ____ else 1)\n...\n"
-           "last = layers * per_layer + 4 * model.seq * layout.micro_batch * model.vocab / ____\n"
-           "return params + grads + state + max(____, last)"],
+           "shards = ____\nparams = 2 * n / (shards if layout.zero >= ____ else ____)\n...\n"
+           "first = layers * per_layer * ____\nreturn params + grads + state + ____"],
     solution_code=(
         "def memory_per_device(model, layout, m):\n"
         "    n = parameters_per_rank(model, layout)\n"
@@ -199,7 +197,8 @@ q2 = Exercise(
     checked="checked on 4 pairs (p, m) you did not see, one of them a single stage and one a single micro-batch.",
     hints=["Count time in slots of one micro-batch's forward and backward: a stage works m slots, and the step "
            "lasts as long as the last micro-batch needs to cross every stage.",
-           "The step lasts m + p - 1 slots; the stage is busy in m of them.",
+           "The step lasts as many slots as there are micro-batches, plus the stages but one; the stage is busy "
+           "in m of them, and idles in the rest.",
            "def bubble_share(p, m):\n    return (____) / (____)"],
     solution_code="def bubble_share(p, m):\n    return (p - 1) / (m + p - 1)\n\n\nq2.check(bubble_share)",
 )
