@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from effitrain_helpers.core.language import msg, tr
-from effitrain_helpers.teach.verdicts import record
+from effitrain_helpers.teach.verdicts import grading, record
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
 _ICONS = {CORRECT: msg("✅ Correct"), INCORRECT: msg("❌ Incorrect"), NOT_ATTEMPTED: msg("⏳ Not attempted")}
@@ -215,6 +215,10 @@ class Exercise:
     api: bool = False  # the learner writes the lesson's library API, run for real (else: a number or a prediction)
     checked: str = ""  # what a Correct verdict checked, in one line (shown after "Correct")
     _hints_shown: int = 0
+
+    def __post_init__(self) -> None:
+        if grading():  # a graded kernel holds no solution (a student's code could read it)
+            self.solution_code = ""
 
     def evaluate(self, *answers: Any, **context: Any) -> CheckResult:
         """Judge ``answers`` without displaying anything; never raises."""

@@ -9,6 +9,12 @@ type); ``read_counted()`` also says how many it skipped.
 
 The file is ``$EFFITRAIN_PROGRESS`` when set (``effitrain grade`` points each submission's kernel at a file
 of its own this way), else ``progress.jsonl`` in the workbook's cache folder (``EFFITRAIN_CACHE``).
+
+Under ``effitrain grade`` (:data:`GRADING_ENV` set in the sandboxed kernel) no file is written: each verdict is
+shown as an output of the check cell itself, of type :data:`VERDICT_MIME`, and the grader takes from the
+executed notebook only the verdicts found in the check cells it restored from the instructor's source, for the
+exercises those cells check (:mod:`effitrain_helpers.teach.grade`). :func:`passed` tells the grader's own cells
+whether an exercise was Correct (they then run the reference in its place).
 """
 
 from __future__ import annotations
@@ -25,6 +31,27 @@ from effitrain_helpers.core.settings import SETTINGS
 PROGRESS_ENV = "EFFITRAIN_PROGRESS"
 CHECKS_PACKAGE = "effitrain_helpers.teach.checks"
 START = "start"  # the start page's lesson id (checks module ``start_here``)
+GRADING_ENV = "EFFITRAIN_GRADING"  # "1" in a kernel effitrain grade runs
+VERDICT_MIME = "application/vnd.effitrain.verdict+json"
+_LAST: dict[tuple[str, str], str] = {}  # under grade: the last verdict of each (lesson, exercise) in this kernel
+
+
+def grading() -> bool:
+    """Whether this kernel is one ``effitrain grade`` runs (see module docstring)."""
+    return os.environ.get(GRADING_ENV) == "1"
+
+
+def passed(exercises) -> bool:
+    """Under grade: whether every ``(lesson, exercise)`` of ``exercises`` was last checked Correct here."""
+    return all(_LAST.get(tuple(e)) == "correct" for e in exercises)
+
+
+def _show_to_grader(lesson: str, name: str, status: str) -> None:
+    """The verdict as an output of the running cell (under grade), where the grader reads it."""
+    from IPython.display import display
+
+    _LAST[lesson, name] = status
+    display({VERDICT_MIME: {"lesson": lesson, "exercise": name, "status": status}}, raw=True)
 
 
 def verdicts_file() -> Path:
@@ -57,6 +84,9 @@ def record(exercise: Any, status: str) -> None:
     try:
         lesson, name = _key(exercise)
         if lesson is None or name is None:
+            return
+        if grading():
+            _show_to_grader(lesson, name, status)
             return
         line = json.dumps({"lesson": lesson, "exercise": name, "name": exercise.name, "status": status,
                            "time": datetime.now(timezone.utc).isoformat(timespec="seconds")})

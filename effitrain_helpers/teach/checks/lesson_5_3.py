@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 from effitrain_helpers.core.language import tr
@@ -11,6 +12,9 @@ from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 # q1's run: 2 processes, batches of 2, 8 steps (one epoch per rank); saves after steps 2 and 4; stops after 5
 PROCESSES, BATCH, STEPS, SAVES, STOP = 2, 2, 8, (2, 4), 5
 TIMEOUT = 150  # seconds; a save or barrier on one rank only can make the other wait for ever
+# Rank 1's save_state starts this many seconds late, so a seal that does not wait for every rank at a barrier
+# always finds rank 1's files missing (unslowed, rank 1 is usually quick enough, and the race goes unseen).
+SLOW_RANK_SECONDS = 1.0
 # q2: a checkpoint every 50 steps, a rank dies after 1,336 steps; q3: Young's interval for a 512-GPU job
 Q2_EVERY, Q2_DONE = 50, 1336
 Q3_SAVE_SECONDS, Q3_GPUS, Q3_GPU_MTBF_YEARS = 30.0, 512, 5.0
@@ -55,6 +59,8 @@ def _run_learner(save, resume, root: str) -> dict:
     reference = _weights(accelerator, model)
 
     accelerator, model, optimizer, loader, scheduler = _build()
+    if not accelerator.is_main_process:
+        _slow_down_save_state(accelerator)
     saved = {}
     for done, batch in enumerate(loader, start=1):
         _step(accelerator, model, optimizer, scheduler, batch)
@@ -79,6 +85,19 @@ def _run_learner(save, resume, root: str) -> dict:
         steps += 1
     return {"answer": None, "done": done, "restored": restored, "first": first, "steps": steps,
             "saved": saved, "batches": batches, "reference": reference, "final": _weights(accelerator, model)}
+
+
+def _slow_down_save_state(accelerator) -> None:
+    """Make this rank's ``accelerator.save_state`` start :data:`SLOW_RANK_SECONDS` late (a slow disk)."""
+    import time
+
+    save_state = accelerator.save_state
+
+    def slow_save_state(*args, **kwargs):
+        time.sleep(SLOW_RANK_SECONDS)
+        return save_state(*args, **kwargs)
+
+    accelerator.save_state = slow_save_state
 
 
 def _saved_files(root) -> dict[str, set[str]]:
@@ -168,6 +187,11 @@ def _check_resume(save, resume) -> None:
             if sealed_twice:  # named before the files, which it leaves half renamed
                 raise Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
                                    "on the main process only (if accelerator.is_main_process).")) from None
+            if "missing from" in error and "random_states_" in error:  # seal found a slower rank's file absent
+                raise Incorrect(tr("the main process sealed the folder before rank 1 had written its files "
+                                   "(the check makes rank 1's save_state start {seconds:g} s late): every rank "
+                                   "must reach a barrier, accelerator.wait_for_everyone(), after its save_state "
+                                   "and before the main process seals.", seconds=SLOW_RANK_SECONDS)) from None
         except TimeoutError:
             failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
                                   "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
@@ -186,10 +210,10 @@ def _check_lost_steps(answer) -> None:
         raise Incorrect(tr("step {step} was running, never finished: it is not among the steps done.",
                            step=Q2_DONE + 1))
     if got == Q2_EVERY - want:
-        raise Incorrect(tr("{got:g} steps were still to go to the next checkpoint; count those since the last "
+        raise Incorrect(tr("{got:,g} steps were still to go to the next checkpoint; count those since the last "
                            "one.", got=got))
     if got != want:
-        raise Incorrect(tr("{got:g} is not the number of steps done after the newest checkpoint (taken after the "
+        raise Incorrect(tr("{got:,g} is not the number of steps done after the newest checkpoint (taken after the "
                            "largest multiple of {every} up to {done:,}).", got=got, every=Q2_EVERY, done=Q2_DONE))
 
 
@@ -211,7 +235,7 @@ def _check_young(answer) -> None:
     if math.isclose(got, want / 60, rel_tol=0.02):
         raise Incorrect(tr("answer in seconds, not minutes."))
     if not math.isclose(got, want, rel_tol=0.02):
-        raise Incorrect(tr("{got:g} s is not sqrt(2 x save time x the job's mean time between failures).",
+        raise Incorrect(tr("{got:,g} s is not sqrt(2 x save time x the job's mean time between failures).",
                            got=got))
 
 
@@ -226,10 +250,9 @@ q1 = Exercise(
            "Accelerator.save_state(folder) and Accelerator.load_state(folder) (Accelerate docs: 'Checkpointing'); "
            "the workbook's partial_folder, seal, latest_checkpoint and steps_done name, seal and find the "
            "folders; Accelerator.skip_first_batches(loader, n) moves the data position.",
-           "save: folder = ____(root, step); accelerator.____(folder); a barrier; then, on the main "
-           "process only, seal(folder, ____)\n"
-           "resume: folder = ____(root); accelerator.____(folder); "
-           "return steps_done(folder), accelerator.skip_first_batches(____, ____)"],
+           "Order is the idea. save: every rank writes, every rank waits for all the others, and only then "
+           "one rank seals, telling seal how many ranks wrote. resume: find the newest sealed folder, load it "
+           "into the prepared objects, and hand back the steps it holds with a loader moved past them."],
     solution_code=(
         "def save(accelerator, root, step):\n"
         "    folder = partial_folder(root, step)\n"
@@ -257,7 +280,15 @@ def _check_loader(make_loader) -> None:
     if not callable(make_loader):
         raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name="make_loader", fn=make_loader))
     accelerator = Accelerator(cpu=True)
-    loader = make_loader(accelerator, list(range(16)), 0)
+    try:
+        loader = make_loader(accelerator, list(range(16)), 0)
+    except ValueError as err:
+        if "must include a `state_dict`" in str(err) and "Generator" in str(err):  # a bare torch.Generator
+            raise Incorrect(tr("register_for_checkpointing saves objects that have state_dict and "
+                               "load_state_dict, and a torch.Generator has neither (it has get_state and "
+                               "set_state): register this lesson's LoaderGenerator(seed), which holds one in "
+                               ".generator, and give the DataLoader its .generator.")) from None
+        raise
     if not isinstance(loader, DataLoader):
         raise Incorrect(tr("make_loader should return a torch DataLoader; yours returned {got}.",
                            got=type(loader).__name__))
@@ -284,7 +315,8 @@ q2 = Exercise(
     hints=["Only what is on disk survives: the newest checkpoint. Every step done after it is lost.",
            "The newest checkpoint was taken after the largest multiple of the saving interval that is at most "
            "the steps done (Python's // rounds down).",
-           "lost = 1336 - (1336 // ____) * ____"],
+           "Find the step at which the newest checkpoint was taken first; the steps lost are those done after "
+           "it."],
     solution_code="lost = 1336 - 1336 // 50 * 50\nq2.check(lost)",
 )
 q3 = Exercise(
@@ -295,7 +327,8 @@ q3 = Exercise(
            "the two: interval = sqrt(2 x save seconds x mean seconds between failures of the JOB).",
            "The job stops when any of its 512 GPUs fails: its mean time between failures is one GPU's divided "
            "by 512. A year has 365 x 24 x 3600 seconds.",
-           "job_mtbf = ____ / ____\ninterval_seconds = math.sqrt(____ * ____ * job_mtbf)"],
+           "Two steps: first the job's mean time between failures in seconds (one GPU's, shared among all the "
+           "job's GPUs), then Young's square root with the save time."],
     solution_code=("job_mtbf = 5 * 365 * 24 * 3600 / 512\n"
                    "interval_seconds = math.sqrt(2 * 30 * job_mtbf)\nq3.check(interval_seconds)"),
 )
@@ -308,8 +341,9 @@ q4 = Exercise(
            "DataLoader's generator argument (torch.utils.data docs); this lesson's LoaderGenerator(seed) holds a "
            "torch.Generator in .generator, with state_dict and load_state_dict; Accelerate's 'Checkpointing' "
            "guide shows how save_state saves an object of your own.",
-           "generator = ____(____)\naccelerator.____(____)\n"
-           "return DataLoader(rows, batch_size=4, shuffle=True, generator=____.____)"],
+           "Three moves: make the lesson's generator holder from the seed; register the holder itself (the "
+           "object with state_dict, not the torch generator inside it) so that save_state writes it; build "
+           "the shuffled loader on the generator it holds."],
     solution_code=("def make_loader(accelerator, rows, seed):\n"
                    "    generator = LoaderGenerator(seed)\n"
                    "    accelerator.register_for_checkpointing(generator)\n"
@@ -325,6 +359,27 @@ q4 = Exercise(
 Q5_STEPS, Q5_SAVE_EVERY, Q5_CRASH_AT, Q5_TIMEOUT = 4, 2, 3, 60
 
 
+NOT_HANDED_OVER = "effitrain-5-3-q5: load never handed the loaded state to the model and AdamW"
+
+
+def _load_handed_over(load, model, optimizer, folder) -> None:
+    """In each resumed rank: the learner's ``load``, then whether the model and the optimizer took what was
+    read through their own ``load_state_dict`` (``set_state_dict`` calls both; so does any right load).
+    ``dcp.load`` alone fills the tensors of the dict it is given, which are the model's own here only because
+    ``get_state_dict``'s default happens to share them: a load that relies on it is not the lesson's."""
+    loaded = set()
+    handles = [model.register_load_state_dict_post_hook(lambda module, keys: loaded.add("model")),
+               optimizer.register_load_state_dict_post_hook(lambda opt: loaded.add("optimizer"))]
+    try:
+        load(model, optimizer, folder)
+    finally:
+        for handle in handles:
+            handle.remove()
+    missing = [owner for owner in ("model", "optimizer") if owner not in loaded]
+    if missing:
+        raise RuntimeError(f"{NOT_HANDED_OVER}: missing=" + "+".join(missing))
+
+
 def _check_sharded(save, load) -> None:
     """``resume_sharded`` with the learner's ``save(model, optimizer, folder)`` and ``load(model, optimizer,
     folder)``: saved on 2 ranks, resumed on 1, compared with the uninterrupted run."""
@@ -336,7 +391,8 @@ def _check_sharded(save, load) -> None:
             raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name=name, fn=fn))
     try:
         result = resume_sharded(2, 1, crash_at=Q5_CRASH_AT, steps=Q5_STEPS, save_every=Q5_SAVE_EVERY,
-                                report=None, write=save, read=load, timeout=Q5_TIMEOUT)
+                                report=None, write=save, read=functools.partial(_load_handed_over, load),
+                                timeout=Q5_TIMEOUT)
     except TimeoutError:
         raise Incorrect(tr("the 2 processes did not finish within {timeout} s: dcp.save is collective (the "
                            "ranks agree on a plan, then each writes its shard), so a save on rank 0 only waits "
@@ -345,6 +401,15 @@ def _check_sharded(save, load) -> None:
         if "Missing key in checkpoint state_dict: optimizer" in str(err):  # dcp.load's load plan
             raise Incorrect(tr("the checkpoint holds no optimizer state, so load finds none: save "
                                "get_state_dict(model, optimizer)'s two parts, the model's and AdamW's.")) from None
+        if f"{NOT_HANDED_OVER}: missing=optimizer" in str(err):  # the model took its part, AdamW did not
+            raise Incorrect(tr("load gave the model its part but not AdamW: load the optimizer's part too "
+                               "(set_state_dict(model, optimizer, ...) takes both).")) from None
+        if NOT_HANDED_OVER in str(err):
+            raise Incorrect(tr("load read the checkpoint into a state dict but never gave it to the model and "
+                               "AdamW: dcp.load fills the tensors of the dict you pass it; hand them over with "
+                               "set_state_dict(model, optimizer, model_state_dict=..., optim_state_dict=...), "
+                               "which loads each part into its owner (here the tensors happened to be the "
+                               "model's own; with other options they are copies).")) from None
         raise Incorrect(tr("a rank failed: {error}", error=str(err).splitlines()[0])) from None
     if result["resumed_from"] is None:
         raise Incorrect(tr("no whole checkpoint was found after the crash: save should write every rank's "

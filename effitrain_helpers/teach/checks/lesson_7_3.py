@@ -26,7 +26,8 @@ def _cases():
     return [(big, Layout(dp=4, tp=4, pp=4, cp=2, zero=1, recompute="selective"), 16),
             (big, Layout(dp=8, tp=8, pp=2, cp=1, zero=3, recompute="none"), 1),
             (small, Layout(dp=16, tp=2, pp=1, cp=1, zero=2, recompute="full"), 8),
-            (small, Layout(dp=2, tp=1, pp=6, cp=2, zero=0, recompute="none"), 3)]
+            (small, Layout(dp=2, tp=1, pp=6, cp=2, zero=0, recompute="none"), 3),
+            (small, Layout(dp=4, tp=2, pp=1, cp=2, zero=1, recompute="selective", micro_batch=2), 4)]
 
 
 def _activations(model, layout, in_flight: int, logits: bool = True, split: bool = True) -> float:
@@ -163,8 +164,8 @@ q1 = Exercise(
     "7.3 q1: memory per device, the four parts",
     _check_memory,
     usage="q1.check(memory_per_device)",
-    checked=("checked on 4 configurations you did not see (ZeRO 0-3, recomputation none, selective and full, "
-             "PP up to 6, CP 2), within a millionth of the planner."),
+    checked=("checked on 5 configurations you did not see (ZeRO 0-3, recomputation none, selective and full, "
+             "PP up to 6, CP 2, micro-batches of 2), within a millionth of the planner."),
     hints=["Four parts: parameters, gradients and optimizer state (2, 2 and 12 bytes per parameter in mixed "
            "precision, the rank's share of its stage, ZeRO shards some of them), and activations (per layer, "
            "per micro-batch held).",
