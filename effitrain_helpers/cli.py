@@ -282,37 +282,44 @@ def _plan(args) -> int:
 def _add_plan_parser(sub) -> None:
     from effitrain_helpers.measure import planner
 
-    p = sub.add_parser("plan", help="which parallel configuration (DP, ZeRO, TP, PP, CP, recomputation) fits, "
-                                    "and how fast? ranked, memory per device by part")
-    for flag, kind, what in (
-            ("--parameters", float, "the model's parameters in all, embeddings included, e.g. 70e9"),
-            ("--layers", int, "transformer layers, e.g. 80"), ("--hidden", int, "hidden size, e.g. 8192"),
-            ("--heads", int, "attention heads, e.g. 64"), ("--seq", int, "sequence length in tokens, e.g. 4096"),
-            ("--vocab", int, "vocabulary size, e.g. 128256"), ("--devices", int, "devices in all, e.g. 64"),
-            ("--memory-gb", float, "memory per device in GB (10^9 bytes), e.g. 80"),
-            ("--global-batch-tokens", float, "tokens per optimizer step, all devices together, e.g. 4e6")):
-        p.add_argument(flag, type=kind, required=True, help=what)
+    p = sub.add_parser("plan", help="which parallel configuration (DP, ZeRO, TP, PP, CP, recomputation) fits, and "
+                                    "how fast? ranked, memory per device by part")
+    p.add_argument("--parameters", type=float, required=True,
+                   help="the model's parameters in all, embeddings included, e.g. 70e9")
+    p.add_argument("--layers", type=int, required=True, help="transformer layers, e.g. 80")
+    p.add_argument("--hidden", type=int, required=True, help="hidden size, e.g. 8192")
+    p.add_argument("--heads", type=int, required=True, help="attention heads, e.g. 64")
+    p.add_argument("--seq", type=int, required=True, help="sequence length in tokens, e.g. 4096")
+    p.add_argument("--vocab", type=int, required=True, help="vocabulary size, e.g. 128256")
+    p.add_argument("--devices", type=int, required=True, help="devices in all, e.g. 64")
+    p.add_argument("--memory-gb", type=float, required=True, help="memory per device in GB (10^9 bytes), e.g. 80")
+    p.add_argument("--global-batch-tokens", type=float, required=True,
+                   help="tokens per optimizer step, all devices together, e.g. 4e6")
     p.add_argument("--devices-per-node", type=int, default=8, help="devices per node (default 8)")
     p.add_argument("--intra-gbps", type=float, default=planner.INTRA_GBPS,
-                   help=f"GB/s a device sends inside its node (default {planner.INTRA_GBPS:g}: NVLink 4)")
+                   help="GB/s a device sends inside its node (default 450: NVLink 4)")
     p.add_argument("--inter-gbps", type=float, default=planner.INTER_GBPS,
-                   help=f"GB/s a device sends to other nodes (default {planner.INTER_GBPS:g}: 400 Gb/s InfiniBand)")
+                   help="GB/s a device sends to other nodes (default 50: 400 Gb/s InfiniBand)")
     p.add_argument("--peak-tflops", type=float, default=planner.PEAK_TFLOPS,
-                   help=f"16-bit peak TFLOP/s per device (default {planner.PEAK_TFLOPS:g}: H100 SXM, dense)")
+                   help="16-bit peak TFLOP/s per device (default 989: H100 SXM, dense)")
     p.add_argument("--efficiency", type=float, default=planner.EFFICIENCY,
-                   help=f"share of the peak the matrix products reach (default {planner.EFFICIENCY:g})")
-    p.add_argument("--optimizer", default="mixed", help="mixed (2+2+12 bytes per parameter), fp32 (4+4+8) or 8bit "
-                                                        "(default mixed)")
-    for flag, what in (("--dp", "data-parallel degree"), ("--tp", "tensor-parallel degree (divides --heads)"),
-                       ("--pp", "pipeline stages (divides --layers)"),
-                       ("--cp", "context-parallel degree (divides --seq)")):
-        p.add_argument(flag, type=int, default=None, help=f"fix the {what} instead of searching it")
+                   help="share of the peak the matrix products reach (default 0.6)")
+    p.add_argument("--optimizer", default="mixed",
+                   help="mixed (2+2+12 bytes per parameter), fp32 (4+4+8) or 8bit (default mixed)")
+    p.add_argument("--dp", type=int, default=None, help="fix the data-parallel degree instead of searching it")
+    p.add_argument("--tp", type=int, default=None,
+                   help="fix the tensor-parallel degree (it divides --heads) instead of searching it")
+    p.add_argument("--pp", type=int, default=None,
+                   help="fix the pipeline stages (they divide --layers) instead of searching them")
+    p.add_argument("--cp", type=int, default=None,
+                   help="fix the context-parallel degree (it divides --seq) instead of searching it")
     p.add_argument("--zero", type=int, default=None, choices=range(4), help="fix the ZeRO stage: 0, 1, 2 or 3")
     p.add_argument("--recompute", default=None, choices=planner.RECOMPUTE,
                    help="fix activation recomputation: none, selective or full (all six fixed: judge that one)")
     p.add_argument("--top", type=int, default=10, help="configurations shown in the text table (default 10)")
-    p.add_argument("--json", action="store_true", help="one JSON record: every fitting configuration, ranked, with "
-                                                       "its memory per device in bytes by part")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON record: every fitting configuration, ranked, with its memory per device in bytes "
+                        "by part")
     p.set_defaults(func=_plan)
 
 
