@@ -76,7 +76,11 @@ class Stage(nn.Module):
         x = self.embed(x) if self.embed is not None else x
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x)) if self.head is not None else x
+        if self.head is None:
+            return x
+        # the vocabulary-parallel head hands back a view of the gathered logits; FSDP warns when the module it
+        # wraps returns a view (an in-place edit of it would skip a hook): return a tensor of its own
+        return self.head(self.norm(x)).clone()
 
 
 def whole_model_parameters(shape: dict) -> int:
