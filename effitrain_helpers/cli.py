@@ -84,9 +84,9 @@ def _bench(args) -> int:
                       tr("best achievable {device} {dtype}: {best:.1f} GFLOP/s at n={size}{efficiency}", device=dev,
                          dtype=dt, best=sweep.best_gflops, size=sweep.best_size, efficiency=eff))
     if args.plot:
-        from effitrain_helpers.teach.plots import plot_gflops
+        from effitrain_helpers.teach.plots import plot_gflops, save_figure
 
-        plot_gflops(results).savefig(args.plot, dpi=120)
+        save_figure(plot_gflops(results), args.plot)
         print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 
@@ -206,9 +206,9 @@ def _optimizers(args) -> int:
     else:
         print(comparison_table(result))
     if args.plot:
-        from effitrain_helpers.teach.plots import plot_optimizer_comparison
+        from effitrain_helpers.teach.plots import plot_optimizer_comparison, save_figure
 
-        plot_optimizer_comparison(result).savefig(args.plot, dpi=120)
+        save_figure(plot_optimizer_comparison(result), args.plot)
         print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 
@@ -352,7 +352,7 @@ def _resume(args) -> int:
             "torchrun --max-restarts 1: rank 1 killed after {crash_at} steps, the group restarted ({attempts} "
             "attempts) and resumed from step {start} by itself; largest weight difference from an uninterrupted "
             "torchrun run: {got:.1e}", crash_at=result["crash_at"], attempts=result["attempts"],
-            start=result["resumed_from"], got=result["max_difference"]))
+            start=result["resumed_from"] or 0, got=result["max_difference"]))
         return 0
     if args.fsdp:
         if args.dropout is not None:
@@ -373,13 +373,13 @@ def _resume(args) -> int:
         print(tr("sharded on {n}, rank 1 killed after {crash_at} steps, resumed on {m} from step {start}: largest "
                  "weight difference from the uninterrupted run {got:.1e}; between uninterrupted runs on {n} and "
                  "{m} (the tolerance) {floor:.1e}: {verdict}", n=result["processes"], m=result["resume_processes"],
-                 crash_at=result["crash_at"], start=result["resumed_from"], got=result["max_difference"],
+                 crash_at=result["crash_at"], start=result["resumed_from"] or 0, got=result["max_difference"],
                  floor=result["tolerance"], verdict=tr("within") if result["within_tolerance"] else tr("beyond")))
         return 0
     print(tr("rank 1 killed after {crash_at} steps; resumed from step {start} ({lost} step(s) lost); "
              "largest difference from the uninterrupted run after {steps} steps: weights {model:.1e}, AdamW "
              "exp_avg {avg:.1e}, exp_avg_sq {sq:.1e} (dropout {dropout})", crash_at=result["crash_at"],
-             start=result["resumed_from"], lost=result["lost_steps"], steps=result["steps"],
+             start=result["resumed_from"] or 0, lost=result["lost_steps"], steps=result["steps"],
              model=result["max_difference"], avg=result["differences"]["exp_avg"],
              sq=result["differences"]["exp_avg_sq"], dropout=result["dropout"]))
     if args.checkpoints:
@@ -421,9 +421,11 @@ def _nodes_outcome(run, as_json: bool) -> dict | int:
 
 def _nodes(args) -> int:
     """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
+    from effitrain_helpers.core.validate import positive_number
     from effitrain_helpers.training.node_loss import lose_a_node
     from effitrain_helpers.training.nodes import namespace_refusal, run_nodes
 
+    positive_number("--timeout", args.timeout, example="--timeout 300")
     form = args.form or ("loopback" if namespace_refusal() else "namespaces")
     if args.link_rates:
         return _link_rates(args)
@@ -577,6 +579,8 @@ def _workbook(args) -> int:
     book = Workbook(args.dir, args.source, args.lang)
     try:
         report = [book.fresh(args.fresh)] if args.fresh else book.sync()
+    except TimeoutError:  # another run held the folder too long: its own line names it
+        raise
     except OSError as err:
         raise ValueError(tr("cannot write your workbook in {folder!r} ({reason}). Fix: make it writable, or choose "
                             "another folder with --dir (or EFFITRAIN_WORKBOOK).", folder=str(book.folder),
@@ -658,7 +662,7 @@ def add_learner_commands(sub) -> None:
     p = sub.add_parser("workbook", help="write or update your own copy of the lessons (blank exercises); "
                                         "never overwrites a notebook you changed")
     p.add_argument("--dir", type=not_empty("--dir"), default=None, help="your workbook folder (default: $EFFITRAIN_WORKBOOK, else my-workbook/)")
-    p.add_argument("--fresh", metavar="LESSON", default=None,
+    p.add_argument("--fresh", metavar="LESSON", type=not_empty("--fresh"), default=None,
                    help="a fresh copy of one lesson (e.g. 2.2, or start); yours is kept, renamed *_mine-<time>")
     p.add_argument("--source", type=not_empty("--source"), default=None,
                    help="folder of solved notebooks (default: the workbook's notebooks/)")

@@ -119,13 +119,21 @@ def test_a_non_empty_out_folder_is_refused_without_force(tmp_path, capsys):
     assert main(["editions", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert str(out) in err and "--force" in err and not (out / "student").exists()
+    assert "every other file is kept" in err
     (out / "student").mkdir()
-    (out / "student" / "stale.ipynb").write_text("{}")
+    (out / "instructor").mkdir()
+    stale = nbformat.v4.new_notebook(metadata={"effitrain": {"edition": "student"}})  # a lesson since removed
+    nbformat.write(stale, out / "student" / "stale.ipynb")
+    (out / "instructor" / "grading-notes.md").write_text("mine too")  # the instructor's own files
+    (out / "instructor" / "my-quiz.ipynb").write_text("{}")
     assert main(["editions", "--out", str(out), "--force", "--no-solutions"]) == 0
     assert (out / "notes.txt").read_text() == "mine", "--force keeps the folder's other files"
+    assert (out / "instructor" / "grading-notes.md").read_text() == "mine too", "and those in the editions"
+    assert (out / "instructor" / "my-quiz.ipynb").read_text() == "{}", "a notebook no build wrote is kept"
     assert not (out / "student" / "stale.ipynb").exists(), "--force replaces the editions themselves"
     names = sorted(p.name for p in (out / "student").glob("*.ipynb"))
-    assert names == [p.name for p in SOURCE] == sorted(p.name for p in (out / "instructor").glob("*.ipynb"))
+    assert names == [p.name for p in SOURCE] == sorted(p.name for p in (out / "instructor").glob("*.ipynb")
+                                                      if p.name != "my-quiz.ipynb")
     assert json.loads((out / "student" / editions.EDITION_FILE).read_text())["solutions"] is False
 
 

@@ -26,6 +26,9 @@ FORGERIES = {  # issue 42's credit for work not done: name -> (q1 answer, q2 ans
     "f2_progress_file": ("import json, os\nwith open(os.environ.get('EFFI' + 'TRAIN_PROGRESS', 'p.jsonl'), 'a') as f:\n"
                          "    f.write(json.dumps({'lesson': 'start', 'exercise': 'q1', 'status': 'correct'}) + '\\n')\n"
                          "matrix_bytes = ____", None, "", CHECK2),
+    "f2b_shown_verdict": (None, "from IPython.display import display\ndisplay({'application/vnd.' + 'effi' + 'train.ver'"
+                          " + 'dict+json': {'lesson': '1.1', 'exercise': 'q2', 'status': 'correct'}}, raw=True)\n"
+                          "raise SystemExit", "", CHECK2),
     "f3_record": (None, "from effitrain_helpers.teach import verdicts\nverdicts.record(q2, 'correct')\ntrain_mib = 0",
                   "\nfrom effitrain_helpers.teach import verdicts\nverdicts.record(q1, 'correct')", CHECK2),
     "f4_checker": ("def anything(*a, **k):\n    pass\nanything.__module__ = q1.checker.__module__\n"
@@ -129,8 +132,10 @@ def test_the_graded_notebook_is_the_source_with_only_the_answers_in_it(lesson, t
     code = [c.source for c in graded.notebook.cells if c.cell_type == "code"]
     assert "import evil" not in "\n".join(code) and "'forged'" not in "\n".join(code)
     assert [c.exercises for c in graded.checks] == [[("start", "q1")], [("1.1", "q2")]]
-    first, second = (graded.notebook.cells[c.cell].source for c in graded.checks)
-    assert first == "matrix_bytes = 4_000_000\n\nq1.check(matrix_bytes)"  # its own check call blanked
+    cells = graded.notebook.cells  # each answer in a cell of its own, the check call in the next
+    assert [cells[c.cell].source for c in graded.checks] == ["q1.check(matrix_bytes)", "q2.check(train_mib, model)"]
+    first, second = (cells[c.cell - 1].source for c in graded.checks)
+    assert first == "matrix_bytes = 4_000_000\n"  # its own check call blanked
     assert "verdicts" not in second and "____" in second  # flagged: the starter runs instead, never the answer
     assert graded.checks[1].flag.startswith(REVIEW) and "cell 4, line 1" in graded.checks[1].flag
     assert answers.match_source(nbformat.read(path, as_version=4), "renamed.ipynb", sources) == LESSON

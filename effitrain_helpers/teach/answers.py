@@ -4,9 +4,10 @@
 runs from the instructor's solved source (as nbgrader's overwrite step does): every cell that is not an
 exercise (set-up, text, the lesson's own code) is the source's; in an exercise cell only the solution regions
 (``# BEGIN SOLUTION`` .. ``# END SOLUTION``) are the student's lines, and the ``qN.check(...)`` calls around them
-are the source's again. After each exercise cell comes one cell of the grader's own: when that exercise was not
+are the source's again, in a cell of their own after the answer's (the check cell: the only place the grader
+reads verdicts from). After each check cell comes one cell of the grader's own: when that exercise was not
 Correct, it runs the source's solution, so a later exercise that uses this one is judged with the reference in
-its place (one mistake costs one exercise).
+its place (one mistake costs one exercise); that the grader's cell ran shows the check cell ran to its end.
 
 :func:`review` reads each answer before it runs: a line that reaches into the checking machinery (the exercise
 objects, :mod:`~effitrain_helpers.teach.verdicts`, ``Exercise``, ``solution_code``, a checker's ``_reference_*``,
@@ -267,7 +268,14 @@ def graded_notebook(submission, source, source_name: str) -> Graded:
         for region, (_, answer) in zip(regions, found):
             new += lines[cursor:region.begin] + answer
             cursor = region.end + 1
-        restored.source = "\n".join(new + lines[cursor:])
+        after = lines[cursor:]
+        split = next((k for k, line in enumerate(after) if _CHECK_LINE.match(line)), 0)
+        if split or new:  # the answer in a cell of its own: nothing it shows lands in the check cell
+            answer_cell = copy.deepcopy(restored)
+            answer_cell.source = "\n".join(new + after[:split])
+            answer_cell.id = f"effitrain-answer-{len(out.cells)}"
+            out.cells.append(answer_cell)
+        restored.source = "\n".join(after[split:])
         out.cells.append(restored)
         graded.checks.append(Check(len(out.cells) - 1, exercises, flag, note))
         out.cells.append(_reference_cell(exercises, _with_solutions(lines, regions)))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.verdicts import grading, record
 
@@ -173,6 +174,34 @@ def _unfinished(value: Any, depth: int = 0) -> str | None:
     return None
 
 
+def hands_over_to(fn: Any, reference: Any) -> bool:
+    """Whether the learner's ``fn`` is the workbook's own ``reference`` answer or calls it, under whatever name
+    leads there (a global, an alias, a module's attribute, a closure's variable), in its own code or in a
+    function or lambda defined inside it: the checkers whose lesson hands ``reference`` over (lessons 6.3,
+    6.4) refuse such an answer. A learner's function that shares the reference's name is its own."""
+    if fn is reference:
+        return True
+    code = getattr(fn, "__code__", None)
+    names, codes = set(), [code]
+    while codes:
+        here = codes.pop()
+        if here is not None:
+            names |= set(here.co_names)
+            codes += [c for c in here.co_consts if isinstance(c, types.CodeType)]
+    found = [getattr(fn, "__globals__", {}).get(name) for name in names]
+    found += [cell.cell_contents for cell in getattr(fn, "__closure__", None) or () if _filled(cell)]
+    return any(v is reference or (isinstance(v, types.ModuleType) and any(getattr(v, n, None) is reference
+                                                                         for n in names)) for v in found)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure variable not yet assigned
+        return False
+    return True
+
+
 EDITION_FILE = "effitrain-edition.json"  # what `effitrain editions` writes into an edition's folder
 _OFF = {"0", "off", "no", "false"}
 _ON = {"", "1", "on", "yes", "true"}
@@ -195,7 +224,7 @@ def solutions_enabled() -> tuple[bool, str]:
                          "off, 0, no, false or on, 1, yes, true. Fix: export EFFITRAIN_SOLUTIONS=on (or off)",
                          value=value)
     try:
-        edition = json.loads((Path.cwd() / EDITION_FILE).read_text())
+        edition = json.loads(files.read_bytes(Path.cwd() / EDITION_FILE, limit=2**16))  # never a FIFO's wait
     except (OSError, ValueError):
         return True, ""
     if isinstance(edition, dict) and edition.get("solutions") is False:

@@ -35,13 +35,13 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import stat
 import sys
 import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file
 from effitrain_helpers.core.validate import positive_number
@@ -83,22 +83,17 @@ class Submission:
 
 def read_notebook(path: Path):
     """The notebook at ``path``, read only if it is a regular file (not a link, FIFO or device) of at most
-    :data:`MAX_NOTEBOOK_BYTES`; ValueError (one line) otherwise."""
+    :data:`MAX_NOTEBOOK_BYTES` (:func:`~effitrain_helpers.core.files.read_bytes`); ValueError (one line)
+    otherwise."""
     import nbformat
 
+    if path.is_symlink():
+        raise ValueError(tr("it is a link ({target}); a link is not a submission: not read",
+                            target=str(os.readlink(path))))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        data = files.read_bytes(path, limit=MAX_NOTEBOOK_BYTES)
     except OSError as err:
-        raise ValueError(tr("cannot open it ({why}); a link or special file is not a submission",
-                            why=err.strerror or err)) from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(tr("it is not a regular file (a FIFO, device or socket): not read"))
-        if info.st_size > MAX_NOTEBOOK_BYTES:
-            raise ValueError(tr("it is {size} bytes, more than the {most} a notebook may be: not read",
-                                size=info.st_size, most=MAX_NOTEBOOK_BYTES))
-        data = f.read(MAX_NOTEBOOK_BYTES + 1)
+        raise ValueError(tr("cannot open it ({why}): not read", why=err.strerror or err)) from None
     try:
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         nb.cells  # noqa: B018 - a JSON file that is not a notebook fails here
@@ -178,10 +173,15 @@ def _first_error(nb) -> str | None:
     return f"cell {i} raised {out.get('ename')}: {out.get('evalue', '')}"[:300] + more
 
 
-def _verdicts(cell, exercises) -> dict:
-    """``{(lesson, exercise): status}``: the verdicts a check cell showed, for the exercises it checks only."""
+def _verdicts(cell, next_cell, exercises) -> dict:
+    """``{(lesson, exercise): status}``: the last verdicts a check cell showed, for the exercises it checks only,
+    and only when it ran to its end (no error in it, the grader's cell after it ran): an answer called by the
+    checker that shows a verdict of its own and then stops the kernel gets none."""
+    outputs = cell.get("outputs", [])
+    if any(out.get("output_type") == "error" for out in outputs) or next_cell.get("execution_count") is None:
+        return {}
     found = {}
-    for out in cell.get("outputs", []):
+    for out in outputs:
         rec = out.get("data", {}).get(verdicts.VERDICT_MIME) if out.get("output_type") == "display_data" else None
         if isinstance(rec, dict) and (rec.get("lesson"), rec.get("exercise")) in exercises \
                 and rec.get("status") in ("correct", "incorrect", "not attempted"):
@@ -222,7 +222,7 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
     elif ran is not None and (error := _first_error(ran)):
         rows.append(row(status=ERROR, detail=error))
     for check in graded.checks:
-        found = _verdicts(ran.cells[check.cell], check.exercises) if ran is not None else {}
+        found = _verdicts(ran.cells[check.cell], ran.cells[check.cell + 1], check.exercises) if ran else {}
         for exercise in check.exercises:
             if check.flag:
                 rows.append(row(*exercise, REVIEW, check.flag))

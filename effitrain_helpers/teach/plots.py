@@ -22,6 +22,7 @@ import functools
 import textwrap
 from typing import TYPE_CHECKING
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, number, number_list, separators, tr
 from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.core.validate import whole_number
@@ -39,6 +40,18 @@ _WAYS = {"data_parallel": (msg("data parallel"), msg("data\nparallel")),
          "local_sgd": (msg("local sgd"), msg("local\nsgd")),
          "no_communication": (msg("no communication"), msg("no\ncommunication")),
          "accumulation": (msg("accumulation"), msg("accumulation"))}
+
+
+def save_figure(figure: "Figure", path, dpi: int = 120) -> None:
+    """``figure`` saved to ``path`` (its type from the suffix) whole or not at all: drawn in memory, then written
+    by :func:`~effitrain_helpers.core.files.write_atomically`, so a full disk leaves no partial image and its
+    ``OSError`` names the path."""
+    import io
+    from pathlib import Path
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=dpi)
+    files.write_atomically(Path(path).expanduser(), buffer.getvalue())
 
 
 def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None) -> "Figure":

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.settings import SETTINGS
 
 PROGRESS_ENV = "EFFITRAIN_PROGRESS"
@@ -92,7 +93,9 @@ def record(exercise: Any, status: str) -> None:
                            "time": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         path = verdicts_file()
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:  # one short line, appended in one write
+        # never blocks: a FIFO with no reader refuses at once (ENXIO)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+        with open(fd, "a", encoding="utf-8") as f:  # one short line, appended in one write
             f.write(line + "\n")
     except Exception:  # noqa: BLE001 - progress is a convenience: the check's verdict is shown regardless
         pass
@@ -106,10 +109,11 @@ def _valid(rec) -> bool:
 def read_counted(path: str | Path | None = None) -> tuple[list[dict], int]:
     """``(records, skipped)``: every valid verdict in ``path`` (default :func:`verdicts_file`), oldest first, and
     how many non-blank lines were not one (undecodable bytes, not JSON, fields missing or of the wrong type).
-    A bad line never hides the good ones around it; a file that cannot be read gives ``([], 0)``."""
+    A bad line never hides the good ones around it; a file that cannot be read gives ``([], 0)``, one that is
+    not a regular file or is too large (``/dev/zero``) a ``ValueError`` naming it (:func:`files.read_bytes`)."""
     path = verdicts_file() if path is None else Path(path)
     try:
-        data = path.read_bytes()
+        data = files.read_bytes(path)
     except OSError:
         return [], 0
     records, skipped = [], 0
