@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.validate import positive_int, positive_number
 from effitrain_helpers.measure.memory_estimate import (GB, RECOMPUTE, STAGES, check_optimizer, count_parameters,
                                                        layer_activation_bytes, stage_bytes)
@@ -374,16 +374,17 @@ def _report(model, cluster, tokens, optimizer, ranked, tried, judged) -> dict:
 
 def plan_table(report: dict, top: int = 10) -> str:
     """:func:`plan` 's report as text: the reason, then one line per configuration (GB per part, bubble, step
-    time, MFU), the ``top`` first."""
+    time, MFU), the ``top`` first, numbers and labels in the learner's language."""
     lines = [tr("{fitting} of {tried} configurations fit ({reserved:.0%} of each device's memory kept free); "
                 "first pick: {reason}", fitting=report["fitting"], tried=report["tried"],
                 reserved=report["reserved"], reason=report["reason"]), ""]
-    head = [tr(term) for term in PART_TERMS]
-    lines.append(f"{tr('configuration'):<46}" + "".join(f"{h[:12]:>13}" for h in head)
-                 + f"{tr('total GB'):>10}{tr('fits'):>6}{'m':>5}{tr('bubble'):>8}{tr('step s'):>9}{'MFU':>6}")
+    labels = [tr(term) for term in PART_TERMS] + [tr("total GB"), tr("fits"), "m", tr("bubble"), tr("step s"), "MFU"]
+    widths = [max(8, len(label) + 2) for label in labels]
+    lines.append(f"{tr('configuration'):<46}" + "".join(f"{label:>{w}}" for label, w in zip(labels, widths)))
     for row in report["configurations"][:top]:
-        parts = "".join(f"{row['memory_bytes'][p] / GB:>13.1f}" for p in PARTS)
-        lines.append(f"{row['name']:<46}{parts}{row['total_bytes'] / GB:>10.1f}"
-                     f"{tr('yes') if row['fits'] else tr('no'):>6}{row['micro_batches']:>5}{row['bubble']:>8.1%}"
-                     f"{row['step_seconds']:>9.2f}{row['mfu']:>6.0%}")
+        cells = [number(row["memory_bytes"][p] / GB, ".1f") for p in PARTS]
+        cells += [number(row["total_bytes"] / GB, ".1f"), tr("yes") if row["fits"] else tr("no"),
+                  str(row["micro_batches"]), number(row["bubble"], ".1%"), number(row["step_seconds"], ".2f"),
+                  number(row["mfu"], ".0%")]
+        lines.append(f"{row['name']:<46}" + "".join(f"{cell:>{w}}" for cell, w in zip(cells, widths)))
     return "\n".join(lines)
