@@ -617,7 +617,7 @@ def _grade(args) -> int:
 
     mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
     rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
-                 unsafe=args.unsafe)
+                 unsafe=args.unsafe, feedback=args.feedback)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
@@ -683,6 +683,9 @@ def add_learner_commands(sub) -> None:
                    help="folder of submissions: NAME.ipynb per student, or one folder per student")
     p.add_argument("--out", required=True, type=not_empty("--out"), help="the CSV file to write (student, notebook, lesson, exercise, "
                                                 "status, detail)")
+    p.add_argument("--feedback", metavar="DIR", type=not_empty("--feedback"), default=None,
+                   help="also write DIR/STUDENT.html per student: each exercise's verdict, message and points, "
+                        "each failed cell (offline HTML)")
     p.add_argument("--timeout", type=_grade_seconds, default=300.0,
                    help="seconds each notebook may run before its kernel and everything it started are stopped: "
                         "a number > 0 (fractions allowed), at most 86400 (default 300)")
