@@ -176,7 +176,7 @@ def test_2_2_q1_reference_and_plain_mistakes_without_processes():
 
 
 def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True, per_epoch=False, swap=False,
-                     step=True):
+                     step=True, backward=True):
     """A q2 answer; each flag changed makes one known mistake (``swap``: warm-up and length swapped)."""
     from transformers import get_linear_schedule_with_warmup
 
@@ -191,7 +191,8 @@ def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True
             scheduler = accelerator.prepare(scheduler)
         for _ in range(epochs):
             for batch in train_loader:
-                accelerator.backward(model(**batch).loss)
+                if backward:
+                    accelerator.backward(model(**batch).loss)
                 optimizer.step()
                 if step and not per_epoch:
                     scheduler.step()
@@ -212,6 +213,7 @@ def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True
     ({"warmup_all_processes": False}, "the warm-up lasted 1 optimizer step(s), not 2"),
     ({"prepare": False, "all_processes": False, "warmup_all_processes": False}, "reaches 0 on time, but only"),
     ({"step": False}, "never changed"),
+    ({"backward": False}, "the weights never changed"),  # a mutant of the solution accepted before (issue 41)
 ])
 def test_2_2_q2_reads_the_prepared_schedule_in_2_real_processes(flags, words):
     result = l22.q2.evaluate(_warmup_training(**flags))

@@ -166,12 +166,14 @@ def _run_learner_schedule(fn) -> dict:
         return original(self, *args, **kwargs)
 
     AcceleratedScheduler.step = counted
+    before = [p.detach().clone() for p in model.parameters()]
     try:
         fn(accelerator, model, prepared_optimizer, loader, Q2_EPOCHS)
     finally:
         AcceleratedScheduler.step = original
+    trained = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     return {"used": used, "final": optimizer.param_groups[0]["lr"], "prepared_calls": len(calls),
-            "per_epoch": len(loader), "world": accelerator.num_processes}
+            "per_epoch": len(loader), "world": accelerator.num_processes, "trained": trained}
 
 
 def _check_schedule(fn) -> None:
@@ -182,6 +184,9 @@ def _check_schedule(fn) -> None:
         raise Incorrect(tr("the optimizer stepped {steps} times, not {want} ({epochs} epochs of {per_epoch} "
                            "batches in each process): keep one optimizer.step() per batch.", steps=steps,
                            want=Q2_EPOCHS * per_epoch, epochs=Q2_EPOCHS, per_epoch=per_epoch))
+    if not first["trained"]:
+        raise Incorrect(tr("the weights never changed: the optimizer stepped with no gradients. Each batch's loss "
+                           "must go backward first, with accelerator.backward(loss)."))
     changes = [i for i in range(1, steps) if not math.isclose(used[i], used[i - 1])]
     if not changes and math.isclose(final, used[0]):
         raise Incorrect(tr("the learning rate never changed (it stayed at {lr:.3g}): call scheduler.step() "
