@@ -222,12 +222,15 @@ def unreliable_reason(times: Iterable[float], busy: str = "") -> str:
     Two signs: ``busy`` (a reason from :func:`busy_reason`), and the repeats spreading more than
     :data:`SPREAD_MAX` (IQR / median), which happens when another program takes the CPU during the run.
     """
-    reasons = [busy] if busy else []
-    spread = relative_iqr(times)
+    return "; ".join(filter(None, [busy, spread_reason(relative_iqr(times))]))
+
+
+def spread_reason(spread: float) -> str:
+    """Why repeats whose IQR / median is ``spread`` cannot be trusted (above :data:`SPREAD_MAX`), or ""."""
     if spread > SPREAD_MAX:
-        reasons.append(tr("repeats spread by {spread:.0%} of the median (IQR; above {most:.0%})",
-                          spread=spread, most=SPREAD_MAX))
-    return "; ".join(reasons)
+        return tr("repeats spread by {spread:.0%} of the median (IQR), above {most:.0%}", spread=spread,
+                  most=SPREAD_MAX)
+    return ""
 
 
 UNRELIABLE_ADVICE = msg("close other programs and re-run")
@@ -239,17 +242,20 @@ def unreliable_advice() -> str:
 
 
 def unreliable_note(rows: dict[str, str]) -> str:
-    """What a table of timings says under it: which rows are unreliable and why (rows sharing a reason named
-    together), and what a spread is, in a learner's words; "" when every row is reliable.
+    """What a table of timings says under it: which rows are unreliable and why, and what a spread is, in a
+    learner's words; "" when every row is reliable.
 
-    ``rows`` maps each row's label to its reason (:func:`unreliable_reason`, "" for a reliable row)."""
+    ``rows`` maps each row's label to its reason ("" for a reliable row; several reasons joined by "; ", as
+    :func:`unreliable_reason` joins them). Each reason is said once, with the rows it applies to ("every row"
+    when it applies to all)."""
     by_reason: dict[str, list[str]] = {}
     for label, why in rows.items():
-        if why:
-            by_reason.setdefault(why, []).append(label)
+        for part in filter(None, why.split("; ")):
+            by_reason.setdefault(part, []).append(label)
     if not by_reason:
         return ""
-    parts = "; ".join(tr("{rows}: {why}", rows=", ".join(labels), why=why) for why, labels in by_reason.items())
+    parts = "; ".join(tr("{rows}: {why}", why=why, rows=tr("every row") if len(labels) == len(rows) > 1
+                         else ", ".join(labels)) for why, labels in by_reason.items())
     return tr("UNRELIABLE rows, no conclusion drawn from their times: {parts}. A row's spread is how much its "
               "repeated timings disagree: the width of their middle half (the IQR) over their median. Above "
               "{most:.0%}, or with fewer idle cores than threads, other programs took the CPU during the run, so "
@@ -258,21 +264,21 @@ def unreliable_note(rows: dict[str, str]) -> str:
 
 
 def saving_text(what: str, before_ms: float, after_ms: float, whole_ms: float, doubt: str = "") -> str:
-    """What ``what`` saved per step, going from ``before_ms`` to ``after_ms`` milliseconds, as a share of
-    ``whole_ms`` (the most it could save); said as no saving when it saved nothing, and as no conclusion when
+    """What ``what`` saved per step, going from ``before_ms`` to ``after_ms`` milliseconds, next to
+    ``whole_ms``, the most it could save; said as no saving when it saved nothing, and as no conclusion when
     ``doubt`` (why the timings cannot be trusted) is not empty."""
-    fields = dict(what=what, before=before_ms, after=after_ms)
+    fields = dict(what=what, before=before_ms, after=after_ms, whole=whole_ms)
     if doubt:
-        return tr("{what}: {before:.1f} ms then {after:.1f} ms per step, UNRELIABLE, so no conclusion on a saving "
-                  "({why})", why=doubt, **fields)
+        return tr("{what}: {before:.1f} ms per step without it, {after:.1f} ms with it, at most {whole:.1f} ms to "
+                  "hide: UNRELIABLE, so no conclusion on a saving ({why})", why=doubt, **fields)
     saved = before_ms - after_ms
     if saved <= 0:
-        return tr("{what} saved no time in this run: {before:.1f} ms without it, {after:.1f} ms with it per step",
-                  **fields)
+        return tr("{what} saved no time in this run: {before:.1f} ms per step without it, {after:.1f} ms with it "
+                  "(at most {whole:.1f} ms to hide)", **fields)
     if whole_ms <= 0:
         return tr("{what} saved {saved:.1f} ms per step ({before:.1f} ms to {after:.1f} ms)", saved=saved, **fields)
-    return tr("{what} saved {saved:.1f} ms per step, {share:.0%} of the {whole:.1f} ms it could hide",
-              saved=saved, share=saved / whole_ms, whole=whole_ms, **fields)
+    return tr("{what} saved {saved:.1f} ms per step ({before:.1f} ms to {after:.1f} ms), {share:.0%} of the "
+              "{whole:.1f} ms it could hide", saved=saved, share=saved / whole_ms, **fields)
 
 
 def time_budget_note(cut: dict[str, tuple[int, int]], budget_s: float) -> str:

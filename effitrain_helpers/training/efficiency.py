@@ -102,14 +102,10 @@ def _verdict(row: ChapterRow, ok: bool, yes: str, no: str, not_judged: str) -> s
 
 def _time_doubt(busy: str, spread: float) -> str:
     """Why a time ratio of interleaved repeats cannot be trusted: the machine was ``busy``, or the per-round
-    ratios ``spread`` more than ``SPREAD_MAX``; "" when it can."""
-    from effitrain_helpers.measure.bench import SPREAD_MAX
+    ratios ``spread`` too much (:func:`~effitrain_helpers.measure.bench.spread_reason`); "" when it can."""
+    from effitrain_helpers.measure.bench import spread_reason
 
-    reasons = [busy] if busy else []
-    if spread > SPREAD_MAX:
-        reasons.append(tr("repeats spread by {spread:.0%} of the median (IQR; above {most:.0%})", spread=spread,
-                          most=SPREAD_MAX))
-    return "; ".join(reasons)
+    return "; ".join(filter(None, [busy, spread_reason(spread)]))
 
 
 def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, TechniquesRun] | None = None,
@@ -144,8 +140,8 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
     k, kl = accumulation_steps, local_sgd_steps
     comm = max(0.0, dp.seconds_per_step - quiet.seconds_per_step)
     fp32, half = precision["fp32"], precision[low]
-    precision_doubt = "; ".join(dict.fromkeys(filter(None, [busy, fp32.time_doubt, half.time_doubt,
-                                                            *(m.unreliable for m in matmul.values())])))
+    series = {"fp32": fp32.time_doubt, low: half.time_doubt, **{f"matmul {d}": m.unreliable for d, m in matmul.items()}}
+    precision_doubt = "; ".join([busy] * bool(busy) + [f"{name}: {why}" for name, why in series.items() if why])
     rows = [
         ChapterRow(f"gradient accumulation (k={k})", 1 / acc.activation_ratio, 1 / k,
                    acc.seconds_accumulated / acc.seconds_full_batch, 1.0,
