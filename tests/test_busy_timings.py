@@ -93,13 +93,9 @@ def cell_outputs(cell) -> tuple[str, list[str], list[str]]:
 
 
 def _number(text: str) -> float | None:
-    found = re.search(r"-?\d[\d,.]*", text)
-    if not found:
-        return None
-    try:
-        return float(found.group().replace(",", ""))
-    except ValueError:
-        return None
+    """The number a table cell holds ("1,614", "0.85", "6%"), or None for a cell of words ("float32")."""
+    found = re.fullmatch(r"(-?\d[\d,]*(?:\.\d+)?)\s*%?", text.strip())
+    return float(found.group(1).replace(",", "")) if found else None
 
 
 def timing_rows(html: str) -> list[tuple[str, dict[str, float], bool]]:
@@ -113,8 +109,9 @@ def timing_rows(html: str) -> list[tuple[str, dict[str, float], bool]]:
             if len(row) != len(header) or not timing:
                 continue
             figures = {header[i]: v for i in timing if (v := _number(row[i])) is not None}
-            label = " ".join(c for i, c in enumerate(row) if i not in timing and i not in trust
-                             and _number(c) is None or header[i] in ("n", "dtype", "device"))
+            names = [i for i in range(len(row)) if i not in timing + trust
+                     and (_number(row[i]) is None or header[i] in ("n", "dtype", "device"))]
+            label = " ".join(row[i] for i in names)  # the words that name the row (and a matrix's side)
             rows.append((label, figures, bool(trust) and row[trust[0]].lower() in ("yes", "true")))
     return rows
 
