@@ -35,14 +35,12 @@ import json
 import os
 import sys
 
-
-from effitrain_helpers.core.arguments import OneLineParser, not_empty
-
 try:  # EFFITRAIN_SIZE and EFFITRAIN_LANG are read on import: a bad value is one line on every command, --help too
     from effitrain_helpers.core.settings import SETTINGS  # noqa: F401
 except ValueError as _bad_setting:
     print(f"effitrain: error: {_bad_setting}", file=sys.stderr)
     raise SystemExit(2) from None
+from effitrain_helpers.core.arguments import OneLineParser, not_empty
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file, check_output_folder
 
@@ -71,16 +69,18 @@ def _bench(args) -> int:
     else:
         print(bench.results_table(results))
         for row in bench.speedups(results):
-            print(f"{row['device']} over cpu, {row['dtype']}, n={row['size']}: {row['speedup']:.1f}x")
+            print(tr("{device} over cpu, {dtype}, n={size}: {speedup:.1f}x", **row))
     if args.best:
         for dev in sorted({r.device for r in results}):
             for dt in sorted({r.dtype for r in results if r.device == dev}):
                 sweep = bench.best_achievable(dev, dt)
-                eff = f", {sweep.efficiency:.0%} of {sweep.peak_gflops:.0f} ({sweep.peak_source})" if sweep.peak_gflops else ""
+                eff = tr(", {share:.0%} of {peak:.0f} ({source})", share=sweep.efficiency, peak=sweep.peak_gflops,
+                         source=sweep.peak_source) if sweep.peak_gflops else ""
                 line = {"device": dev, "dtype": dt, "best_gflops": sweep.best_gflops, "best_size": sweep.best_size,
                         "median_gflops": sweep.median_gflops, "peak_gflops": sweep.peak_gflops}
                 print(json.dumps(line) if args.json else
-                      f"best achievable {dev} {dt}: {sweep.best_gflops:.1f} GFLOP/s at n={sweep.best_size}{eff}")
+                      tr("best achievable {device} {dtype}: {best:.1f} GFLOP/s at n={size}{efficiency}", device=dev,
+                         dtype=dt, best=sweep.best_gflops, size=sweep.best_size, efficiency=eff))
     if args.plot:
         from effitrain_helpers.teach.plots import plot_gflops
 
@@ -113,11 +113,22 @@ def _shards(args) -> int:
             print(json.dumps({k: r[k] for k in ("rank", "world_size", "indices")}))
         return 0
     for r in reports:
-        print(f"rank {r['rank']} of {r['world_size']}: {r['indices']}")
+        print(tr("rank {rank} of {world_size}: {indices}", rank=r["rank"], world_size=r["world_size"],
+                 indices=r["indices"]))
     summary = summarize_shards(reports, args.samples)
-    print(f"disjoint: {summary.disjoint}; every sample seen: {summary.covers_all}; "
-          f"repeated to even out the batches: {summary.repeated or 'none'}")
+    print(tr("disjoint: {disjoint}; every sample seen: {covers_all}; repeated to even out the batches: {repeated}",
+             disjoint=tr("yes") if summary.disjoint else tr("no"), covers_all=tr("yes") if summary.covers_all
+             else tr("no"), repeated=summary.repeated or tr("no sample")))
     return 0
+
+
+# What ``ddp-check`` prints for each key of its record (the JSON keeps the keys).
+DDP_CHECK_LABELS = {"data_sharding": msg("data sharding"), "model_replication": msg("model replication"),
+                    "gradient_aggregation": msg("gradient aggregation"),
+                    "parameter_synchronization": msg("parameter synchronization"),
+                    "max_grad_diff_vs_single_process": msg("max grad diff vs single process"),
+                    "max_grad_diff_across_ranks": msg("max grad diff across ranks"),
+                    "max_param_diff_across_ranks": msg("max param diff across ranks")}
 
 
 def _ddp_check(args) -> int:
@@ -147,11 +158,13 @@ def _ddp_check(args) -> int:
         print(json.dumps(result))
         return 0
     for name, ok in result["checks"].items():
-        print(f"{name.replace('_', ' '):<26} {'OK' if ok else 'FAILED'}")
-    print("max differences: " + ", ".join(f"{k} {v:.2e}" for k, v in result["max_differences"].items()))
+        print(f"{tr(DDP_CHECK_LABELS[name]):<26} {tr('OK') if ok else tr('FAILED')}")
+    print(tr("max differences: {differences}", differences=", ".join(
+        tr("{name} {value:.2e}", name=tr(DDP_CHECK_LABELS[k]), value=v) for k, v in result["max_differences"].items())))
     sps = result["samples_per_second"]
-    print(f"samples/s: workbook loop {sps['workbook']:.0f} with {n} processes, plain DDP {sps['ddp']:.0f} "
-          f"(ratio {result['workbook_over_ddp']:.2f}), one process {sps['one_process']:.0f}")
+    print(tr("samples/s: workbook loop {workbook:.0f} with {n} processes, plain DDP {ddp:.0f} (ratio {ratio:.2f}), "
+             "one process {one:.0f}", workbook=sps["workbook"], n=n, ddp=sps["ddp"], ratio=result["workbook_over_ddp"],
+             one=sps["one_process"]))
     return 0
 
 
@@ -164,7 +177,7 @@ def _efficiency(args) -> int:
     n = resolve_num_processes(args.processes, minimum=2, name="--processes", why=LOCAL_SGD_NEEDS)
     check_options(args.accumulation_steps, args.local_sgd_steps, args.steps)
     if not args.json:
-        print(f"measuring the four techniques of chapter 3 ({n} processes for local SGD; about a minute) ...")
+        print(tr("measuring the four techniques of chapter 3 ({n} processes for local SGD; about a minute) ...", n=n))
     records = measure_chapter(n, accumulation_steps=args.accumulation_steps, local_sgd_steps=args.local_sgd_steps,
                               steps=args.steps)
     conclusion = precision_conclusion(records)
@@ -204,7 +217,7 @@ def _fsdp(args) -> int:
 
     sharding_arguments(args.processes, args.steps, args.batch_size)  # bad input: one line, before any work
     if not args.json:
-        print("training the same model with DDP and with fully_shard (FSDP2) in real CPU processes ...")
+        print(tr("training the same model with DDP and with fully_shard (FSDP2) in real CPU processes ..."))
     report = compare_ddp_fsdp(args.processes, steps=args.steps, batch_size=args.batch_size)
     print(json.dumps(report) if args.json else report_table(report))
     return 0
@@ -240,9 +253,12 @@ def _add_memory_parser(sub) -> None:
     p.add_argument("--parameters", required=True, help="number of parameters, e.g. 7.5e9")
     p.add_argument("--devices", type=int, default=1, help="number of devices (data-parallel ranks, default 1)")
     p.add_argument("--optimizer", default="mixed", help="mixed (2+2+12 bytes), fp32 (4+4+8) or 8bit (default mixed)")
-    for flag, what in (("--layers", "transformer layers"), ("--hidden", "hidden size"), ("--heads", "attention heads"),
-                       ("--sequence", "sequence length"), ("--micro-batch", "sequences per device and step")):
-        p.add_argument(flag, type=int, default=None, help=f"{what} (with the other four: activations)")
+    p.add_argument("--layers", type=int, default=None, help="transformer layers (with the other four: activations)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden size (with the other four: activations)")
+    p.add_argument("--heads", type=int, default=None, help="attention heads (with the other four: activations)")
+    p.add_argument("--sequence", type=int, default=None, help="sequence length (with the other four: activations)")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="sequences per device and step (with the other four: activations)")
     p.add_argument("--json", action="store_true", help="one JSON record: bytes per device by stage and kind, formulas")
     p.set_defaults(func=_memory)
 
@@ -335,7 +351,7 @@ def _nodes_outcome(run, as_json: bool) -> dict | int:
     try:
         result = run()
     except (PermissionError, TimeoutError, RuntimeError) as err:
-        print(f"effitrain nodes: error: {err}", file=sys.stderr)
+        print(tr("effitrain {command}: error: {error}", command="nodes", error=err), file=sys.stderr)
         return 2
     if as_json:
         print(json.dumps(result))
@@ -419,7 +435,7 @@ def _collectives(args) -> int:
     sizes = parse_lengths(args.sizes) if args.sizes else lesson_size("6.1").sizes
     positive_int("--repeats", args.repeats, example="--repeats 5")
     if not args.json:
-        print(f"all-reducing float32 tensors three ways in {processes} real CPU processes ...")
+        print(tr("all-reducing float32 tensors three ways in {n} real CPU processes ...", n=processes))
     cost = compare_all_reduces(None, sizes=sizes, processes=processes, repeats=args.repeats)
     print(json.dumps(cost) if args.json else cost_table(cost))
     return 0
@@ -454,10 +470,10 @@ def _editions(args) -> int:
     if args.check:
         counts = check_markers(args.source)
         print(json.dumps(counts) if args.json else
-              f"markers OK: {sum(counts.values())} exercises in {len(counts)} notebooks")
+              tr("markers OK: {n} exercises in {notebooks} notebooks", n=sum(counts.values()), notebooks=len(counts)))
         return 0
     if args.out is None:
-        raise ValueError("--out DIR is missing: where to write the editions (or --check to only check the markers).")
+        raise ValueError(tr("--out DIR is missing: where to write the editions (or --check to only check the markers)."))
     check_output_folder(args.out, "--out")
     start = time.perf_counter()
     summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions,
@@ -467,11 +483,12 @@ def _editions(args) -> int:
         print(json.dumps(summary))
         return 0
     n = sum(summary["exercises"].values())
-    print(f"wrote {summary['notebooks']} notebooks ({n} exercises) to {args.out}/student and {args.out}/instructor "
-          f"in {summary['seconds']:.1f} s; solution() in the student edition: "
-          f"{'on' if summary['solutions_in_student_edition'] else 'off (graded class)'}"
-          + (f"; in {args.lang}: {len(summary['translated'])} notebooks translated, the others in English"
-             if args.lang != "en" else ""))
+    print(tr("wrote {notebooks} notebooks ({n} exercises) to {out}/student and {out}/instructor in {seconds:.1f} s; "
+             "solution() in the student edition: {solutions}", notebooks=summary["notebooks"], n=n, out=args.out,
+             seconds=summary["seconds"], solutions=tr("on") if summary["solutions_in_student_edition"]
+             else tr("off (graded class)"))
+          + (tr("; in {language}: {n} notebooks translated, the others in English", language=args.lang,
+                n=len(summary["translated"])) if args.lang != "en" else ""))
     return 0
 
 
@@ -487,9 +504,10 @@ def _prefetch(args) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"kit ready in {summary['kit']} ({summary['seconds']:.0f} s): " + ", ".join(summary["items"]))
-    print(f"Copy that folder to each student machine and set {kit.KIT_ENV}=<its path> "
-          f"(or put it at {kit.SETTINGS.cache_dir / 'kit'}); check it there with `effitrain prefetch --check`.")
+    print(tr("kit ready in {kit} ({seconds:.0f} s): {items}", kit=summary["kit"], seconds=summary["seconds"],
+             items=", ".join(summary["items"])))
+    print(tr("Copy that folder to each student machine and set {env}=<its path> (or put it at {default}); check it "
+             "there with `effitrain prefetch --check`.", env=kit.KIT_ENV, default=kit.SETTINGS.cache_dir / "kit"))
     return 0
 
 
@@ -507,8 +525,9 @@ def _workbook(args) -> int:
         print(json.dumps({"folder": str(book.folder), "notebooks": [vars(c) for c in report]}))
     elif args.fresh:
         (copy,) = report
-        kept = f"; yours is kept as {copy.kept_as}" if copy.kept_as else ""
-        print(f"{FRESH} of {copy.notebook} in {book.folder}{kept}")
+        kept = tr("; yours is kept as {path}", path=copy.kept_as) if copy.kept_as else ""
+        print(tr("{fresh} of {notebook} in {folder}{kept}", fresh=tr(FRESH), notebook=copy.notebook,
+                 folder=book.folder, kept=kept))
     else:
         print(describe(report, book.folder))
     return 0
@@ -519,7 +538,8 @@ def _progress(args) -> int:
     from effitrain_helpers.teach.verdicts import verdicts_file
 
     table = progress_table()
-    print(json.dumps(table.to_records()) if args.json else f"{table!r}\n(verdicts of check() in {verdicts_file()})")
+    print(json.dumps(table.to_records()) if args.json else
+          f"{table!r}\n" + tr("(verdicts of check() in {path})", path=verdicts_file()))
     if args.json and table.skipped:
         print(tr("note: {n} lines of {path} could not be read and were skipped", n=table.skipped,
                  path=str(verdicts_file())), file=sys.stderr)
@@ -533,8 +553,9 @@ def _grade(args) -> int:
 
     rows = grade(args.submissions, args.out, args.timeout)
     counts = Counter(r.status for r in rows)
-    print(f"wrote {len(rows)} rows for {len({r.student for r in rows})} students to {args.out}: "
-          + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
+             students=len({r.student for r in rows}), out=args.out,
+             counts=", ".join(tr("{n} {status}", n=n, status=tr(status)) for status, n in sorted(counts.items()))))
     return 0
 
 
@@ -566,8 +587,8 @@ def _add_lang(p) -> None:
     from effitrain_helpers.core.settings import LANGUAGES, SETTINGS
 
     p.add_argument("--lang", type=_language, default=SETTINGS.lang,
-                   help=f"language of the notebooks: {', '.join(LANGUAGES)} (default: $EFFITRAIN_LANG, else en); "
-                        "a lesson not translated yet comes in English")
+                   help=tr("language of the notebooks: {languages} (default: $EFFITRAIN_LANG, else en); a lesson "
+                           "not translated yet comes in English", languages=", ".join(LANGUAGES)))
 
 
 def add_learner_commands(sub) -> None:
@@ -686,13 +707,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValueError as err:  # the helpers' errors for bad input: one line naming the value and the fix
-        print(f"effitrain {args.command}: error: {err}", file=sys.stderr)
+        print(tr("effitrain {command}: error: {error}", command=args.command, error=err), file=sys.stderr)
         return 2
     except BrokenPipeError:  # the output went to a reader that stopped early (`| head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit does not fail
         return 0
     except OSError as err:  # a file or folder the user named (or the cache) cannot be read or written
-        print(f"effitrain {args.command}: error: {_os_error(err)}", file=sys.stderr)
+        print(tr("effitrain {command}: error: {error}", command=args.command, error=_os_error(err)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: the launcher and grade have already ended what they started
         print(tr("effitrain {command}: interrupted", command=args.command), file=sys.stderr)
@@ -705,8 +726,8 @@ def _os_error(err: OSError) -> str:
         return str(err)
     what = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
     where = f" ({err.filename})" if err.filename else ""
-    return (f"{what}{where}. Fix: check that the path exists, is the kind of file expected and can be read "
-            "(or written, for an output).")
+    return tr("{what}{where}. Fix: check that the path exists, is the kind of file expected and can be read (or "
+              "written, for an output).", what=what, where=where)
 
 
 if __name__ == "__main__":

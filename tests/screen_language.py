@@ -49,6 +49,35 @@ def english_words() -> tuple[str, ...]:
     return tuple(sorted(words | set(ALWAYS)))
 
 
+# The command line's screens (tests/test_portuguese_screens.py) are the workbook's own prose from end to end, so
+# they are held to more: no common English word (below, none of them Portuguese) and no number written the
+# English way (ENGLISH_NUMBER), outside the words a test lists as code (options, values, library names).
+ENGLISH_PROSE = frozenset("""
+    the of and with per each every from this that which what only also is are to in or for at by be not into
+    than then when where while your yours its it was were has have does can cannot must should would will
+    default usage options optional positional arguments argument error invalid choice choose required show help
+    message exit print prints write wrote writes run runs number samples processes steps measured theory
+    disjoint seen repeated differences ratio ready folder file files none yes fix allowed missing found
+    students rows kept fresh copy lessons exercises checked markers note
+    """.split())
+# 0.5002, 3.92, 14.00 (a decimal point before 1, 2 or 4+ digits: pt-BR writes 0,5002; a point before exactly 3
+# digits is how pt-BR groups thousands), 1,622,928 (English thousands groups), 99.5% (a percentage)
+ENGLISH_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+%|(?<![\w.])\d+\.(?:\d{1,2}|\d{4,})(?![\w.])"
+                            r"|(?<![\w.,])\d{1,3}(?:,\d{3}){2,}(?![\w,])")
+
+
+def english_prose_in(text: str, code: frozenset[str] = frozenset()) -> list[str]:
+    """The common English words (:data:`ENGLISH_PROSE`, whole words in lower or title case, not inside an
+    option, a path or code quotes) and English-written numbers (:data:`ENGLISH_NUMBER`) in ``text``, except the words and numbers
+    in ``code`` (lower case); then what :func:`english_in` finds."""
+    words = [m.group(0) for m in re.finditer(r"(?<![\w\-./$`'\"<=_{])[A-Za-z]+(?![\w\-/`'\"_>=(}])", text)
+             if m.group(0).lower() in ENGLISH_PROSE and m.group(0).lower() not in code
+             and not m.group(0).isupper()]  # an option's METAVAR (``--processes PROCESSES``) is its name
+    numbers = [n for n in ENGLISH_NUMBER.findall(text) if n not in code]
+    options = re.sub(r"(?<![\w-])--?[A-Za-z][\w-]*", " ", text)  # --label-column is a name, not words
+    return sorted(set(words + numbers + english_in(options, code)))
+
+
 def english_in(text: str, code: frozenset[str] = frozenset()) -> list[str]:
     """The English labels found in ``text`` (whole words, any case), a library's progress bar label and the
     labels in ``code`` (what the lesson writes as code, lower case) left out, then its lists of English

@@ -48,6 +48,20 @@ def _not_prepared(path):  # moved by hand: Accelerate never saw it
     return accelerator, model, AutoTokenizer.from_pretrained(path)
 
 
+def _prepare_discarded(path):  # the case: prepare called, its result thrown away (Correct before)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    accelerator = Accelerator()
+    accelerator.prepare(model)
+    return accelerator, model, AutoTokenizer.from_pretrained(path)
+
+
+def _labels_in_the_config(path):  # right, written another way: the labels in a config, prepared inline
+    accelerator = Accelerator()
+    config = AutoConfig.from_pretrained(path, num_labels=2)
+    model = AutoModelForSequenceClassification.from_pretrained(path, config=config)
+    return accelerator, accelerator.prepare(model), AutoTokenizer.from_pretrained(path)
+
+
 def _three_labels(path):
     accelerator = Accelerator()
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=3)
@@ -73,6 +87,8 @@ def _starter(path):
     (_bare_model, "incorrect", "AutoModel has no task head"),
     (_random_weights, "incorrect", "not the checkpoint's"),
     (_not_prepared, "incorrect", "not returned by accelerator.prepare"),
+    (_prepare_discarded, "incorrect", "Keep what prepare gives back"),
+    (_labels_in_the_config, "correct", ""),
     (_three_labels, "incorrect", "num_labels=2"),
     (_no_accelerator, "incorrect", "should be an Accelerator"),
     (_model_only, "incorrect", "should return (accelerator, model, tokenizer)"),

@@ -208,6 +208,21 @@ def save_without_seal(accelerator, root, step):
     accelerator.wait_for_everyone()
 
 
+def save_without_barrier(accelerator, root, step):  # the case: Correct 3 times out of 3 before
+    folder = resume.partial_folder(root, step)
+    accelerator.save_state(folder)
+    if accelerator.is_main_process:
+        resume.seal(folder, accelerator.num_processes)
+
+
+def barrier_before_saving(accelerator, root, step):
+    folder = resume.partial_folder(root, step)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(folder)
+    if accelerator.is_main_process:
+        resume.seal(folder, accelerator.num_processes)
+
+
 def seal_on_every_rank(accelerator, root, step):
     folder = resume.partial_folder(root, step)
     accelerator.save_state(folder)
@@ -239,9 +254,13 @@ def resume_without_loading(accelerator, loader, root):
     (save_on_main_only, right_resume, "incorrect", "EVERY process"),
     (save_without_seal, right_resume, "incorrect", "seal(folder"),
     (seal_on_every_rank, right_resume, "incorrect", "main process only"),
+    (save_without_barrier, right_resume, "incorrect", "sealed the folder before rank 1 had written"),
+    pytest.param(barrier_before_saving, right_resume, "incorrect", "sealed the folder before rank 1",
+                 marks=pytest.mark.exhaustive),
     (save, resume_without_skip, "incorrect", "skip_first_batches"),
     (save, resume_without_loading, "incorrect", "load_state"),
-], ids=["right", "main-only save", "no seal", "seal everywhere", "no skip", "no load"])
+], ids=["right", "main-only save", "no seal", "seal everywhere", "no barrier", "barrier before saving", "no skip",
+        "no load"])
 def test_5_3_q1_runs_save_and_resume_in_two_processes(save_fn, resume_fn, status, words):
     result = l53.q1.evaluate(save_fn, resume_fn)
     assert result.status == status, result.message
@@ -410,6 +429,14 @@ def sharded_load_model_only(model, optimizer, folder):
     set_model_state_dict(model, state["model"])
 
 
+def sharded_load_without_set_state_dict(model, optimizer, folder):  # the case: Correct before
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.load({"model": model_state, "optimizer": optim_state}, checkpoint_id=folder)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("save_fn, load_fn, status, words", [
     pytest.param(resume.write_shards, resume.read_shards, "correct", "world-size floor",
@@ -419,7 +446,9 @@ def sharded_load_model_only(model, optimizer, folder):
                  marks=pytest.mark.exhaustive),
     pytest.param(sharded_save_on_rank_0, resume.read_shards, "incorrect", "dcp.save is collective",
                  marks=pytest.mark.exhaustive),
-], ids=["right", "model.state_dict only", "load forgets the optimizer", "save on rank 0 only"])
+    (resume.write_shards, sharded_load_without_set_state_dict, "incorrect", "set_state_dict"),
+], ids=["right", "model.state_dict only", "load forgets the optimizer", "save on rank 0 only",
+        "dcp.load without set_state_dict"])
 def test_5_3_q5_sharded_save_and_load(save_fn, load_fn, status, words, monkeypatch):
     monkeypatch.setattr(l53, "Q5_TIMEOUT", 40)  # the rank-0-only save waits for ever: 40 s is ample here
     result = l53.q5.evaluate(save_fn, load_fn)

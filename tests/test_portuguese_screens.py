@@ -15,7 +15,7 @@ import pytest
 
 from effitrain_helpers.core.settings import SETTINGS
 from screen_language import (LANG, LIBRARY_BARS, SCREENED, code_words, english_in, english_in_outputs,
-                             output_texts, screened)
+                             english_prose_in, output_texts, screened)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,3 +243,122 @@ def test_a_quoted_data_sentence_is_not_the_workbooks_english():
     data = "rótulo 0: 'Dennis loaded a faster data loader in 2024.' / 'A data scientist tested a faster one.'"
     assert english_in(data) == []
     assert english_in("rótulo 0: faster") == ["faster"]  # unquoted, it is the workbook's
+
+
+# ---------------------------------------------------------------- the command line in pt-BR (issue 46)
+
+# What the command line shows as code, not as words or numbers to translate: a value as the learner types it
+# (--parameters 7.5e9) or as Python echoes it back (--timeout=-1.0), and the lessons' numbers (1.1 ... 6.4).
+CLI_CODE_WORDS = frozenset({"7.5e9", "1.0"})
+
+
+def _code_words() -> frozenset[str]:
+    from effitrain_helpers.teach.progress import lesson_exercises
+
+    return CLI_CODE_WORDS | set(lesson_exercises())
+
+
+def _cli(args, capsys) -> tuple[int, str]:
+    """``effitrain ARGS`` in this process: its exit code and everything it printed (stdout and stderr)."""
+    from effitrain_helpers.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:  # --help and argparse's own errors exit
+        code = exit_.code
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def _commands() -> list[str]:
+    from effitrain_helpers.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
+    return list(sub.choices)
+
+
+def test_the_scan_of_the_command_line_names_english_words_and_english_numbers():
+    assert english_prose_in("usage: effitrain [-h]; show this help message and exit") == [
+        "and", "exit", "help", "message", "show", "this", "usage"]
+    assert english_prose_in("GB por dispositivo 14.00 112.00 0.5002 1,622,928 99.5%") == [
+        "0.5002", "1,622,928", "112.00", "14.00", "99.5%"]
+    shown = ("uso: effitrain memory [--processes N] --out DIR; 7.000.000.000 parâmetros, 14,00 GB, 0,5002, "
+             "torch 2.13.0+cpu, 12.345 amostras, $EFFITRAIN_LANG, `effitrain prefetch --check`")
+    assert english_prose_in(shown) == [], english_prose_in(shown)
+    assert english_prose_in("por exemplo 7.5e9", CLI_CODE_WORDS) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], *([name, "--help"] for name in _commands())],
+                         ids=lambda args: " ".join(args))
+def test_every_command_s_help_is_in_portuguese(args, portuguese, capsys):
+    """The help texts (TranslatedHelpFormatter), argparse's own words (usage, options) and the descriptions."""
+    code, shown = _cli(args, capsys)
+    assert code == 0 and ("uso: effitrain" in shown) and ("opções:" in shown), shown
+    assert english_prose_in(shown, _code_words()) == [], shown
+
+
+@pytest.mark.parametrize("args", [
+    ["frobnicate"], ["memory"], ["nodes", "--form", "x"], ["bench", "--repeats", "x"], ["bench", "--devise", "cpu"],
+    ["shards", "--processes"], ["memory", "--parameters", "7e9", "--layers", "2"], ["editions"],
+    ["resume", "--latest", "no-such-folder"], ["grade", "no-such-folder", "--out", "g.csv", "--timeout", "-1"],
+    ["workbook", "--dir", ""],
+], ids=lambda args: " ".join(args))
+def test_a_command_line_mistake_is_one_line_in_portuguese(args, portuguese, capsys):
+    code, shown = _cli(args, capsys)
+    lines = [line for line in shown.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "erro:" in lines[0], shown
+    assert english_prose_in(shown, _code_words()) == [], shown
+
+
+@pytest.mark.parametrize("args", [
+    ["devices"], ["memory", "--parameters", "7e9", "--devices", "8"],
+    ["memory", "--parameters", "1.5e9", "--devices", "4", "--layers", "24", "--hidden", "2048", "--heads", "16",
+     "--sequence", "1024", "--micro-batch", "4"], ["progress"], ["editions", "--check"], ["prefetch", "--check"],
+], ids=lambda args: " ".join(args))
+def test_a_cheap_command_prints_in_portuguese(args, portuguese, capsys):
+    code, shown = _cli(args, capsys)
+    assert code in (0, 1) and shown.strip(), shown
+    assert english_prose_in(shown, _code_words()) == [], shown
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ["shards", "--processes", "2"], ["collectives", "--processes", "2", "--sizes", "1000", "--repeats", "1"],
+    pytest.param(["fsdp", "--processes", "2", "--steps", "1"], marks=pytest.mark.exhaustive),
+    pytest.param(["ddp-check", "--processes", "2"], marks=pytest.mark.exhaustive),
+], ids=lambda args: " ".join(args))
+def test_a_command_in_real_processes_prints_in_portuguese(args, tmp_path):
+    """As a learner runs it: a subprocess with EFFITRAIN_LANG=pt-BR (the ranks inherit the language)."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "effitrain_helpers.cli", *args], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1", "EFFITRAIN_LANG": LANG,
+                                                         "EFFITRAIN_SIZE": "small"})
+    assert out.returncode == 0, out.stderr
+    assert english_prose_in(out.stdout + out.stderr, _code_words()) == [], out.stdout + out.stderr
+
+
+def test_argparse_s_own_words_are_still_the_ones_translated_and_are_put_back():
+    """core.arguments.ARGPARSE_WORDS are argparse's gettext keys: a Python whose argparse words them differently
+    would show them in English, so each must be in the installed argparse; the hook is undone after each call."""
+    import argparse
+    import inspect
+
+    from effitrain_helpers.core.arguments import ARGPARSE_WORDS, OneLineParser
+
+    source = inspect.getsource(argparse)
+    assert [w for w in ARGPARSE_WORDS if repr(w) not in source and f'"{w}"' not in source] == []
+    before = argparse._
+    OneLineParser(prog="x").format_help()
+    assert argparse._ is before
+
+
+def test_a_help_text_is_translated_by_the_formatter_without_touching_the_add_argument_line(portuguese):
+    from effitrain_helpers.core.arguments import OneLineParser
+
+    parser = OneLineParser(prog="effitrain x", description="print JSON instead of text")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    shown = parser.format_help()
+    assert shown.count("imprime JSON em vez de texto") == 2 and "opções:" in shown and "uso:" in shown, shown

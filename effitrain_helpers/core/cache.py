@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.settings import SETTINGS
 
 BUILDING = ".building-"  # prefix of a folder being written: .building-{pid}-{random}
@@ -98,9 +99,10 @@ def _cache_parent(target: Path) -> None:
             raise PermissionError(13, "Permission denied")
     except OSError as err:
         where = (f"EFFITRAIN_CACHE={os.environ['EFFITRAIN_CACHE']!r}" if os.environ.get("EFFITRAIN_CACHE")
-                 else f"the cache folder {str(SETTINGS.cache_dir)!r}")
-        raise ValueError(f"{where} cannot hold the workbook's cache ({err.strerror or err} at {str(target.parent)!r})."
-                         " Fix: export EFFITRAIN_CACHE=a folder you can write to.") from None
+                 else tr("the cache folder {folder!r}", folder=str(SETTINGS.cache_dir)))
+        raise ValueError(tr("{where} cannot hold the workbook's cache ({reason} at {parent!r}). Fix: export "
+                            "EFFITRAIN_CACHE=a folder you can write to.",
+                            where=where, reason=err.strerror or err, parent=str(target.parent))) from None
 
 
 def build_once(name: str, write: Callable[[Path], None], marker: str, force: bool = False,
@@ -141,8 +143,8 @@ def _wait_for(path: Path, seconds: float) -> Path:
     deadline = time.monotonic() + seconds
     while not path.is_file():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{path.parent} was not built within {seconds:.0f} s by the process that builds it "
-                               "(rank 0 of the group). Fix: build it once in a single process first, e.g. "
-                               "`effitrain model`.")
+            raise RuntimeError(tr("{parent} was not built within {seconds:.0f} s by the process that builds it (rank "
+                                  "0 of the group). Fix: build it once in a single process first, e.g. `effitrain "
+                                  "model`.", parent=path.parent, seconds=seconds))
         time.sleep(0.2)
     return path.parent

@@ -14,6 +14,7 @@ Environment variables:
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,12 +22,22 @@ SIZES = ("small", "full")
 LANGUAGES = ("en", "pt-BR")  # English is the source; translations/<language>/ holds each translation
 
 
+def tr(text: str, **fields) -> str:
+    """:func:`effitrain_helpers.core.language.tr` once :data:`SETTINGS` exists (it reads the language there) and
+    that module is loaded (it imports this one, so it is found in ``sys.modules``, not imported: always the case
+    once the workbook has shown a message); before, the English (a bad variable at import is said in English)."""
+    language = sys.modules.get("effitrain_helpers.core.language")
+    if "SETTINGS" not in globals() or language is None:
+        return text.format(**fields) if fields else text
+    return language.tr(text, **fields)
+
+
 def _size_from_env() -> str:
     value = os.environ.get("EFFITRAIN_SIZE", "small").strip().lower() or "small"
     if value not in SIZES:
         raise ValueError(
-            f"EFFITRAIN_SIZE={value!r} is not a size; allowed: {', '.join(SIZES)}. "
-            "Fix: export EFFITRAIN_SIZE=small (CPU, tests) or EFFITRAIN_SIZE=full (GPU demos)."
+            tr("EFFITRAIN_SIZE={value!r} is not a size; allowed: {sizes}. Fix: export EFFITRAIN_SIZE=small (CPU, "
+               "tests) or EFFITRAIN_SIZE=full (GPU demos).", value=value, sizes=', '.join(SIZES))
         )
     return value
 
@@ -36,10 +47,10 @@ def check_lang(value: str, name: str = "EFFITRAIN_LANG") -> str:
     value, what is allowed and the fix otherwise (``name=""``: the value alone, for argparse's own prefix)."""
     wanted = {lang.lower(): lang for lang in LANGUAGES}.get(str(value).strip().lower())
     if wanted is None:
-        fix = "export EFFITRAIN_LANG=pt-BR (Brazilian Portuguese) or EFFITRAIN_LANG=en (English)" \
-            if name == "EFFITRAIN_LANG" else "use pt-BR (Brazilian Portuguese) or en (English)"
-        raise ValueError(f"{f'{name}=' if name else ''}{value!r} is not a language of the workbook; allowed: "
-                         f"{', '.join(LANGUAGES)}. Fix: {fix}.")
+        fix = tr("export EFFITRAIN_LANG=pt-BR (Brazilian Portuguese) or EFFITRAIN_LANG=en (English)") \
+            if name == "EFFITRAIN_LANG" else tr("use pt-BR (Brazilian Portuguese) or en (English)")
+        raise ValueError(tr("{option}{value!r} is not a language of the workbook; allowed: {languages}. Fix: {fix}.",
+                            option=f"{name}=" if name else "", value=value, languages=", ".join(LANGUAGES), fix=fix))
     return wanted
 
 
@@ -71,7 +82,8 @@ class Settings:
         """Switch between ``small`` and ``full`` for the rest of this kernel, and for the processes it launches
         (they read ``EFFITRAIN_SIZE`` from the environment they inherit)."""
         if size not in SIZES:
-            raise ValueError(f"size={size!r} is not allowed; choose one of {', '.join(SIZES)}.")
+            raise ValueError(tr("size={size!r} is not allowed; choose one of {sizes}.",
+                                size=size, sizes=', '.join(SIZES)))
         self.size = size
         os.environ["EFFITRAIN_SIZE"] = size
 

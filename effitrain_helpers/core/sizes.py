@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.settings import SETTINGS, SIZES
 
 # lesson -> size -> values. Chapter 4's three lessons share one row ("4"): they train the same steps.
@@ -63,7 +64,8 @@ def lesson_size(lesson: str, size: str | None = None) -> SimpleNamespace:
     """
     size = SETTINGS.size if size is None else size
     if lesson not in LESSON_SIZES:
-        raise ValueError(f"lesson {lesson!r} has no size row; rows: {', '.join(LESSON_SIZES)}.")
+        raise ValueError(tr("lesson {lesson!r} has no size row; rows: {lesson_sizes}.",
+                            lesson=lesson, lesson_sizes=', '.join(LESSON_SIZES)))
     if size not in SIZES:
-        raise ValueError(f"size={size!r} is not allowed; choose one of {', '.join(SIZES)}.")
+        raise ValueError(tr("size={size!r} is not allowed; choose one of {sizes}.", size=size, sizes=', '.join(SIZES)))
     return SimpleNamespace(**LESSON_SIZES[lesson][size])

@@ -20,7 +20,7 @@ import statistics
 import time
 from typing import Callable
 
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
 
 METHODS = (msg("ring"), "gloo all_reduce", msg("parameter server"))  # keys; language.term shows them translated
 NEEDS_A_GROUP = msg(": an all-reduce needs at least 2 processes")
@@ -85,7 +85,7 @@ def parse_lengths(text: str) -> list[int]:
 def theory_bytes_sent(method: str, nbytes: int, world: int, rank: int) -> float:
     """Bytes rank ``rank`` of ``world`` sends to all-reduce a tensor of ``nbytes`` with ``method``."""
     if method not in METHODS:
-        raise ValueError(f"method={method!r} is not one of {', '.join(METHODS)}.")
+        raise ValueError(tr("method={method!r} is not one of {methods}.", method=method, methods=', '.join(METHODS)))
     if method == "parameter server":
         return float(nbytes * (world - 1) if rank == 0 else nbytes)
     return 2 * (world - 1) / world * nbytes  # gloo's all_reduce on CPU tensors is a ring too (measured below)
@@ -175,9 +175,10 @@ def cost_table(cost: dict) -> str:
               counted=tr("counted (B)"), theory=tr("theory (B)"))
     lines = [tr("all-reduce of float32 tensors in {world} processes (gloo), ring: {ring}", world=world,
                 ring=tr(cost["ring"])), head]
-    show = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    show = lambda v: "-" if v is None else number(v, ",.0f")  # noqa: E731
     for r in sorted(rows, key=lambda r: (r["numel"], METHODS.index(r["method"]), r["rank"])):
-        lines.append(f"{r['numel']:>10,} {tr(r['method']):<17} {r['rank']:>4} {r['seconds'] * 1e3:>9.2f} "
+        lines.append(f"{number(r['numel'], '>10,')} {tr(r['method']):<17} {r['rank']:>4} "
+                     f"{number(r['seconds'] * 1e3, '>9.2f')} "
                      f"{show(r['socket_bytes']):>12} {show(r['counted_bytes']):>12} {show(r['theory_bytes']):>12}")
     lines += [tr("theory: a ring sends 2(N-1)/N of the tensor from every rank; a parameter server, N-1 times it "
                  "from rank 0 and once from every other rank.")]

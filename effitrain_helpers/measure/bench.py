@@ -110,7 +110,7 @@ def parse_sizes(sizes: str | Iterable[int]) -> list[int]:
     """Sizes from '256,512' or a list; each a whole number in 1..32768."""
     items = [s.strip() for s in sizes.split(",")] if isinstance(sizes, str) else list(sizes)
     if not items or items == [""]:
-        raise ValueError("no sizes given; allowed: whole numbers 1..32768 such as 256,512,1024.")
+        raise ValueError(tr("no sizes given; allowed: whole numbers 1..32768 such as 256,512,1024."))
     out = []
     for item in items:
         try:
@@ -119,8 +119,8 @@ def parse_sizes(sizes: str | Iterable[int]) -> list[int]:
             value = None
         if value is None or isinstance(item, bool) or not 1 <= value <= MAX_SIZE:
             raise ValueError(
-                f"size {item!r} is not allowed; sizes are whole numbers from 1 to {MAX_SIZE} "
-                "(the side of a square matrix). Fix: e.g. --sizes 256,512,1024."
+                tr("size {item!r} is not allowed; sizes are whole numbers from 1 to {max_size} (the side of a square "
+                   "matrix). Fix: e.g. --sizes 256,512,1024.", item=item, max_size=MAX_SIZE)
             )
         out.append(value)
     return out
@@ -132,10 +132,11 @@ def parse_dtypes(dtypes: str | Iterable[str]) -> list[str]:
     for item in items:
         if item not in DTYPES:
             raise ValueError(
-                f"dtype {item!r} is not allowed; choose from {', '.join(DTYPES)}. Fix: e.g. --dtypes float32,bfloat16."
+                tr("dtype {item!r} is not allowed; choose from {dtypes}. Fix: e.g. --dtypes float32,bfloat16.",
+                   item=item, dtypes=', '.join(DTYPES))
             )
     if not items:
-        raise ValueError(f"no dtypes given; choose from {', '.join(DTYPES)}.")
+        raise ValueError(tr("no dtypes given; choose from {dtypes}.", dtypes=', '.join(DTYPES)))
     return items
 
 
@@ -148,8 +149,8 @@ def resolve_devices(device: str = "all") -> tuple[list[str], list[str]]:
     family = device.split(":")[0] if isinstance(device, str) else None
     if family not in DEVICE_CHOICES or (":" in device and family != "cuda"):
         raise ValueError(
-            f"device {device!r} is not allowed; choose from {', '.join(DEVICE_CHOICES)} (or cuda:N). "
-            "Fix: e.g. --device cpu."
+            tr("device {device!r} is not allowed; choose from {device_choices} (or cuda:N). Fix: e.g. --device cpu.",
+               device=device, device_choices=', '.join(DEVICE_CHOICES))
         )
     if device == "all":
         chosen = present
@@ -429,8 +430,8 @@ def _plan(sizes, dtypes, device: str) -> tuple[list[tuple[str, str, int]], list[
                 notes.append(tr("{dtype} is not supported on {device}: skipped", dtype=dt, device=dev))
             else:
                 raise ValueError(
-                    f"dtype {dt!r} is not supported on {dev}; allowed there: "
-                    f"{', '.join(d for d in DTYPES if dtype_supported(dev, d))}. Fix: pick one of those."
+                    tr("dtype {dt!r} is not supported on {dev}; allowed there: {allowed}. Fix: pick one of those.",
+                       dt=dt, dev=dev, allowed=', '.join(d for d in DTYPES if dtype_supported(dev, d)))
                 )
     return plan, notes
 
@@ -546,8 +547,9 @@ def dtype_ratio(results: list[MatmulResult], device: str, size: int, dtype: str 
     """
     pick = {r.dtype: r for r in results if (r.device, r.size) == (device, size) and r.dtype in (dtype, reference)}
     if set(pick) != {dtype, reference}:
-        raise ValueError(f"no {dtype} and {reference} results at n={size} on {device}; measure both with "
-                         f"run_benchmark(dtypes=[{reference!r}, {dtype!r}]) first.")
+        raise ValueError(tr("no {dtype} and {reference} results at n={size} on {device}; measure both with "
+                            "run_benchmark(dtypes=[{reference!r}, {dtype!r}]) first.",
+                            dtype=dtype, reference=reference, size=size, device=device))
     fast, ref = pick[dtype], pick[reference]
     rounds = [r / f for r, f in zip(ref.times, fast.times)] or [ref.seconds / fast.seconds]
     value = statistics.median(rounds)

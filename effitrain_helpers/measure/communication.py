@@ -12,7 +12,9 @@ loop triggers:
   (FSDP2) makes from Python (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): parameters
   gathered before forward and backward, gradients reduce-scattered after backward (lesson 5.1);
 - every ``torch.distributed.broadcast``, which is how ``ZeroRedundancyOptimizer`` sends each parameter from
-  the rank that updated it to the others (lesson 6.4).
+  the rank that updated it to the others (lesson 6.4);
+- ``reduce_scatter`` and ``all_gather`` with a list of pieces, which lesson 6.3's ZeRO by hand uses to send
+  gradients and weights straight from and into the tensors where they live.
 
 The bytes of a collective are its *payload*, the size of the whole tensor it works on: the tensor of an
 all-reduce, the gathered output of an all-gather, the input of a reduce-scatter (padding included).
@@ -29,13 +31,16 @@ import inspect
 import time
 from dataclasses import dataclass, field
 
+from effitrain_helpers.core.language import tr
+
 # collective -> the argument whose tensor is its payload (the whole tensor it works on)
 PAYLOADS = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input",
-            "broadcast": "tensor", "reduce": "tensor"}
+            "broadcast": "tensor", "reduce": "tensor", "reduce_scatter": "input_list", "all_gather": "tensor_list"}
 # what a counter watches unless told otherwise (``CommunicationCounter(collectives=...)`` picks from PAYLOADS);
 # broadcast: ZeroRedundancyOptimizer's parameters after its step (lesson 5.1)
 COUNTED = {name: PAYLOADS[name]
-           for name in ("all_reduce", "all_gather_single", "reduce_scatter_single", "broadcast")}
+           for name in ("all_reduce", "all_gather_single", "reduce_scatter_single", "broadcast", "reduce_scatter",
+                        "all_gather")}
 
 
 @dataclass
@@ -83,7 +88,8 @@ class CommunicationCounter:
 
         unknown = sorted(set(self.collectives) - set(PAYLOADS))
         if unknown:
-            raise ValueError(f"collectives={unknown} cannot be counted; choose among {sorted(PAYLOADS)}.")
+            raise ValueError(tr("collectives={unknown} cannot be counted; choose among {payloads}.",
+                                unknown=unknown, payloads=sorted(PAYLOADS)))
         for name in self.collectives:
             payload = PAYLOADS[name]
             if name not in self._originals:
@@ -102,7 +108,8 @@ class CommunicationCounter:
             start = time.perf_counter()
             result = original(*args, **kwargs)
             self.blocked_seconds += time.perf_counter() - start
-            self._record(name, tensor.numel() * tensor.element_size())
+            tensors = tensor if isinstance(tensor, (list, tuple)) else [tensor]  # a list: its pieces, all of them
+            self._record(name, sum(t.numel() * t.element_size() for t in tensors))
             return result
 
         return counted

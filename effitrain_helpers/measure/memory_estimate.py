@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.validate import positive_int
 from effitrain_helpers.measure.optimizer_memory import BNB_BLOCK_SIZE
 
@@ -144,7 +144,7 @@ def fit_table(report: dict) -> str:
     lines.append(f"{tr('GB per device'):<16}" + "".join(f"{tr(k):>{w}}" for k, w in zip(kinds, widths))
                  + f"   {tr('formula')}")
     for row in report["rows"]:
-        lines.append(f"{row['stage']:<16}" + "".join(f"{row[k] / GB:>{w}.2f}" for k, w in zip(kinds, widths))
+        lines.append(f"{row['stage']:<16}" + "".join(number(row[k] / GB, f">{w}.2f") for k, w in zip(kinds, widths))
                      + f"   {row['formula']}")
     if report["shape"]:
         s = report["shape"]

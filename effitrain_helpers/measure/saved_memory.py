@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from effitrain_helpers.core.language import tr
+
 
 @dataclass
 class SavedTensors:
@@ -109,7 +111,8 @@ def saved_bytes(model, batch: dict, forward: Callable | None = None) -> SavedTen
     """Run ``model(**batch).loss`` (or ``forward(model, batch)``) in training mode and return the
     :class:`SavedTensors` count of what autograd kept for backward. The graph is freed afterwards."""
     if not isinstance(batch, dict):
-        raise TypeError(f"batch must be a dict of tensors (as a DataLoader gives); got {type(batch).__name__}.")
+        raise TypeError(tr("batch must be a dict of tensors (as a DataLoader gives); got {kind}.",
+                           kind=type(batch).__name__))
     model.train()
     with SavedTensors(model.parameters(), model) as counter:
         loss = forward(model, batch) if forward else model(**batch).loss

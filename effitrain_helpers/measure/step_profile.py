@@ -73,7 +73,8 @@ class StepProfile:
         ms = {OTHER: self.other_ms, COMMUNICATION: self.communication_ms}.get(phase)
         if ms is None:
             if phase not in self.phases_ms:
-                raise ValueError(f"phase {phase!r} was not profiled; phases: {', '.join(self.phases_ms)}.")
+                raise ValueError(tr("phase {phase!r} was not profiled; phases: {phases_ms}.",
+                                    phase=phase, phases_ms=', '.join(self.phases_ms)))
             ms = self.phases_ms[phase]
         return ms / self.step_ms if self.step_ms else 0.0
 
@@ -110,11 +111,11 @@ def summarize(events: Any, wall_seconds: Iterable[float], phases: Iterable[str] 
     phases = tuple(phases)
     steps = [_span(e) for e in events if e.name.startswith(STEP_PREFIX)]
     if not steps:
-        raise ValueError("the profiler recorded no steps: call prof.step() at the end of each step, and run at "
-                         "least wait + warmup + active steps of its schedule.")
+        raise ValueError(tr("the profiler recorded no steps: call prof.step() at the end of each step, and run at "
+                            "least wait + warmup + active steps of its schedule."))
     if len(wall) != len(steps):
-        raise ValueError(f"{len(wall)} reference timings for {len(steps)} recorded steps: time exactly the "
-                         "steps the schedule records (the last `active` ones).")
+        raise ValueError(tr("{n_wall} reference timings for {n_steps} recorded steps: time exactly the steps the "
+                            "schedule records (the last `active` ones).", n_wall=len(wall), n_steps=len(steps)))
     n = len(steps)
     phases_ms = {p: sum(e.time_range.elapsed_us() for e in events if e.name == p) / n / 1e3 for p in phases}
     collectives = [_span(e) for e in events if e.name.startswith(COLLECTIVE_PREFIXES)]
@@ -136,8 +137,9 @@ def collective_overlap(events: Iterable[dict], label: str = "backward") -> dict:
     spans = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
     ranges = [e for e in spans if e.get("name") == label]
     if len(ranges) != 1:
-        raise ValueError(f"the trace holds {len(ranges)} ranges named {label!r}, not 1: profile one step, with "
-                         f"record_function({label!r}) around its loss.backward().")
+        raise ValueError(tr("the trace holds {n_ranges} ranges named {label!r}, not 1: profile one step, with "
+                            "record_function({label!r}) around its loss.backward().",
+                            n_ranges=len(ranges), label=label))
     zero, thread = float(ranges[0]["ts"]), ranges[0].get("tid")
     end = zero + float(ranges[0]["dur"])
     ran = sorted((float(e["ts"]) - zero, float(e["ts"]) + float(e["dur"]) - zero) for e in spans
@@ -145,9 +147,10 @@ def collective_overlap(events: Iterable[dict], label: str = "backward") -> dict:
     issued = sorted(float(e["ts"]) - zero for e in spans
                     if str(e.get("name", "")).startswith(ISSUE_PREFIX) and e.get("tid") == thread)
     if not ran or not issued:
-        raise ValueError(f"the trace holds {len(issued)} collectives issued ({ISSUE_PREFIX}...) and {len(ran)} "
-                         f"run ({', '.join(COLLECTIVE_PREFIXES)}...): profile with ProfilerActivity.CPU in a "
-                         "process group, around a step whose hooks call dist.all_reduce.")
+        raise ValueError(tr("the trace holds {n_issued} collectives issued ({issue_prefix}...) and {n_ran} run "
+                            "({collective_prefixes}...): profile with ProfilerActivity.CPU in a process group, "
+                            "around a step whose hooks call dist.all_reduce.",
+                            n_issued=len(issued), issue_prefix=ISSUE_PREFIX, n_ran=len(ran), collective_prefixes=', '.join(COLLECTIVE_PREFIXES)))
     return {"ended": (end - zero) / 1e3, "issued": [t / 1e3 for t in issued],
             "ran": [(a / 1e3, b / 1e3) for a, b in ran]}
 
@@ -172,8 +175,8 @@ def trace_path(kind: str, rank: int | None = None) -> Path:
     folder is created; ``kind`` is lower-case letters, digits and dashes (e.g. ``"1-process"``).
     """
     if not isinstance(kind, str) or not _KIND.match(kind):
-        raise ValueError(f"kind={kind!r} is not allowed: use lower-case letters, digits and dashes, "
-                         "e.g. '1-process'.")
+        raise ValueError(tr("kind={kind!r} is not allowed: use lower-case letters, digits and dashes, e.g. "
+                            "'1-process'.", kind=kind))
     suffix = "" if rank is None else f"-rank{whole_number('rank', rank, minimum=0)}"
     folder = SETTINGS.cache_dir / TRACE_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
@@ -254,8 +257,8 @@ def overhead_note(profile: StepProfile, reference_seconds: Iterable[float], busy
 
     off = [float(s) * 1e3 for s in reference_seconds]
     if not off:
-        raise ValueError("reference_seconds is empty: time at least one step with the profiler off "
-                         "(the schedule's wait steps after the first).")
+        raise ValueError(tr("reference_seconds is empty: time at least one step with the profiler off (the "
+                            "schedule's wait steps after the first)."))
     on, plain = profile.wall_mean_ms, statistics.fmean(off)
     seen = tr("profiler on {on:.1f} ms per step, off {off:.1f} ms ({change:+.0%})", on=on, off=plain,
               change=on / plain - 1)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from effitrain_helpers.core.language import tr
+
 # collectives a point-to-point exercise must not call (recorded, then run as usual)
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "scatter", "gather")
@@ -122,8 +124,8 @@ class PointToPointCounter:
         try:
             work.wait(timeout=timedelta(seconds=self.wait_limit))
         except RuntimeError as err:
-            raise PeerWaitTimeout(f"rank {dist.get_rank()} waited more than {self.wait_limit:g} s in {what} "
-                                  f"({str(err).splitlines()[0]})") from None
+            raise PeerWaitTimeout(tr("rank {rank} waited more than {wait_limit:g} s in {what} ({reason})", rank=dist.get_rank(),
+                                     wait_limit=self.wait_limit, what=what, reason=str(err).splitlines()[0])) from None
         if note is not None:
             note.unlink(missing_ok=True)
 

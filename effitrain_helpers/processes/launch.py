@@ -149,7 +149,8 @@ def _pickled(fn, args, kwargs) -> bytes:
 
 def _validate(fn, timeout, threads_per_process) -> None:
     if not callable(fn):
-        raise TypeError(f"fn={fn!r} is not callable; pass the function itself, e.g. launch(train, num_processes=2).")
+        raise TypeError(tr("fn={fn!r} is not callable; pass the function itself, e.g. launch(train, num_processes=2).",
+                           fn=fn))
     positive_number("timeout", timeout, hint=msg("e.g. timeout=120 (seconds)"))
     if threads_per_process is not None:
         positive_int("threads_per_process", threads_per_process, hint=msg("e.g. threads_per_process=1, or None (cores / N)"))
@@ -292,9 +293,10 @@ def _wait(procs: list[subprocess.Popen], folder: Path, outputs: list[list[str]],
         if time.monotonic() > deadline:
             running = [r for r, code in enumerate(codes) if code is None]
             raise TimeoutError(
-                f"the {len(procs)} processes did not finish within timeout={timeout} s (still running: ranks "
-                f"{running}); they were ended. Fix: pass a larger timeout, or make the work smaller. "
-                f"Their last output:{_last_lines(outputs)}"
+                tr("the {n_procs} processes did not finish within timeout={timeout} s (still running: ranks "
+                   "{running}); they were ended. Fix: pass a larger timeout, or make the work smaller. Their last "
+                   "output:{output}", n_procs=len(procs), timeout=timeout, running=running,
+                   output=_last_lines(outputs))
             )
         time.sleep(0.02)
 

@@ -20,6 +20,7 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.processes import protocol
 from effitrain_helpers.processes.ending import exit_without_teardown
 
@@ -66,8 +67,9 @@ def _check_accelerate(world: int) -> None:
 
     if PartialState._shared_state and PartialState().num_processes != world:
         raise RuntimeError(
-            f"Accelerate saw {PartialState().num_processes} process(es) instead of {world}: it fell back to "
-            "single-process mode (on a CPU machine it needs ACCELERATE_USE_CPU=1 or Accelerator(cpu=True))."
+            tr("Accelerate saw {num_processes} process(es) instead of {world}: it fell back to single-process mode "
+               "(on a CPU machine it needs ACCELERATE_USE_CPU=1 or Accelerator(cpu=True)).",
+               num_processes=PartialState().num_processes, world=world)
         )
 
 

@@ -92,15 +92,16 @@ def read_manifest(kit: Path) -> dict:
     try:
         manifest = json.loads((kit / MANIFEST).read_text())
     except FileNotFoundError:
-        raise ValueError(f"offline kit folder {str(kit)!r} has no {MANIFEST}: it is not a kit made by "
-                         "`effitrain prefetch`. Fix: copy the whole kit folder again, run `effitrain prefetch "
-                         f"--dir {kit}` on a machine with network, or unset {KIT_ENV}.") from None
+        raise ValueError(tr("offline kit folder {kit!r} has no {manifest}: it is not a kit made by `effitrain "
+                            "prefetch`. Fix: copy the whole kit folder again, run `effitrain prefetch --dir {path}` "
+                            "on a machine with network, or unset {kit_env}.",
+                            kit=str(kit), manifest=MANIFEST, path=kit, kit_env=KIT_ENV)) from None
     except (OSError, ValueError) as err:
-        raise ValueError(f"offline kit manifest {str(kit / MANIFEST)!r} cannot be read ({err}). Fix: copy the kit "
-                         "folder again or re-run `effitrain prefetch`.") from None
+        raise ValueError(tr("offline kit manifest {manifest!r} cannot be read ({err}). Fix: copy the kit folder again "
+                            "or re-run `effitrain prefetch`.", manifest=str(kit / MANIFEST), err=err)) from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("items"), dict):
-        raise ValueError(f"offline kit manifest {str(kit / MANIFEST)!r} is not one `effitrain prefetch` wrote. "
-                         "Fix: re-run `effitrain prefetch`.")
+        raise ValueError(tr("offline kit manifest {manifest!r} is not one `effitrain prefetch` wrote. Fix: re-run "
+                            "`effitrain prefetch`.", manifest=str(kit / MANIFEST)))
     return manifest
 
 
@@ -109,15 +110,16 @@ def find_kit(folder: str | Path | None = None) -> tuple[Path, dict] | None:
     kit, why = kit_location(folder)
     if not kit.exists():
         if folder is not None:
-            raise ValueError(f"kit folder {str(kit)!r} does not exist. Fix: pass the folder `effitrain prefetch` wrote.")
+            raise ValueError(tr("kit folder {kit!r} does not exist. Fix: pass the folder `effitrain prefetch` wrote.",
+                                kit=str(kit)))
         if why.startswith("set by"):
-            raise ValueError(f"{KIT_ENV}={str(kit)!r} does not exist. Allowed: the folder `effitrain prefetch` "
-                             f"wrote. Fix: correct the path, copy the kit there, or unset {KIT_ENV} to use the "
-                             "workbook's own models.")
+            raise ValueError(tr("{kit_env}={kit!r} does not exist. Allowed: the folder `effitrain prefetch` wrote. "
+                                "Fix: correct the path, copy the kit there, or unset {kit_env} to use the workbook's "
+                                "own models.", kit_env=KIT_ENV, kit=str(kit)))
         return None
     if not kit.is_dir():
-        raise ValueError(f"offline kit {str(kit)!r} ({why}) is a file, not a folder. Fix: point {KIT_ENV} to the "
-                         "kit folder.")
+        raise ValueError(tr("offline kit {kit!r} ({why}) is a file, not a folder. Fix: point {kit_env} to the kit "
+                            "folder.", kit=str(kit), why=why, kit_env=KIT_ENV))
     return kit, read_manifest(kit)
 
 
@@ -167,7 +169,7 @@ def kit_item(key: str) -> KitHit | None:
     ``ValueError`` when the kit lists the item but its files are missing (a broken copy).
     """
     if key not in ITEMS:
-        raise ValueError(f"kit item {key!r} does not exist; allowed: {', '.join(ITEMS)}.")
+        raise ValueError(tr("kit item {key!r} does not exist; allowed: {items}.", key=key, items=', '.join(ITEMS)))
     found = find_kit()
     if found is None:
         return None
@@ -178,9 +180,10 @@ def kit_item(key: str) -> KitHit | None:
     folder = kit / item.folder
     missing = missing_files(folder, item)
     if missing:
-        raise ValueError(f"offline kit {str(kit)!r} lists {item.repo_id} but {str(folder)!r} lacks "
-                         f"{', '.join(missing)}: the copy is broken. Fix: copy the kit folder again, or re-run "
-                         f"`effitrain prefetch --dir {kit}` on a machine with network.")
+        raise ValueError(tr("offline kit {kit!r} lists {repo_id} but {folder!r} lacks {missing}: the copy is broken. "
+                            "Fix: copy the kit folder again, or re-run `effitrain prefetch --dir {path}` on a "
+                            "machine with network.", kit=str(kit), repo_id=item.repo_id, folder=str(folder),
+                            missing=", ".join(missing), path=kit))
     unusable = unusable_files(folder, item)
     if unusable:
         raise ValueError(tr("offline kit {kit!r} lists {repo_id} but these files of {folder!r} are unusable: {files}. "
@@ -226,10 +229,11 @@ def _write_manifest(kit: Path, manifest: dict) -> None:
 def prepare_target(target: Path) -> bool:
     """Make ``target`` ready for a kit; True when this call created it. ``ValueError`` when it cannot be used."""
     if target.exists() and not target.is_dir():
-        raise ValueError(f"--dir {str(target)!r} is a file, not a folder. Fix: pass a folder path for the kit.")
+        raise ValueError(tr("--dir {target!r} is a file, not a folder. Fix: pass a folder path for the kit.",
+                            target=str(target)))
     if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
-        raise ValueError(f"--dir {str(target)!r} holds other files and is not a kit. Fix: pass a new or empty folder "
-                         "(or an existing kit, to complete or update it).")
+        raise ValueError(tr("--dir {target!r} holds other files and is not a kit. Fix: pass a new or empty folder "
+                            "(or an existing kit, to complete or update it).", target=str(target)))
     created = not target.exists()
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -237,8 +241,9 @@ def prepare_target(target: Path) -> bool:
         probe.write_text("ok")
         probe.unlink()
     except OSError as err:
-        raise ValueError(f"cannot write to the kit folder {str(target)!r} ({err.strerror or err}). Fix: pass a folder "
-                         "you can write to with --dir, or fix its permissions.") from None
+        raise ValueError(tr("cannot write to the kit folder {target!r} ({reason}). Fix: pass a folder you can write "
+                            "to with --dir, or fix its permissions.", target=str(target),
+                            reason=err.strerror or err)) from None
     return created
 
 
@@ -252,15 +257,16 @@ def prefetch(target: str | Path | None = None, timeout: float = 3.0, progress: b
 
     target = Path(target).expanduser() if target is not None else kit_location()[0]
     created = prepare_target(target)
-    offline_hint = ("Run `effitrain prefetch` on a machine with network, then copy the folder to the student "
-                    "machines. Meanwhile the lessons keep using the workbook's own small models and data.")
-    problem = ("HF_HUB_OFFLINE is set, so nothing may be downloaded (unset it to prefetch)"
+    offline_hint = tr("Run `effitrain prefetch` on a machine with network, then copy the folder to the student "
+                      "machines. Meanwhile the lessons keep using the workbook's own small models and data.")
+    problem = (tr("HF_HUB_OFFLINE is set, so nothing may be downloaded (unset it to prefetch)")
                if hub_offline_requested() else
                hub_problem(timeout))
     if problem:
         if created:
             target.rmdir()
-        raise ValueError(f"prefetch needs the network: {problem}. {offline_hint}")
+        raise ValueError(tr("prefetch needs the network: {problem}. {offline_hint}",
+                            problem=problem, offline_hint=offline_hint))
     from huggingface_hub import snapshot_download
 
     start = time.perf_counter()
@@ -274,8 +280,8 @@ def prefetch(target: str | Path | None = None, timeout: float = 3.0, progress: b
         snapshot_download(item.repo_id, repo_type=item.repo_type, local_dir=folder, allow_patterns=list(item.patterns))
         missing = missing_files(folder, item)
         if missing:
-            raise ValueError(f"{item.repo_id} downloaded without {', '.join(missing)}: the Hub repository changed? "
-                             "Report it to the workbook's maintainers.")
+            raise ValueError(tr("{repo_id} downloaded without {missing}: the Hub repository changed? Report it to "
+                                "the workbook's maintainers.", repo_id=item.repo_id, missing=', '.join(missing)))
         manifest["items"][item.key] = {"repo_id": item.repo_id, "folder": item.folder,
                                        "downloaded": time.strftime("%Y-%m-%d %H:%M:%S")}
         _write_manifest(target, manifest)

@@ -33,7 +33,7 @@ def draw_shape(shape: str, rng: random.Random):
     from PIL import Image, ImageDraw
 
     if shape not in SHAPES:
-        raise ValueError(f"shape {shape!r} is not allowed; choose from {SHAPES}.")
+        raise ValueError(tr("shape {shape!r} is not allowed; choose from {shapes}.", shape=shape, shapes=SHAPES))
     w, h = rng.randint(48, 160), rng.randint(48, 160)
     img = Image.new("RGB", (w, h), tuple(rng.randint(200, 255) for _ in range(3)))
     side = rng.randint(min(w, h) // 3, int(min(w, h) * 0.8))
@@ -68,7 +68,7 @@ def synth_sound(kind: str, sampling_rate: int, seconds: float, rng: random.Rando
     """A float32 waveform in [-1, 1]: a steady tone, or a chirp rising an octave or more, with a little hiss
     and a small DC offset, as a real recording has."""
     if kind not in SOUNDS:
-        raise ValueError(f"sound {kind!r} is not allowed; choose from {SOUNDS}.")
+        raise ValueError(tr("sound {kind!r} is not allowed; choose from {sounds}.", kind=kind, sounds=SOUNDS))
     t = np.arange(int(sampling_rate * seconds)) / sampling_rate
     f0 = rng.uniform(220, 880)
     if kind == "tone":

@@ -109,7 +109,7 @@ def resolve_checkpoint(
                            what)
     if name is not None:
         if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
-            raise TypeError(f"name={name!r} must be a non-empty string (a folder or a Hub id) or None.")
+            raise TypeError(tr("name={name!r} must be a non-empty string (a folder or a Hub id) or None.", name=name))
         name = str(name)
         path = Path(name).expanduser()
         if path.is_dir():

@@ -106,24 +106,29 @@ def _checked(ds, file: str):
     """
     from datasets import ClassLabel, Value
 
-    allowed = f"Allowed: columns sentence1, sentence2, label ({' or '.join(['0/1'] + [repr(n) for n in LABEL_NAMES])})"
+    allowed = tr("Allowed: columns sentence1, sentence2, label ({labels})",
+                 labels=tr(" or ").join(["0/1"] + [repr(n) for n in LABEL_NAMES]))
     missing = {"sentence1", "sentence2", "label"} - set(ds.column_names)
     if missing:
-        raise ValueError(f"{file} has columns {ds.column_names}; missing {sorted(missing)}. {allowed}, optional idx. "
-                         "Fix: rename the columns in the file.")
+        raise ValueError(tr("{file} has columns {column_names}; missing {missing}. {allowed}, optional idx. Fix: "
+                            "rename the columns in the file.",
+                            file=file, column_names=ds.column_names, missing=sorted(missing), allowed=allowed))
     if len(ds) == 0:
-        raise ValueError(f"{file} has no rows. {allowed}. Fix: add sentence pairs below the header.")
+        raise ValueError(tr("{file} has no rows. {allowed}. Fix: add sentence pairs below the header.",
+                            file=file, allowed=allowed))
     for column in ("sentence1", "sentence2"):
         empty = [i + 1 for i, text in enumerate(ds[column]) if not isinstance(text, str) or not text.strip()]
         if empty:
-            raise ValueError(f"{file}: {column} is missing or empty in row(s) {empty[:5]}"
-                             f"{' ...' if len(empty) > 5 else ''}. Fix: fill them in or remove those rows.")
+            raise ValueError(tr("{file}: {column} is missing or empty in row(s) {empty}{more}. Fix: fill them in or "
+                                "remove those rows.",
+                                file=file, column=column, empty=empty[:5], more=" ..." if len(empty) > 5 else ""))
     labels = [_label(v) for v in ds["label"]]
     bad = [(i + 1, v) for i, (v, label) in enumerate(zip(ds["label"], labels)) if label is None]
     if bad:
         shown = ", ".join(f"row {row}: {value!r}" for row, value in bad[:5])
-        raise ValueError(f"{file}: label not allowed ({shown}{' ...' if len(bad) > 5 else ''}). {allowed}. "
-                         "Fix: give every row label 1 (paraphrase) or 0 (not).")
+        raise ValueError(tr("{file}: label not allowed ({shown}{more}). {allowed}. Fix: give every row label 1 "
+                            "(paraphrase) or 0 (not).",
+                            file=file, shown=shown, more=" ..." if len(bad) > 5 else "", allowed=allowed))
     ds = ds.remove_columns("label").add_column("label", labels)
     ds = ds.cast_column("label", ClassLabel(names=LABEL_NAMES))
     if "idx" not in ds.column_names:
@@ -139,8 +144,8 @@ def _local_files(path: Path) -> dict[str, str]:
     val = [p for p in files if "dev" in p.name or "valid" in p.name]
     if not train or not val:
         raise ValueError(
-            f"folder {str(path)!r} needs a *train* and a *dev* (or *validation*) CSV/JSON file; found "
-            f"{[p.name for p in files] or 'none'}."
+            tr("folder {path!r} needs a *train* and a *dev* (or *validation*) CSV/JSON file; found {found}.",
+               path=str(path), found=[p.name for p in files] or tr("none"))
         )
     return {"train": str(train[0]), "validation": str(val[0])}
 
@@ -153,7 +158,8 @@ def _read(file: str):
 
     kind = "csv" if file.endswith(".csv") else "json"
     if Path(file).stat().st_size == 0:
-        raise ValueError(f"{file} is empty. Fix: write the header sentence1,sentence2,label and one row per pair.")
+        raise ValueError(tr("{file} is empty. Fix: write the header sentence1,sentence2,label and one row per pair.",
+                            file=file))
     level = ds_logging.get_verbosity()
     ds_logging.set_verbosity(ds_logging.CRITICAL)  # the error below says it in one line, not the library
     try:
@@ -161,12 +167,13 @@ def _read(file: str):
     except DatasetGenerationError as err:
         cause = err.__cause__ or err
         why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-        raise ValueError(f"{file} cannot be read as {kind.upper()} ({why}). Fix: check the file's format "
-                         f"(a {'header line, then one row per pair' if kind == 'csv' else 'JSON list or JSON lines'}).")
+        raise ValueError(tr("{file} cannot be read as {upper} ({why}). Fix: check the file's format (a {shape}).",
+                            file=file, upper=kind.upper(), why=why, shape=tr("header line, then one row per pair")
+                            if kind == "csv" else tr("JSON list or JSON lines")))
     except ValueError as err:
         if "corresponds to no data" not in str(err):
             raise
-        raise ValueError(f"{file} has a header but no rows. Fix: add sentence pairs below the header.") from None
+        raise ValueError(tr("{file} has a header but no rows. Fix: add sentence pairs below the header.", file=file)) from None
     finally:
         ds_logging.set_verbosity(level)
 
@@ -177,16 +184,17 @@ def load_local_pairs(source: str | Path):
 
     path = Path(source).expanduser()
     if not path.exists():
-        raise ValueError(f"data source {str(source)!r} does not exist; pass a CSV/JSON file or a folder of them.")
+        raise ValueError(tr("data source {source!r} does not exist; pass a CSV/JSON file or a folder of them.",
+                            source=str(source)))
     files = _local_files(path)
     suffix = Path(next(iter(files.values()))).suffix
     if suffix not in {".csv", ".json", ".jsonl"}:
-        raise ValueError(f"file {str(path)!r} is not .csv, .json or .jsonl; convert it to one of those.")
+        raise ValueError(tr("file {path!r} is not .csv, .json or .jsonl; convert it to one of those.", path=str(path)))
     data = DatasetDict({split: _checked(_read(file), file) for split, file in files.items()})
     if "validation" not in data:  # one file: hold out a fifth for validation
         if len(data["train"]) < 2:
-            raise ValueError(f"{files['train']} has 1 row; one file is split into training and validation pairs. "
-                             "Fix: give at least 2 rows (better: hundreds).")
+            raise ValueError(tr("{train} has 1 row; one file is split into training and validation pairs. Fix: give "
+                                "at least 2 rows (better: hundreds).", train=files['train']))
         parts = data["train"].train_test_split(test_size=0.2, seed=0)
         data = DatasetDict({"train": parts["train"], "validation": parts["test"]})
     return data

@@ -221,7 +221,8 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
     import nbformat
 
     if edition not in EDITIONS:
-        raise ValueError(f"edition={edition!r} is not allowed; choose one of {', '.join(EDITIONS)}.")
+        raise ValueError(tr("edition={edition!r} is not allowed; choose one of {editions}.",
+                            edition=edition, editions=', '.join(EDITIONS)))
     marked = dict(exercise_cells(nb, name))
     out = copy.deepcopy(nb)
     cells = []
@@ -250,10 +251,11 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
 def check_out_folder(out: Path, force: bool) -> None:
     """Refuse an output folder that is a file, or holds files, unless ``force``."""
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a file, not a folder. Fix: pass a folder path.")
+        raise ValueError(tr("--out {out!r} is a file, not a folder. Fix: pass a folder path.", out=str(out)))
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise ValueError(f"--out folder {str(out)!r} exists and is not empty. Fix: choose a new or empty folder, or "
-                         "add --force to replace its student/ and instructor/ folders (other files are kept).")
+        raise ValueError(tr("--out folder {out!r} exists and is not empty. Fix: choose a new or empty folder, or add "
+                            "--force to replace its student/ and instructor/ folders (other files are kept).",
+                            out=str(out)))
 
 
 def source_notebooks(source: str | Path | None, lang: str = "en") -> dict:
@@ -265,8 +267,8 @@ def source_notebooks(source: str | Path | None, lang: str = "en") -> dict:
     source = default_source() if source is None else Path(source).expanduser()
     paths = sorted(source.glob("*.ipynb")) if source.is_dir() else []
     if not paths:
-        raise ValueError(f"source folder {str(source)!r} holds no notebooks. Fix: pass --source with the solved "
-                         "notebooks (the workbook's notebooks/ folder).")
+        raise ValueError(tr("source folder {source!r} holds no notebooks. Fix: pass --source with the solved "
+                            "notebooks (the workbook's notebooks/ folder).", source=str(source)))
     translated = default_source(lang)
     if lang != "en" and source == default_source():
         paths = [translated / p.name if (translated / p.name).exists() else p for p in paths]

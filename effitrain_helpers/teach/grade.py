@@ -46,7 +46,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file
 from effitrain_helpers.core.validate import positive_number
 from effitrain_helpers.teach import verdicts
@@ -54,7 +54,7 @@ from effitrain_helpers.teach.progress import lesson_exercises
 
 COLUMNS = ("student", "notebook", "lesson", "exercise", "status", "detail")
 INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES = (
-    "invalid notebook", "error", "timeout", "not checked", "no exercises")
+    msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"))
 MAX_TIMEOUT = 24 * 3600.0  # seconds per notebook: a day
 RUN_ENV = "EFFITRAIN_GRADE_RUN"  # the marker every process of one graded notebook inherits
 _IMPORTS = re.compile(rf"^\s*from\s+{re.escape(verdicts.CHECKS_PACKAGE)}\.(\w+)\s+import\b", re.M)
@@ -75,8 +75,9 @@ class Row:
 def find_submissions(folder: Path) -> list[tuple[str, Path]]:
     """``(student, notebook path)`` for every ``.ipynb`` under ``folder`` (checkpoints skipped), sorted."""
     if not folder.is_dir():
-        raise ValueError(f"SUBMISSIONS_DIR {str(folder)!r} is not a folder. Fix: pass the folder that holds the "
-                         "submitted notebooks (one .ipynb per student, or one folder per student).")
+        raise ValueError(tr("SUBMISSIONS_DIR {folder!r} is not a folder. Fix: pass the folder that holds the "
+                            "submitted notebooks (one .ipynb per student, or one folder per student).",
+                            folder=str(folder)))
     found = []
     for path in sorted(folder.rglob("*.ipynb")):
         rel = path.relative_to(folder)
@@ -84,8 +85,8 @@ def find_submissions(folder: Path) -> list[tuple[str, Path]]:
             continue
         found.append((rel.parts[0] if len(rel.parts) > 1 else path.stem, path))
     if not found:
-        raise ValueError(f"SUBMISSIONS_DIR {str(folder)!r} holds no .ipynb notebooks. Fix: pass the folder of the "
-                         "submissions.")
+        raise ValueError(tr("SUBMISSIONS_DIR {folder!r} holds no .ipynb notebooks. Fix: pass the folder of the "
+                            "submissions.", folder=str(folder)))
     return found
 
 

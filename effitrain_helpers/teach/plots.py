@@ -46,7 +46,7 @@ def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None
     import matplotlib.pyplot as plt
 
     if not results:
-        raise ValueError("no results to plot; run run_benchmark(...) first and pass its results.")
+        raise ValueError(tr("no results to plot; run run_benchmark(...) first and pass its results."))
     if ax is None:
         fig, ax = plt.subplots(figsize=(8, 4.8))
     fig = ax.figure
@@ -133,7 +133,7 @@ def plot_four_steps(num_devices: int = 2) -> "Figure":
     import matplotlib.pyplot as plt
 
     if not isinstance(num_devices, int) or not 2 <= num_devices <= 4:
-        raise ValueError(f"num_devices={num_devices!r}: draw between 2 and 4 devices.")
+        raise ValueError(tr("num_devices={num_devices!r}: draw between 2 and 4 devices.", num_devices=num_devices))
     fig, ax = plt.subplots(figsize=(11, 5.5))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 6)
@@ -163,7 +163,7 @@ def plot_image_before_after(image, pixel_values, mean, std) -> "Figure":
 
     pixels = np.asarray(pixel_values, dtype=np.float32)
     if pixels.ndim != 3 or pixels.shape[0] != 3:
-        raise ValueError(f"pixel_values of one image should have shape (3, H, W); got {pixels.shape}.")
+        raise ValueError(tr("pixel_values of one image should have shape (3, H, W); got {shape}.", shape=pixels.shape))
     shown = pixels.transpose(1, 2, 0) * np.asarray(std) + np.asarray(mean)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.2))
     left.imshow(image)
@@ -354,9 +354,9 @@ def plot_state_bytes(rows: list[tuple[str, float, float]], title: str | None = N
 
     scale = {"MiB": 2**20, "KiB": 2**10, "B": 1}
     if unit not in scale:
-        raise ValueError(f"unit={unit!r} is not allowed; allowed: {', '.join(scale)}.")
+        raise ValueError(tr("unit={unit!r} is not allowed; allowed: {scale}.", unit=unit, scale=', '.join(scale)))
     if not rows:
-        raise ValueError("no rows to plot; pass [(label, measured_bytes, theory_bytes), ...].")
+        raise ValueError(tr("no rows to plot; pass [(label, measured_bytes, theory_bytes), ...]."))
     fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(rows)), 4.2))
     xs = range(len(rows))
     measured = [m / scale[unit] for _, m, _ in rows]
@@ -384,7 +384,7 @@ def plot_optimizer_comparison(comparison) -> "Figure":
 
     runs = comparison.runs
     if not runs:
-        raise ValueError("the comparison has no runs; run compare_optimizers(...) with at least one optimizer.")
+        raise ValueError(tr("the comparison has no runs; run compare_optimizers(...) with at least one optimizer."))
     fig, (mem, speed, curves) = plt.subplots(1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [1, 1, 1.6]})
     xs = np.arange(len(runs))
     names = [r.name for r in runs]
@@ -447,7 +447,8 @@ def plot_float_formats(dtypes: tuple = ("float32", "bfloat16", "float16")) -> "F
     for row, name in enumerate(dtypes):
         dtype = getattr(torch, name, None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"dtypes: {name!r} is not a torch floating-point type; use e.g. 'float32', 'bfloat16'.")
+            raise ValueError(tr("dtypes: {name!r} is not a torch floating-point type; use e.g. 'float32', 'bfloat16'.",
+                                name=name))
         y, x = len(dtypes) - 1 - row, 0
         for (part, color), bits in zip(parts, float_layout(dtype)):
             for bit in range(bits):
@@ -533,8 +534,8 @@ def plot_adafactor_factors(full, row, col, title: str = "") -> "Figure":
 
     full, row, col = (np.asarray(x, dtype=np.float64) for x in (full, row, col))
     if full.ndim != 2 or row.shape != full.shape[:1] or col.shape != full.shape[1:]:
-        raise ValueError(f"full must be a matrix (r, c) with row of shape (r,) and col of shape (c,); got "
-                         f"{full.shape}, {row.shape}, {col.shape}.")
+        raise ValueError(tr("full must be a matrix (r, c) with row of shape (r,) and col of shape (c,); got {shape}, "
+                            "{row_shape}, {col_shape}.", shape=full.shape, row_shape=row.shape, col_shape=col.shape))
     rebuilt = np.outer(row, col) / row.mean()
     logs = np.log10(np.concatenate([full.ravel(), rebuilt.ravel()]))
     vmin, vmax = np.percentile(logs, [1, 99])
@@ -592,9 +593,9 @@ def plot_blockwise_quantisation(true_values, codes, absmax, qmap, block_size: in
 
     true_values, codes, absmax, qmap = (np.asarray(x).ravel() for x in (true_values, codes, absmax, qmap))
     if qmap.size != 256 or codes.size != true_values.size or absmax.size != -(-codes.size // block_size):
-        raise ValueError(f"need a 256-entry qmap, one code per value and one absmax per block of {block_size}; "
-                         f"got qmap {qmap.size}, {codes.size} codes for {true_values.size} values, "
-                         f"{absmax.size} absmax.")
+        raise ValueError(tr("need a 256-entry qmap, one code per value and one absmax per block of {block_size}; got "
+                            "qmap {size}, {codes} codes for {values} values, {absmax} absmax.", block_size=block_size,
+                            size=qmap.size, codes=codes.size, values=true_values.size, absmax=absmax.size))
     scale = np.repeat(absmax, block_size)[:codes.size]
     decoded = qmap[codes.astype(np.int64)] * scale
     fig = plt.figure(figsize=(14, 7.5))
@@ -644,8 +645,8 @@ def plot_rank_bytes(measured: dict[str, list[dict]], theory: dict[str, list[dict
     import matplotlib.pyplot as plt
 
     if not measured or not all(measured.values()):
-        raise ValueError("nothing to plot: pass {strategy: [{kind: bytes} per rank]}, e.g. report['bytes'] "
-                         "of compare_ddp_fsdp().")
+        raise ValueError(tr("nothing to plot: pass {strategy: [{kind: bytes} per rank]}, e.g. report['bytes'] of "
+                            "compare_ddp_fsdp()."))
     kinds = list(next(iter(measured.values()))[0])
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
     span = sum(map(len, measured.values())) + 0.6 * len(measured)  # x units: a bar per rank, a gap per strategy
@@ -696,9 +697,10 @@ def plot_resume_timeline(launches: list[dict], crash_after: int, resumed_from: i
     import matplotlib.pyplot as plt
 
     if not launches:
-        raise ValueError("no launches to draw; pass the crashed launch and the resumed one.")
+        raise ValueError(tr("no launches to draw; pass the crashed launch and the resumed one."))
     if not 0 <= resumed_from <= crash_after:
-        raise ValueError(f"resumed_from={resumed_from} must lie between 0 and crash_after={crash_after}.")
+        raise ValueError(tr("resumed_from={resumed_from} must lie between 0 and crash_after={crash_after}.",
+                            resumed_from=resumed_from, crash_after=crash_after))
     fig, ax = plt.subplots(figsize=(11, 1.2 + 1.0 * len(launches)))
     for lane, run in enumerate(reversed(launches)):
         ax.broken_barh([(run["start"], run["end"] - run["start"])], (lane - 0.3, 0.6), color="#9ecae1")
@@ -735,7 +737,7 @@ def plot_step_breakdown(profiles: dict, title: str | None = None) -> "Figure":
     from effitrain_helpers.measure.step_profile import OTHER
 
     if not profiles:
-        raise ValueError("profiles is empty: pass {label: StepProfile} for at least one configuration.")
+        raise ValueError(tr("profiles is empty: pass {label: StepProfile} for at least one configuration."))
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
     fig, ax = plt.subplots(figsize=(11, 1.2 + 1.1 * len(profiles)))
     labels, hatched = list(profiles), False
@@ -771,7 +773,7 @@ def plot_pipeline_timeline(runs: dict) -> "Figure":
     import matplotlib.pyplot as plt
 
     if not runs:
-        raise ValueError("runs is empty: pass {schedule: [rank results of run_schedule]} for one run or more.")
+        raise ValueError(tr("runs is empty: pass {schedule: [rank results of run_schedule]} for one run or more."))
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 1.4 + 1.2 * sum(len(r) for r in runs.values()) / 2),
                              squeeze=False)
     colors = {"F": "#1f77b4", "B": "#ff7f0e"}
@@ -801,8 +803,8 @@ def plot_collectives(seen: list[dict], title: str = "") -> "Figure":
     import matplotlib.pyplot as plt
 
     if not seen or not all(seen):
-        raise ValueError("nothing to plot: pass one {collective: (before, after)} per rank, e.g. what "
-                         "launch(four_collectives, num_processes=3) returned.")
+        raise ValueError(tr("nothing to plot: pass one {collective: (before, after)} per rank, e.g. what "
+                            "launch(four_collectives, num_processes=3) returned."))
     names, world = list(seen[0]), len(seen)
     fig, axes = plt.subplots(len(names), 2, figsize=(11, 2.0 + 1.35 * len(names) * world / 3), squeeze=False)
     colours = ["#c6dbef", "#fdd0a2", "#c7e9c0", "#dadaeb"]
@@ -837,7 +839,7 @@ def plot_all_reduce_cost(rows: list[dict], title: str = "") -> "Figure":
     import matplotlib.pyplot as plt
 
     if not rows:
-        raise ValueError("nothing to plot: pass compare_all_reduces(...)['rows'].")
+        raise ValueError(tr("nothing to plot: pass compare_all_reduces(...)['rows']."))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     sizes = sorted({r["numel"] for r in rows})
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
@@ -876,8 +878,8 @@ def plot_overlap_timeline(overlap: dict, bucket_bytes: list[int]) -> "Figure":
 
     ran = overlap["ran"]
     if not ran:
-        raise ValueError("overlap['ran'] is empty: pass collective_overlap's result for a step whose hooks "
-                         "started all-reduces.")
+        raise ValueError(tr("overlap['ran'] is empty: pass collective_overlap's result for a step whose hooks "
+                            "started all-reduces."))
     fig, ax = plt.subplots(figsize=(11, 1.6 + 0.5 * len(ran)))
     ax.barh(0, overlap["ended"], height=0.5, color="#1f77b4", label=tr("backward"))
     ax.plot(overlap["issued"], [0] * len(overlap["issued"]), "kv", markersize=9,
@@ -906,8 +908,8 @@ def plot_trace_timeline(events: list[dict], title: str = "") -> "Figure":
 
     ranges = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"]
     if not ranges:
-        raise ValueError("the trace holds no record_function ranges: label the step's phases with "
-                         "record_function('...') before exporting it.")
+        raise ValueError(tr("the trace holds no record_function ranges: label the step's phases with "
+                            "record_function('...') before exporting it."))
     memory = sorted((e for e in events if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {})),
                     key=lambda e: e["ts"])
     start = min(e["ts"] for e in ranges)
@@ -940,7 +942,7 @@ def plot_link_rates(rows: list[dict], title: str = "") -> "Figure":
 
     limited = sorted((r for r in rows if r["rate"] is not None), key=lambda r: r["rate"])
     if not limited:
-        raise ValueError("nothing to plot: pass link_rate_steps(...)['rows'] with at least one rate.")
+        raise ValueError(tr("nothing to plot: pass link_rate_steps(...)['rows'] with at least one rate."))
     rates = [r["rate"] / 1e6 for r in limited]
     fig, ax = plt.subplots(figsize=(9, 5))
     for i, name in enumerate(("DDP", "FSDP")):

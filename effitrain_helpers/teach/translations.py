@@ -243,12 +243,26 @@ def built_sources(nb) -> list:
 
 # ---------------------------------------------------------------- the package's messages
 
+# The keywords of argparse's calls (``add_argument``, ``add_parser``, a parser's constructor) whose text the
+# command line shows in the learner's language (core.arguments.TranslatedHelpFormatter): messages like tr's.
+HELP_KEYWORDS = ("help", "description", "title", "epilog")
+
+
 def _literal_calls(path: Path) -> tuple[list[str], list[str]]:
-    """The English literals passed to ``tr(...)``/``msg(...)`` in a module, and the lines of calls of ``msg``
-    whose first argument is not a literal (they could never be collected)."""
+    """The English literals passed to ``tr(...)``/``msg(...)`` in a module, and to the :data:`HELP_KEYWORDS` of
+    any call (``add_argument(..., help="...")``), and the lines of calls of ``msg`` whose first argument is not a
+    literal, or whose help text is an f-string (they could never be collected)."""
     literals, bad = [], []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.Call) or not node.args:
+        if not isinstance(node, ast.Call):
+            continue
+        for keyword in node.keywords:
+            if keyword.arg in HELP_KEYWORDS and isinstance(keyword.value, ast.Constant) \
+                    and isinstance(keyword.value.value, str):
+                literals.append(keyword.value.value)
+            elif keyword.arg in HELP_KEYWORDS and isinstance(keyword.value, ast.JoinedStr):
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+        if not node.args:
             continue
         name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
         if name not in ("tr", "msg"):
@@ -333,7 +347,7 @@ def message_problems(lang: str) -> MessageReport:
     lang = check_lang(lang, "lang")
     messages, bad = package_messages()
     problems = [f"{where}: tr() needs the English template as a literal (fields as keyword arguments), and msg() "
-                "a literal" for where in bad]
+                "and a command-line help text a literal" for where in bad]
     checks = [f"teach.checks.{i.name}" for i in pkgutil.iter_modules(importlib.import_module(CHECKS_PACKAGE).__path__)]
     modules = list(dict.fromkeys([*messages, *checks]))
     strict = set(strict_modules(lang, modules))

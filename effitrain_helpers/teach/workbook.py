@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.editions import check_all, source_notebooks, default_source, make_edition
 
 WORKBOOK_ENV = "EFFITRAIN_WORKBOOK"
@@ -47,8 +47,8 @@ MANIFEST = ".effitrain-workbook.json"
 LOCK = ".effitrain-workbook.lock"  # held by one run at a time (see the module docstring)
 # What a run did with each lesson (the ``action`` of a :class:`Copy`).
 NEW, UPDATED, UNCHANGED, KEPT, CHANGED, NOT_OURS, FRESH = (
-    "new", "updated", "up to date", "yours (kept)", "yours (lesson changed)", "not written by the workbook",
-    "fresh copy")
+    msg("new"), msg("updated"), msg("up to date"), msg("yours (kept)"), msg("yours (lesson changed)"),
+    msg("not written by the workbook"), msg("fresh copy"))
 
 
 def default_folder() -> Path:
@@ -139,8 +139,8 @@ class Workbook:
     def __init__(self, folder: str | Path | None = None, source: str | Path | None = None, lang: str = "en"):
         self.folder = default_folder() if folder is None else Path(folder).expanduser()
         if self.folder.exists() and not self.folder.is_dir():
-            raise ValueError(f"workbook folder {str(self.folder)!r} is a file, not a folder. Fix: pass --dir with a "
-                             f"folder path (or set {WORKBOOK_ENV}).")
+            raise ValueError(tr("workbook folder {folder!r} is a file, not a folder. Fix: pass --dir with a folder "
+                                "path (or set {workbook_env}).", folder=str(self.folder), workbook_env=WORKBOOK_ENV))
         self.notebooks = source_notebooks(source, lang)  # another language: its translated lessons
         self.manifest_path = self.folder / MANIFEST
         self._editions: dict[str, bytes] = {}
@@ -240,7 +240,8 @@ class Workbook:
         matches = [n for n in self.notebooks if lesson in (lesson_id(n), n, Path(n).stem)]
         if not matches:
             known = ", ".join(lesson_id(n) for n in self.notebooks)
-            raise ValueError(f"--fresh {lesson!r} is not a lesson of this workbook; choose one of {known}.")
+            raise ValueError(tr("--fresh {lesson!r} is not a lesson of this workbook; choose one of {known}.",
+                                lesson=lesson, known=known))
         return matches[0]
 
     def fresh(self, lesson: str) -> Copy:
@@ -264,14 +265,17 @@ def describe(report: list[Copy], folder: Path) -> str:
     counts = {}
     for c in report:
         counts[c.action] = counts.get(c.action, 0) + 1
-    lines = [f"your workbook: {folder} (" + ", ".join(f"{n} {a}" for a, n in counts.items()) + ")"]
+    lines = [tr("your workbook: {folder} ({counts})", folder=folder,
+                counts=", ".join(tr("{n} {action}", n=n, action=tr(a)) for a, n in counts.items()))]
     for c in report:
         if c.action == CHANGED:
-            lines.append(f"  {c.notebook}: the lesson changed since your copy was made. For a fresh copy that "
-                         f"keeps yours (renamed *_mine-<time>.ipynb): {fresh_command(c.notebook, folder)}")
+            lines.append(tr("  {notebook}: the lesson changed since your copy was made. For a fresh copy that keeps "
+                            "yours (renamed *_mine-<time>.ipynb): {command}", notebook=c.notebook,
+                            command=fresh_command(c.notebook, folder)))
         elif c.action == NOT_OURS:
-            lines.append(f"  {c.notebook}: not written by the workbook, left as it is. To replace it with the "
-                         f"lesson (yours kept, renamed): {fresh_command(c.notebook, folder)}")
+            lines.append(tr("  {notebook}: not written by the workbook, left as it is. To replace it with the lesson "
+                            "(yours kept, renamed): {command}", notebook=c.notebook,
+                            command=fresh_command(c.notebook, folder)))
         elif c.action in (NEW, UPDATED):
-            lines.append(f"  {c.notebook}: {c.action}")
+            lines.append(f"  {c.notebook}: {tr(c.action)}")
     return "\n".join(lines)

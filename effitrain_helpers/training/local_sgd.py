@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from effitrain_helpers.core.language import msg
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.measure.communication import CommunicationSummary
 from effitrain_helpers.training.runs import weights_fingerprint
 from effitrain_helpers.training.techniques import Techniques, run_techniques
@@ -78,7 +78,7 @@ class ReplicaRecorder:
         """Stop counting and report: the bytes sent after :meth:`end_of_loop` are LocalSGD's closing average;
         the time per step is the median without the first step (warm-up)."""
         if self.in_loop is None:
-            raise RuntimeError("call end_of_loop() inside the LocalSGD block, after the loop, before run().")
+            raise RuntimeError(tr("call end_of_loop() inside the LocalSGD block, after the loop, before run()."))
         self.counter.stop()
         return ReplicaRun(self.world_size, local_sgd_enabled, self.losses, self.fingerprints, self.in_loop,
                           self.counter.bytes - self.in_loop.bytes, statistics.median(self.seconds[1:]),

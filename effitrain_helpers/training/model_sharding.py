@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.validate import positive_int
 
 KINDS = (msg("parameters"), msg("gradients"), msg("optimizer state"))  # keys; report_table shows them translated
@@ -336,15 +336,16 @@ def report_table(report: dict[str, Any]) -> str:
              "", f"{tr('bytes held'):<32}" + "".join(f"{tr(kind):>22}" for kind in KINDS)]
     for strategy in ("DDP", "FSDP"):
         for rank, row in enumerate(report_rows(report, strategy)):
-            cells = "".join(f"{row['bytes'][k]:>12,} / {row['theory'][k]:<,}".rjust(22) for k in KINDS)
+            cells = "".join(f"{number(row['bytes'][k], '>12,')} / {number(row['theory'][k], '<,')}".rjust(22)
+                            for k in KINDS)
             label = tr("{strategy} rank {rank} (measured / theory)", strategy=strategy, rank=rank)
             lines.append(f"{label:<32}{cells}")
-    lines.append(f"{tr('FSDP / DDP, largest rank'):<32}" + "".join(f"{report['ratio'][k]:>22.4f}" for k in KINDS)
-                 + f"   (1/N = {1 / n:.4f})")
+    lines.append(f"{tr('FSDP / DDP, largest rank'):<32}" + "".join(number(report['ratio'][k], ">22.4f") for k in KINDS)
+                 + f"   (1/N = {number(1 / n, '.4f')})")
     lines += ["", tr("payload per step (bytes, measured / theory)")]
     for strategy in ("DDP", "FSDP"):
         theory = report["theory_communication"][strategy]
-        cells = ", ".join(f"{name} {report['communication'][strategy].get(name, 0):,} / {want:,}"
+        cells = ", ".join(f"{name} {number(report['communication'][strategy].get(name, 0), ',')} / {number(want, ',')}"
                           for name, want in theory.items())
         lines.append("  " + tr("{strategy:<5} {cells}; sent per rank (ring): {sent:,.0f}", strategy=strategy,
                                cells=cells, sent=report["ring_bytes_sent"][strategy]))

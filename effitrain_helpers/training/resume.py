@@ -61,8 +61,8 @@ def steps_done(folder) -> int:
     name = Path(folder).name
     number = name[len(PREFIX):]
     if not name.startswith(PREFIX) or not number.isdigit():
-        raise ValueError(f"checkpoint folder {str(folder)!r} is not named {PREFIX}<steps>, e.g. {PREFIX}8. "
-                         "Fix: pass a folder made by checkpoint_folder(root, step).")
+        raise ValueError(tr("checkpoint folder {folder!r} is not named {prefix}<steps>, e.g. {prefix}8. Fix: pass a "
+                            "folder made by checkpoint_folder(root, step).", folder=str(folder), prefix=PREFIX))
     return int(number)
 
 
@@ -106,8 +106,8 @@ def seal(folder, world_size: int, per_rank: str = "random_states_{rank}.pkl") ->
     folder = Path(folder)
     world_size = positive_int("world_size", world_size, hint=msg("e.g. world_size=2 (the processes that saved)"))
     if not folder.name.endswith(PARTIAL) or not folder.is_dir():
-        raise ValueError(f"{str(folder)!r} is not a checkpoint being written. Fix: seal the folder that "
-                         "partial_folder(root, step) names, after save_state wrote into it.")
+        raise ValueError(tr("{folder!r} is not a checkpoint being written. Fix: seal the folder that "
+                            "partial_folder(root, step) names, after save_state wrote into it.", folder=str(folder)))
     missing = [per_rank.format(rank=r) for r in range(world_size) if not (folder / per_rank.format(rank=r)).is_file()]
     if missing:
         raise ValueError(tr("{missing} missing from {folder}: every process must call save_state (each writes its "
@@ -241,12 +241,14 @@ def state_differences(a: dict, b: dict) -> dict[str, float]:
     for run in (a, b):
         missing = {"model", "optimizer", "lr"} - set(run)
         if missing:
-            raise ValueError(f"a run needs the keys model, optimizer and lr; missing {sorted(missing)}.")
+            raise ValueError(tr("a run needs the keys model, optimizer and lr; missing {missing}.",
+                                missing=sorted(missing)))
     out = {"model": max_difference(a["model"], b["model"])}
     state_a, state_b = a["optimizer"]["state"], b["optimizer"]["state"]
     if set(state_a) != set(state_b):
-        raise ValueError(f"the two optimizers hold state for different parameters ({len(state_a)} against "
-                         f"{len(state_b)}): compare runs of the same model.")
+        raise ValueError(tr("the two optimizers hold state for different parameters ({n_state_a} against "
+                            "{n_state_b}): compare runs of the same model.",
+                            n_state_a=len(state_a), n_state_b=len(state_b)))
     for key in ("exp_avg", "exp_avg_sq", "step"):
         out[key] = max_difference({i: s[key] for i, s in state_a.items()},
                                   {i: s[key] for i, s in state_b.items()}) if state_a else 0.0
@@ -258,7 +260,8 @@ def checkpoint_files(folder) -> list[dict]:
     """The files ``save_state`` wrote into ``folder``: ``{"file", "bytes", "holds"}`` each, by name."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise ValueError(f"checkpoint folder {str(folder)!r} does not exist. Fix: pass a folder save_state wrote.")
+        raise ValueError(tr("checkpoint folder {folder!r} does not exist. Fix: pass a folder save_state wrote.",
+                            folder=str(folder)))
     rows = []
     for path in sorted(p for p in folder.iterdir() if p.is_file()):
         holds = WHAT_FILES_HOLD.get(path.name)
@@ -622,10 +625,11 @@ def _torchrun(checkpoints, out, crash_at: int, processes: int, timeout: float = 
     except subprocess.TimeoutExpired:
         end_tree(proc.pid)  # torchrun and the ranks it started (each rank in a session of its own)
         proc.communicate(timeout=30)
-        raise TimeoutError(f"torchrun did not finish within {timeout:.0f} s; it and its ranks were ended. "
-                           "Fix: run it again on a quieter machine, or give a larger timeout.") from None
+        raise TimeoutError(tr("torchrun did not finish within {timeout:.0f} s; it and its ranks were ended. Fix: run "
+                              "it again on a quieter machine, or give a larger timeout.", timeout=timeout)) from None
     if not Path(out).is_file():
-        raise RuntimeError(f"torchrun exited with {proc.returncode} and no result:\n{stderr[-2000:]}")
+        raise RuntimeError(tr("torchrun exited with {returncode} and no result:\n{stderr}",
+                              returncode=proc.returncode, stderr=stderr[-2000:]))
     return {**torch.load(out, weights_only=False), "log": stdout + stderr}
 
 

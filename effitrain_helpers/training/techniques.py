@@ -32,14 +32,16 @@ def resolve_precision(precision: str, device: str = "cpu") -> tuple[str, str]:
     import torch
 
     if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is unknown: use one of {', '.join(PRECISIONS)}.")
+        raise ValueError(tr("precision={precision!r} is unknown: use one of {precisions}.",
+                            precision=precision, precisions=', '.join(PRECISIONS)))
     if device not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device={device!r} is unknown: use 'cpu', 'cuda' or 'mps'.")
+        raise ValueError(tr("device={device!r} is unknown: use 'cpu', 'cuda' or 'mps'.", device=device))
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA GPU is visible here. Fix: use device='cpu'.")
+        raise ValueError(tr("device='cuda' but no CUDA GPU is visible here. Fix: use device='cpu'."))
     if precision == "bf16" and device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-        raise ValueError(f"{torch.cuda.get_device_name()} cannot run bf16 (it needs compute capability 8.0+). "
-                         "Fix: use precision='fp16' with a GradScaler, or 'fp32'.")
+        raise ValueError(tr("{gpu} cannot run bf16 (it needs compute capability 8.0+). Fix: use "
+                            "precision='fp16' with a GradScaler, or 'fp32'.",
+                            gpu=torch.cuda.get_device_name()))
     if precision == "fp16" and device == "cpu":
         return "fp32", tr("fp16 on a CPU: Accelerate does not autocast to fp16 there, so this runs in fp32 "
                           "(same numbers as fp32). Use bf16 on a CPU, fp16 on a GPU.")
@@ -73,12 +75,15 @@ class Techniques:
         for name in ("steps", "batch_size", "seq_len"):
             check_steps(name, getattr(self, name))
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision={self.precision!r} is unknown: use one of {', '.join(PRECISIONS)}.")
+            raise ValueError(tr("precision={precision!r} is unknown: use one of {precisions}.",
+                                precision=self.precision, precisions=', '.join(PRECISIONS)))
         if self.batch_size % self.accumulation_steps:
-            raise ValueError(f"batch_size={self.batch_size} cannot be cut into {self.accumulation_steps} equal "
-                             f"micro-batches. Fix: use a batch_size that is a multiple of {self.accumulation_steps}.")
+            raise ValueError(tr("batch_size={batch_size} cannot be cut into {accumulation_steps} equal "
+                                "micro-batches. Fix: use a batch_size that is a multiple of {accumulation_steps}.",
+                                batch_size=self.batch_size, accumulation_steps=self.accumulation_steps))
         if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate={self.learning_rate!r} must be a positive number, e.g. 1e-3.")
+            raise ValueError(tr("learning_rate={learning_rate!r} must be a positive number, e.g. 1e-3.",
+                                learning_rate=self.learning_rate))
 
 
 @dataclass
@@ -209,7 +214,8 @@ def measure_techniques(techniques: Techniques, num_processes: int = 1) -> Techni
     from effitrain_helpers.processes.launch import launch
 
     if not isinstance(techniques, Techniques):
-        raise TypeError(f"techniques must be a techniques.Techniques(...); got {type(techniques).__name__}.")
+        raise TypeError(tr("techniques must be a techniques.Techniques(...); got {kind}.",
+                           kind=type(techniques).__name__))
     check_steps("num_processes", num_processes)
     ranks = launch(run_techniques, techniques, num_processes=num_processes, quiet=True)
     slowest = max(ranks, key=lambda r: r.seconds_per_step)

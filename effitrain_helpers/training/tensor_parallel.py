@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import positive_int
 
 FLOAT32_BYTES = 4
@@ -48,8 +49,8 @@ def split_mlp(mlp: torch.nn.Sequential, rank: int, world: int) -> tuple[torch.nn
     weight; its bias is added once, after the sum). ``h`` must be a multiple of ``world``."""
     first, last = mlp[0], mlp[2]
     if first.out_features % world:
-        raise ValueError(f"hidden={first.out_features} is not a multiple of world={world}: choose a hidden "
-                         "size that the number of ranks divides.")
+        raise ValueError(tr("hidden={out_features} is not a multiple of world={world}: choose a hidden size that the "
+                            "number of ranks divides.", out_features=first.out_features, world=world))
     k = first.out_features // world
     rows = slice(rank * k, (rank + 1) * k)
     up = torch.nn.Linear(first.in_features, k)

@@ -218,7 +218,8 @@ def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="effitrain train", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="effitrain train", description="The fine-tuning of chapter 2: a plain PyTorch loop, "
+                                                                 "the same loop with Accelerate, and their evaluation.")
     for name, value in asdict(TrainConfig()).items():
         kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # other None defaults: str
         kind = not_empty("--model") if name == "model" else kind

@@ -71,7 +71,8 @@ def lesson_model(seed: int = 0, dropout: float = 0.0):
     from effitrain_helpers.sources.models import load_classifier
 
     if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
-        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}. Fix: e.g. dropout=0.1.")
+        raise ValueError(tr("dropout must be a probability in [0, 1), got {dropout!r}. Fix: e.g. dropout=0.1.",
+                            dropout=dropout))
     set_seed(seed)
     model, _ = load_classifier(verbose=False)
     for module in model.modules():
@@ -109,8 +110,8 @@ def split_batches(batches: list[dict], parts: int) -> list[dict]:
     for batch in batches:
         size = len(batch["labels"])
         if size % parts:
-            raise ValueError(f"a batch of {size} cannot be cut into {parts} equal micro-batches. "
-                             f"Fix: use a batch size that is a multiple of {parts}.")
+            raise ValueError(tr("a batch of {size} cannot be cut into {parts} equal micro-batches. Fix: use a batch "
+                                "size that is a multiple of {parts}.", size=size, parts=parts))
         step = size // parts
         out += [{k: v[i:i + step] for k, v in batch.items()} for i in range(0, size, step)]
     return out

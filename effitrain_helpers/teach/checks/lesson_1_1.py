@@ -4,6 +4,7 @@ q2 and q4 are the number and the order behind them."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from effitrain_helpers.core.language import msg, tr
@@ -32,7 +33,8 @@ def _check_load_and_prepare(fn, path) -> None:
 
     if not callable(fn):
         raise Incorrect(tr(_PASS_FUNCTION, fn=fn))
-    got = fn(path)
+    with _prepare_wraps_like_several_processes() as wrapper:
+        got = fn(path)
     if not isinstance(got, tuple) or len(got) != 3:
         raise Incorrect(tr("your function should return (accelerator, model, tokenizer); it returned {got!r:.80}.",
                            got=got))
@@ -44,9 +46,15 @@ def _check_load_and_prepare(fn, path) -> None:
         raise Incorrect(tr("the second value should be the model; it is a {kind}.", kind=type(model).__name__))
     if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
         raise Incorrect(tr("the third value should be the tokenizer; it is a {kind}.", kind=type(tokenizer).__name__))
-    if not any(m is model for m in accelerator._models):  # what prepare() records for every model it returns
+    if not any(m is model or m is getattr(model, "module", None) for m in accelerator._models):  # prepare's record
         raise Incorrect(tr("this model was not returned by accelerator.prepare(model): return what prepare gives "
                            "back."))
+    if not isinstance(model, wrapper):
+        raise Incorrect(tr("you prepared the model but returned the one you passed in: accelerator.prepare(model) "
+                           "returns the model to train (in several processes a DistributedDataParallel wrapper "
+                           "around yours; this check wraps it the same way), and the one you passed in is not "
+                           "it. Keep what prepare gives back: model = accelerator.prepare(model)."))
+    model = model.module
     devices = {p.device.type for p in model.parameters()}
     if devices != {accelerator.device.type}:
         raise Incorrect(tr("the parameters are on {devices}, not on the accelerator's {device}.",
@@ -66,6 +74,34 @@ def _check_load_and_prepare(fn, path) -> None:
         raise Incorrect(tr("two sentences gave logits of shape {shape}; expected (2, 2): a classification head "
                            "with num_labels=2.", shape=tuple(logits.shape)))
     _check_pretrained_weights(model, path)
+
+
+@contextlib.contextmanager
+def _prepare_wraps_like_several_processes():
+    """While the learner's function runs, ``Accelerator.prepare_model`` returns the model inside a wrapper (an
+    ``nn.Module`` holding it as ``.module``, as DistributedDataParallel does in several processes), so a
+    function that throws prepare's result away returns another object. Yields the wrapper class."""
+    import torch
+    from accelerate import Accelerator
+
+    class Prepared(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args, **kwargs):
+            return self.module(*args, **kwargs)
+
+    original = Accelerator.prepare_model
+
+    def prepare_model(self, model, *args, **kwargs):
+        return Prepared(original(self, model, *args, **kwargs))
+
+    Accelerator.prepare_model = prepare_model
+    try:
+        yield Prepared
+    finally:
+        Accelerator.prepare_model = original
 
 
 def _check_pretrained_weights(model, path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 from effitrain_helpers.core.language import tr
@@ -11,6 +12,9 @@ from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
 # q1's run: 2 processes, batches of 2, 8 steps (one epoch per rank); saves after steps 2 and 4; stops after 5
 PROCESSES, BATCH, STEPS, SAVES, STOP = 2, 2, 8, (2, 4), 5
 TIMEOUT = 150  # seconds; a save or barrier on one rank only can make the other wait for ever
+# Rank 1's save_state starts this many seconds late, so a seal that does not wait for every rank at a barrier
+# always finds rank 1's files missing (unslowed, rank 1 is usually quick enough, and the race goes unseen).
+SLOW_RANK_SECONDS = 1.0
 # q2: a checkpoint every 50 steps, a rank dies after 1,336 steps; q3: Young's interval for a 512-GPU job
 Q2_EVERY, Q2_DONE = 50, 1336
 Q3_SAVE_SECONDS, Q3_GPUS, Q3_GPU_MTBF_YEARS = 30.0, 512, 5.0
@@ -55,6 +59,8 @@ def _run_learner(save, resume, root: str) -> dict:
     reference = _weights(accelerator, model)
 
     accelerator, model, optimizer, loader, scheduler = _build()
+    if not accelerator.is_main_process:
+        _slow_down_save_state(accelerator)
     saved = {}
     for done, batch in enumerate(loader, start=1):
         _step(accelerator, model, optimizer, scheduler, batch)
@@ -79,6 +85,19 @@ def _run_learner(save, resume, root: str) -> dict:
         steps += 1
     return {"answer": None, "done": done, "restored": restored, "first": first, "steps": steps,
             "saved": saved, "batches": batches, "reference": reference, "final": _weights(accelerator, model)}
+
+
+def _slow_down_save_state(accelerator) -> None:
+    """Make this rank's ``accelerator.save_state`` start :data:`SLOW_RANK_SECONDS` late (a slow disk)."""
+    import time
+
+    save_state = accelerator.save_state
+
+    def slow_save_state(*args, **kwargs):
+        time.sleep(SLOW_RANK_SECONDS)
+        return save_state(*args, **kwargs)
+
+    accelerator.save_state = slow_save_state
 
 
 def _saved_files(root) -> dict[str, set[str]]:
@@ -168,6 +187,11 @@ def _check_resume(save, resume) -> None:
             if sealed_twice:  # named before the files, which it leaves half renamed
                 raise Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
                                    "on the main process only (if accelerator.is_main_process).")) from None
+            if "missing from" in error and "random_states_" in error:  # seal found a slower rank's file absent
+                raise Incorrect(tr("the main process sealed the folder before rank 1 had written its files "
+                                   "(the check makes rank 1's save_state start {seconds:g} s late): every rank "
+                                   "must reach a barrier, accelerator.wait_for_everyone(), after its save_state "
+                                   "and before the main process seals.", seconds=SLOW_RANK_SECONDS)) from None
         except TimeoutError:
             failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
                                   "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
@@ -325,6 +349,27 @@ q4 = Exercise(
 Q5_STEPS, Q5_SAVE_EVERY, Q5_CRASH_AT, Q5_TIMEOUT = 4, 2, 3, 60
 
 
+NOT_HANDED_OVER = "effitrain-5-3-q5: load never handed the loaded state to the model and AdamW"
+
+
+def _load_handed_over(load, model, optimizer, folder) -> None:
+    """In each resumed rank: the learner's ``load``, then whether the model and the optimizer took what was
+    read through their own ``load_state_dict`` (``set_state_dict`` calls both; so does any right load).
+    ``dcp.load`` alone fills the tensors of the dict it is given, which are the model's own here only because
+    ``get_state_dict``'s default happens to share them: a load that relies on it is not the lesson's."""
+    loaded = set()
+    handles = [model.register_load_state_dict_post_hook(lambda module, keys: loaded.add("model")),
+               optimizer.register_load_state_dict_post_hook(lambda opt: loaded.add("optimizer"))]
+    try:
+        load(model, optimizer, folder)
+    finally:
+        for handle in handles:
+            handle.remove()
+    missing = [owner for owner in ("model", "optimizer") if owner not in loaded]
+    if missing:
+        raise RuntimeError(f"{NOT_HANDED_OVER}: missing=" + "+".join(missing))
+
+
 def _check_sharded(save, load) -> None:
     """``resume_sharded`` with the learner's ``save(model, optimizer, folder)`` and ``load(model, optimizer,
     folder)``: saved on 2 ranks, resumed on 1, compared with the uninterrupted run."""
@@ -336,7 +381,8 @@ def _check_sharded(save, load) -> None:
             raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name=name, fn=fn))
     try:
         result = resume_sharded(2, 1, crash_at=Q5_CRASH_AT, steps=Q5_STEPS, save_every=Q5_SAVE_EVERY,
-                                report=None, write=save, read=load, timeout=Q5_TIMEOUT)
+                                report=None, write=save, read=functools.partial(_load_handed_over, load),
+                                timeout=Q5_TIMEOUT)
     except TimeoutError:
         raise Incorrect(tr("the 2 processes did not finish within {timeout} s: dcp.save is collective (the "
                            "ranks agree on a plan, then each writes its shard), so a save on rank 0 only waits "
@@ -345,6 +391,15 @@ def _check_sharded(save, load) -> None:
         if "Missing key in checkpoint state_dict: optimizer" in str(err):  # dcp.load's load plan
             raise Incorrect(tr("the checkpoint holds no optimizer state, so load finds none: save "
                                "get_state_dict(model, optimizer)'s two parts, the model's and AdamW's.")) from None
+        if f"{NOT_HANDED_OVER}: missing=optimizer" in str(err):  # the model took its part, AdamW did not
+            raise Incorrect(tr("load gave the model its part but not AdamW: load the optimizer's part too "
+                               "(set_state_dict(model, optimizer, ...) takes both).")) from None
+        if NOT_HANDED_OVER in str(err):
+            raise Incorrect(tr("load read the checkpoint into a state dict but never gave it to the model and "
+                               "AdamW: dcp.load fills the tensors of the dict you pass it; hand them over with "
+                               "set_state_dict(model, optimizer, model_state_dict=..., optim_state_dict=...), "
+                               "which loads each part into its owner (here the tensors happened to be the "
+                               "model's own; with other options they are copies).")) from None
         raise Incorrect(tr("a rank failed: {error}", error=str(err).splitlines()[0])) from None
     if result["resumed_from"] is None:
         raise Incorrect(tr("no whole checkpoint was found after the crash: save should write every rank's "
