@@ -248,7 +248,21 @@ def solution_body(exercise: Any) -> str:
 
 def judge_all(module: str, q: str, exercise: Any, keys: set[str] | None = None) -> dict[str, tuple[str, str, str]]:
     """``{mutant key: (verdict, why, what)}`` for every mutant of the exercise (those in ``keys`` when given);
-    what the learner's code prints is not shown."""
+    what the learner's code prints is not shown, and what it writes in its current folder (a Trainer given no
+    output_dir writes trainer_output/ there) goes to a temporary folder, removed at the end."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="effitrain-mutants-") as folder:
+        here = os.getcwd()
+        os.chdir(folder)
+        try:
+            return _judge_each(module, q, exercise, keys)
+        finally:
+            os.chdir(here)
+
+
+def _judge_each(module: str, q: str, exercise: Any, keys: set[str] | None) -> dict[str, tuple[str, str, str]]:
     import contextlib
     import io
 

@@ -297,7 +297,26 @@ def test_3_3_q3_a_forward_pass_in_the_hardwares_16_bit_type():
         with torch.autocast(device_type=device, dtype=low):
             return model(**batch).logits.argmax(-1)
 
+    def model_converted_only(model, batch):  # the case: the model to 16 bits, the inputs left float32
+        return model.to(low)(**batch).logits
+
+    def dtype_as_a_string(model, batch):  # the case: the dtype's name, not the torch object
+        with torch.autocast(device_type=device, dtype=str(low).split(".")[-1]):
+            return model(**batch).logits
+
+    def model_to_a_string(model, batch):
+        return model.to(str(low).split(".")[-1])(**batch).logits
+
+    def autocast_by_its_device_module(model, batch):  # right, written another way: torch.autocast's device twin
+        with torch.amp.autocast(device, dtype=low):
+            return model(**batch).logits
+
     assert l33.q3.evaluate(right).status == "correct"
+    assert l33.q3.evaluate(autocast_by_its_device_module).status == "correct"
+    assert "float32 weights" in l33.q3.evaluate(model_converted_only).message
+    for as_a_string in (dtype_as_a_string, model_to_a_string):
+        result = l33.q3.evaluate(as_a_string)
+        assert "not its name in a string" in result.message, result.message
     assert "torch.autocast" in l33.q3.evaluate(no_autocast).message
     wrong_type = l33.q3.evaluate(other_type).message
     assert ("GradScaler" if device == "cpu" and other == torch.float16 else "this hardware") in wrong_type

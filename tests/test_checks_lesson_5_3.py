@@ -304,6 +304,19 @@ def _loader_other_generator(accelerator, rows, seed):
     return DataLoader(rows, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(seed))
 
 
+def _loader_bare_generator(accelerator, rows, seed):  # the case: Accelerate's own error before
+    generator = torch.Generator().manual_seed(seed)
+    accelerator.register_for_checkpointing(generator)
+    return DataLoader(rows, batch_size=4, shuffle=True, generator=generator)
+
+
+def _loader_registered_first(accelerator, rows, seed):  # right, written another way: the loader built first
+    holder = resume.LoaderGenerator(seed)
+    loader = DataLoader(rows, shuffle=True, generator=holder.generator, batch_size=4)
+    accelerator.register_for_checkpointing(holder)
+    return loader
+
+
 def _loader_in_order(accelerator, rows, seed):
     generator = resume.LoaderGenerator(seed)
     accelerator.register_for_checkpointing(generator)
@@ -316,8 +329,11 @@ def _loader_in_order(accelerator, rows, seed):
     (_loader_unsaved, "incorrect", "not saved"),
     (_loader_other_generator, "incorrect", "not saved"),
     (_loader_in_order, "incorrect", "shuffle"),
+    (_loader_bare_generator, "incorrect", "a torch.Generator has neither"),
+    (_loader_registered_first, "correct", ""),
     (lambda accelerator, rows, seed: rows, "incorrect", "DataLoader"),
-], ids=["right", "global generator", "not registered", "another generator registered", "no shuffle", "rows"])
+], ids=["right", "global generator", "not registered", "another generator registered", "no shuffle",
+        "bare torch.Generator", "right, loader built first", "rows"])
 def test_5_3_q4_loader_generator(make_loader, status, words):
     result = l53.q4.evaluate(make_loader)
     assert result.status == status, result.message

@@ -3,11 +3,13 @@ and a solution written once (the notebook's solution region, pinned equal to the
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
 import io
 import keyword
 import re
+import textwrap
 import tokenize
 
 import nbformat
@@ -119,6 +121,81 @@ def one_blank_lines(hints: list[str], secret: list[str]) -> list[str]:
     return given
 
 
+_LABEL = re.compile(r"^\s*[A-Za-z_]\w*:\s+(?=\S)")  # "save: folder = ..." in a hint: the code after the label
+
+
+def _code_fragments(hints: list[str]) -> list[ast.AST]:
+    """Every piece of Python a hint writes: each run of one to four of its lines (a label such as ``save:`` cut off),
+    and each ``;``-separated part of a line, that parses (``____`` is a name to Python)."""
+    found = []
+    for hint in hints:
+        lines = hint.splitlines()
+        pieces = [part for line in lines for part in line.split(";")]
+        pieces += ["\n".join(lines[i:j]) for i in range(len(lines)) for j in range(i + 1, min(i + 5, len(lines) + 1))]
+        for piece in pieces:
+            try:
+                found.append(ast.parse(textwrap.dedent(_LABEL.sub("", piece, count=1)).strip()))
+            except SyntaxError:
+                continue
+    return found
+
+
+def _leaves(node: ast.AST) -> int:
+    """The names, attributes and constants a piece of code writes itself (blanks not counted)."""
+    return sum(1 for n in ast.walk(node) if isinstance(n, ast.Constant)
+               or isinstance(n, ast.Name) and n.id != "____" or isinstance(n, ast.Attribute) and n.attr != "____")
+
+
+def _fills(pattern: ast.AST, node: ast.AST) -> bool:
+    """Whether ``node`` is ``pattern`` with each blank (``____`` as a name or an attribute) filled in."""
+    if isinstance(pattern, ast.Name) and pattern.id == "____":
+        return True
+    if type(pattern) is not type(node):
+        return False
+    for name in pattern._fields:
+        if name in ("ctx", "type_comment", "kind"):
+            continue
+        mine, theirs = getattr(pattern, name, None), getattr(node, name, None)
+        if isinstance(mine, list):
+            if not isinstance(theirs, list) or len(mine) != len(theirs) or not all(map(_fills, mine, theirs)):
+                return False
+        elif isinstance(mine, ast.AST):
+            if not isinstance(theirs, ast.AST) or not _fills(mine, theirs):
+                return False
+        elif mine != theirs and not (name == "attr" and mine == "____"):
+            return False
+    return True
+
+
+def _statement(line: str) -> ast.AST | None:
+    """One solution line as a statement (a block's header with ``pass`` for its body), or None."""
+    for code in (line, line + "\n    pass"):
+        try:
+            body = ast.parse(code.strip()).body
+        except SyntaxError:
+            continue
+        return body[0] if len(body) == 1 else None
+    return None
+
+
+def skeleton_lines(hints: list[str], secret: list[str], least: int = 3) -> list[str]:
+    """The solution lines some hint writes as code with blanks (``lost = 1336 - (1336 // ____) * ____``): the
+    answer with its values left out, once ``least`` names or numbers of the line are written. A hint that stops
+    at the idea says what to do and where to look, never the line to fill in."""
+    patterns = [node for tree in _code_fragments(hints) for node in ast.walk(tree)
+                if isinstance(node, (ast.stmt, ast.expr)) and _leaves(node) >= least]
+    given = []
+    for line in secret:
+        statement = _statement(line)
+        if statement is None:
+            continue
+        if isinstance(statement, (ast.While, ast.If, ast.For, ast.With)):  # a header: compare what it tests
+            statement = getattr(statement, "test", None) or getattr(statement, "iter", None) or statement
+        if any(_fills(pattern, statement) for pattern in patterns):
+            given.append(line)
+    return given
+
+
 def leaked_lines(hints: list[str], secret: list[str]) -> list[str]:
     """The secret solution lines that some hint contains whole (spaces collapsed)."""
     squash = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731
@@ -162,6 +239,36 @@ def test_hints_leave_something_to_find(stem, q, exercise, solved, secret):
             f"{stem} {q} ({lang}): the hints together write every name and number of the solution; leave one to "
             "find" if not missing else None)
     assert not problem, problem
+
+
+# Exercises whose hints stop at the idea (issue 41): their last hint says what to do and where to look, and no
+# hint writes a solution line with blanks to fill in; the answer is only in solution().
+STOP_AT_THE_IDEA = {"1_1_prepare_models:q2", "1_1_prepare_models:q4", "3_3_mixed_precision:q2",
+                    "5_3_checkpoint_crash_resume:q1", "5_3_checkpoint_crash_resume:q2",
+                    "5_3_checkpoint_crash_resume:q3", "5_3_checkpoint_crash_resume:q4"}
+
+
+@pytest.mark.parametrize("stem, q, exercise, solved, secret",
+                         [c for c in CASES if f"{c[0]}:{c[1]}" in STOP_AT_THE_IDEA],
+                         ids=sorted(STOP_AT_THE_IDEA, key=IDS.index))
+def test_hints_stop_at_the_idea(stem, q, exercise, solved, secret):
+    """No hint of these exercises, in English or Portuguese, is a solution line with its values blanked out."""
+    for lang in TRANSLATED_HINTS:
+        given = skeleton_lines([tr(h, lang=lang) for h in exercise.hints], secret)
+        assert not given, (f"{stem} {q} ({lang}): a hint writes these solution lines with blanks to fill in: "
+                           f"{given}; say what to do and where to look instead")
+
+
+def test_the_skeleton_rule_finds_a_line_with_its_values_blanked_out():
+    secret = ["lost = 1336 - 1336 // 50 * 50", "while torch.tensor(1e-8 * scale, dtype=torch.float16).item() == 0:",
+              'steps = ["data sharding", "model replication", "gradient aggregation", "parameter synchronization"]']
+    assert skeleton_lines(["lost = 1336 - (1336 // ____) * ____"], secret) == secret[:1]
+    assert skeleton_lines(["Start at 1, then:\nwhile torch.tensor(1e-8 * scale, dtype=____).____() == ____:\n"
+                           "    scale *= ____"], secret) == secret[1:2]
+    assert skeleton_lines(['steps = ["data sharding", ____, "gradient aggregation", ____]'], secret) == secret[2:]
+    assert skeleton_lines(["save: folder = ____(root, step); accelerator.____(folder); a barrier"],
+                          ["folder = partial_folder(root, step)"]) == ["folder = partial_folder(root, step)"]
+    assert skeleton_lines(["Find the newest checkpoint's step; p.numel() counts; lost = ____"], secret) == []
 
 
 def test_the_hint_rule_finds_hints_that_give_everything():

@@ -362,3 +362,19 @@ def test_a_help_text_is_translated_by_the_formatter_without_touching_the_add_arg
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     shown = parser.format_help()
     assert shown.count("imprime JSON em vez de texto") == 2 and "opções:" in shown and "uso:" in shown, shown
+
+
+def test_the_start_row_the_model_s_source_and_the_student_edition_s_blank_speak_portuguese(portuguese):
+    """Issue 46 saw `start`, `(offline-build)` and "# the blank the exercises start with" on a pt-BR screen."""
+    from effitrain_helpers.sources.models import ModelChoice
+    from effitrain_helpers.teach import editions
+    from effitrain_helpers.teach.progress import ProgressTable, _rows
+
+    table = ProgressTable(_rows([]))
+    assert repr(table).splitlines()[2].startswith("início") and table.to_records()[0]["lesson"] == "start"
+    choice = ModelChoice("/x", "offline-build", "motivo", "model")
+    assert "(construído pelo workbook)" in str(choice) and choice.source == "offline-build"
+    name = "1_1_prepare_models.ipynb"
+    student = editions.make_edition(nbformat.read(ROOT / "notebooks" / LANG / name, as_version=4), name, "student")
+    code = "\n".join(c.source for c in student.cells if c.cell_type == "code")
+    assert "import ____  # a lacuna com que os exercícios começam" in code and editions.BLANK_IMPORT not in code

@@ -288,8 +288,9 @@ def test_lesson_3_3_answers_and_draws_in_portuguese(portuguese):
     from effitrain_helpers.teach.checks.lesson_3_3 import q1, q2
 
     assert q1.evaluate(torch.finfo(torch.float16).eps).message.startswith("esse é o intervalo do float16")
-    assert q2.evaluate(3).message == "3.0 não é uma potência de dois; o GradScaler usa potências de dois (desfazer a " \
+    assert q2.evaluate(3).message == "3 não é uma potência de dois; o GradScaler usa potências de dois (desfazer a " \
                                      "escala fica exato)."
+    assert q2.evaluate(1000).message.startswith("1.000 não é uma potência de dois")  # issue 46 saw "1000.0"
     figure = plots.plot_float_formats()
     assert figure.axes[0].get_title() == "Os bits de cada formato de número (uma caixa por bit)"
     plt.close(figure)

@@ -163,7 +163,7 @@ def resolve_devices(device: str = "all") -> tuple[list[str], list[str]]:
         notes.append(tr("no {device} device found on this machine: measuring the CPU only", device=device))
         chosen = ["cpu"]
     elif device == "all" and len(present) == 1:
-        notes.append("no GPU found: showing CPU only")
+        notes.append(tr("no GPU found: showing CPU only"))
     return chosen, notes
 
 

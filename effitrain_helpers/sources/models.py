@@ -36,13 +36,15 @@ OFFLINE_MODEL = {"dim": 128, "n_layers": 2, "n_heads": 4, "hidden_dim": 512, "ma
 VOCAB_SIZE = 3000
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 
+# Where a model came from (``ModelChoice.source``: the key; shown to the learner through tr)
+SOURCES = (msg("local"), msg("kit"), msg("cache"), msg("hub"), msg("offline-build"))
 
 @dataclass(frozen=True)
 class ModelChoice:
     """Where a model comes from: ``path`` is what to pass to ``from_pretrained``."""
 
     path: str
-    source: str  # "local", "kit", "cache", "hub" or "offline-build"
+    source: str  # "local", "kit", "cache", "hub" or "offline-build" (SOURCES)
     reason: str
     what: str = "model"
 
@@ -52,7 +54,7 @@ class ModelChoice:
 
     def __str__(self) -> str:
         what = tr(self.what)
-        return f"{what[0].upper() + what[1:]}: {self.path} ({self.source}): {self.reason}"
+        return f"{what[0].upper() + what[1:]}: {self.path} ({tr(self.source)}): {self.reason}"
 
 
 def cached_snapshot(repo_id: str, marker: str = "config.json", needs_one_of: tuple[str, ...] = ()) -> Path | None:

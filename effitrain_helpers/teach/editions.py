@@ -41,7 +41,8 @@ _BEGIN = re.compile(r"^(\s*)#\s*BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
 _STARTER = re.compile(r"^\s*#\s*STARTER:(.*)$")
 CHECK_CALL = re.compile(r"\bq\d+\.check\(")
-BLANK_IMPORT = "from effitrain_helpers.teach.exercises import ____  # the blank the exercises start with"
+BLANK_COMMENT = msg("the blank the exercises start with")
+BLANK_IMPORT = "from effitrain_helpers.teach.exercises import ____  # " + BLANK_COMMENT  # in English
 _IMPORTS_BLANK = re.compile(r"^\s*from\s+effitrain_helpers\.teach\.exercises\s+import\s+.*\b____\b", re.M)
 _IMPORTS_CHECKS = re.compile(r"^\s*from\s+effitrain_helpers\.teach\.checks\.\w+\s+import\b", re.M)
 
@@ -184,15 +185,17 @@ def _replace(source: str, regions: list[Region], keep_solution: bool) -> str:
     return "\n".join(out)
 
 
-def _import_blank(cells: list, first_exercise: int) -> None:
+def _import_blank(cells: list, first_exercise: int, lang: str = "en") -> None:
     """Make ``____`` defined in a student notebook: add its import to the cell that imports the lesson's
-    exercises (``from effitrain_helpers.teach.checks.lesson_X_Y import ...``), else before the first exercise."""
+    exercises (``from effitrain_helpers.teach.checks.lesson_X_Y import ...``), else before the first exercise;
+    its comment in the notebook's language ``lang``."""
+    line = BLANK_IMPORT.replace(BLANK_COMMENT, tr(BLANK_COMMENT, lang=lang))
     for cell in cells:
         if cell.cell_type == "code" and _IMPORTS_CHECKS.search(cell.source):
-            cell.source = cell.source.rstrip("\n") + "\n" + BLANK_IMPORT
+            cell.source = cell.source.rstrip("\n") + "\n" + line
             return
     exercise = next(c for c in cells if c.cell_type == "code" and "____" in c.source)
-    exercise.source = BLANK_IMPORT + "\n" + exercise.source
+    exercise.source = line + "\n" + exercise.source
 
 
 def _strip(cell) -> None:
@@ -233,10 +236,10 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
             cell.source = _replace(cell.source, marked[i], keep_solution=edition == "instructor")
         _strip(cell)
         cells.append(cell)
+    lang = nb.metadata.get("effitrain", {}).get("lang", "en")  # a translated notebook's (teach.translations)
     if edition == "student" and marked and not any(_IMPORTS_BLANK.search(c.source) for c in cells
                                                    if c.cell_type == "code"):
-        _import_blank(cells, min(marked))
-    lang = nb.metadata.get("effitrain", {}).get("lang", "en")  # a translated notebook's (teach.translations)
+        _import_blank(cells, min(marked), lang)
     banner = tr(_BANNERS[edition, solutions or edition == "instructor"], lang=lang)
     banner_cell = nbformat.v4.new_markdown_cell(banner, metadata={"tags": [f"{edition}-edition-banner"]})
     banner_cell.id = f"{edition}-edition-banner"  # not random: one source, one edition, byte for byte

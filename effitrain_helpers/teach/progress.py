@@ -90,6 +90,7 @@ COLUMNS = ("lesson", "exercises", "correct", "attempted", "not attempted")
 # COLUMNS as the table shows them, in the learner's language (tr at display time)
 _HEADINGS = (msg("lesson"), msg("exercises"), msg("correct"), msg("attempted"), msg("not attempted"))
 _ALL = msg("all")  # the totals row
+_START = msg("start")  # the start page's lesson id, shown in the learner's language
 _SKIPPED = msg("({n} lines of the verdicts file could not be read and were skipped)")
 
 
@@ -100,7 +101,8 @@ class ProgressTable(list):
     skipped = 0
 
     def _cells(self) -> list[tuple]:
-        rows = [(r.lesson, r.exercises, r.correct, r.attempted, r.not_attempted) for r in self]
+        rows = [(tr(_START) if r.lesson == _START else r.lesson, r.exercises, r.correct, r.attempted, r.not_attempted)
+                for r in self]
         total = tuple(sum(r[i] for r in rows) for i in range(1, 5))
         return rows + [(tr(_ALL), *total)]
 

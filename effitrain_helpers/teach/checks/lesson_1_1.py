@@ -382,7 +382,8 @@ q2 = Exercise(
         "moving averages.",
         "A float32 number takes 4 bytes; `p.numel()` counts the numbers in a parameter tensor "
         "(`model.parameters()` yields them all); one MiB is 2**20 bytes.",
-        "train_mib = sum(____ for p in model.parameters()) * ____ / ____",
+        "Count the model's numbers first (every parameter tensor of the model, all of them), then multiply by "
+        "the bytes training keeps for each one, and turn bytes into MiB.",
     ],
     solution_code="train_mib = sum(p.numel() for p in model.parameters()) * 16 / 2**20\nq2.check(train_mib, model)",
 )
@@ -423,7 +424,9 @@ q4 = Exercise(
         "A device needs its data and its own copy of the model before it can compute anything.",
         "Gradients must be combined before the updated weights can be shared (look at the figure of steps "
         "3 and 4).",
-        'steps = ["data sharding", ____, "gradient aggregation", ____]',
+        "Follow one training step in the figure from left to right: what each device must hold before its "
+        "forward pass, and what must happen to the gradients before every copy of the weights is the same "
+        "again.",
     ],
     solution_code=(
         'steps = ["data sharding", "model replication", "gradient aggregation", "parameter synchronization"]\n'

@@ -19,7 +19,7 @@ def _check_bf16_gap(answer) -> None:
         raise Incorrect(tr("that is float16's gap: float16 has 10 mantissa bits, bfloat16 only 7."))
     if math.isclose(got, torch.finfo(torch.float32).eps, rel_tol=1e-6):
         raise Incorrect(tr("that is float32's gap; bfloat16 keeps only 7 of float32's 23 mantissa bits."))
-    raise Incorrect(tr("{got:g} is not it: with m mantissa bits, the next number after 1 is 1 + 2**-m.", got=got))
+    raise Incorrect(tr("{got:,g} is not it: with m mantissa bits, the next number after 1 is 1 + 2**-m.", got=got))
 
 
 def smallest_surviving_scale(gradient: float = 1e-8) -> int:
@@ -38,11 +38,21 @@ def _check_scale(answer) -> None:
     if got == want:
         return
     if got > want and math.log2(got).is_integer():
-        raise Incorrect(tr("{got:g} works, but a smaller power of two already keeps 1e-8 from becoming 0.", got=got))
+        raise Incorrect(tr("{got:,g} works, but a smaller power of two already keeps 1e-8 from becoming 0.", got=got))
     if not (got > 0 and math.log2(got).is_integer()):
-        raise Incorrect(tr("{got!r} is not a power of two; GradScaler uses powers of two (exact to undo).", got=got))
-    raise Incorrect(tr("with S = {got:g}, 1e-8 x S still rounds to 0 in float16: try a larger power of two.",
+        raise Incorrect(tr("{got:,g} is not a power of two; GradScaler uses powers of two (exact to undo).", got=got))
+    raise Incorrect(tr("with S = {got:,g}, 1e-8 x S still rounds to 0 in float16: try a larger power of two.",
                            got=got))
+
+
+def _dtype_named_by_a_string(err: Exception) -> bool:
+    """Whether ``err`` comes from a dtype's name given as a string: autocast's ``dtype='bfloat16'`` (a
+    TypeError), or ``model.to('bfloat16')``, which takes the string for a device."""
+    import re
+
+    text = str(err)
+    found = re.search(r"Invalid device string: '([^']*)'", text)
+    return "must be torch.dtype, not str" in text or bool(found and re.search(r"16|float|half", found.group(1)))
 
 
 def _check_low_precision_forward(fn) -> None:
@@ -69,7 +79,15 @@ def _check_low_precision_forward(fn) -> None:
     batch = {"inputs": torch.randn(4, 16, device=device)}
     with torch.no_grad():
         reference = torch.nn.functional.linear(batch["inputs"], layer.weight, layer.bias)
-    logits = fn(model, batch)
+    try:
+        logits = fn(model, batch)
+    except (RuntimeError, TypeError) as err:  # the two likeliest beginner errors, named instead of raised
+        if layer.weight.dtype == torch.float32 and _dtype_named_by_a_string(err):
+            raise Incorrect(tr("a dtype is a torch object, not its name in a string: write torch.bfloat16 (or "
+                               "torch.float16), not 'bfloat16' ({error}: {message}).", error=type(err).__name__,
+                               message=str(err).splitlines()[0])) from None
+        if layer.weight.dtype == torch.float32:
+            raise
     if layer.weight.dtype != torch.float32:
         raise Incorrect(tr("the weights became {dtype}: mixed precision keeps float32 weights; let autocast make "
                            "16-bit copies for the matrix products instead of converting the model.",
@@ -110,9 +128,8 @@ q2 = Exercise(
            "float16's smallest positive number is about 6e-8; values below half of it round to 0. A while loop "
            "that doubles S until the float16 value is not 0 finds the smallest; a one-value tensor's Python "
            "number comes from one of its methods.",
-           "Start the scale at 1, then:\n"
-           "while torch.tensor(1e-8 * scale, dtype=____).____() == ____:\n"
-           "    scale *= ____"],
+           "Start from the smallest scale and keep doubling it, testing each time whether 1e-8 times the "
+           "scale survives as a float16 number; the first scale that survives is the answer."],
     solution_code=("scale = 1\nwhile torch.tensor(1e-8 * scale, dtype=torch.float16).item() == 0:\n    scale *= 2\n"
                    "q2.check(scale)"),
 )

@@ -210,10 +210,10 @@ def _check_lost_steps(answer) -> None:
         raise Incorrect(tr("step {step} was running, never finished: it is not among the steps done.",
                            step=Q2_DONE + 1))
     if got == Q2_EVERY - want:
-        raise Incorrect(tr("{got:g} steps were still to go to the next checkpoint; count those since the last "
+        raise Incorrect(tr("{got:,g} steps were still to go to the next checkpoint; count those since the last "
                            "one.", got=got))
     if got != want:
-        raise Incorrect(tr("{got:g} is not the number of steps done after the newest checkpoint (taken after the "
+        raise Incorrect(tr("{got:,g} is not the number of steps done after the newest checkpoint (taken after the "
                            "largest multiple of {every} up to {done:,}).", got=got, every=Q2_EVERY, done=Q2_DONE))
 
 
@@ -235,7 +235,7 @@ def _check_young(answer) -> None:
     if math.isclose(got, want / 60, rel_tol=0.02):
         raise Incorrect(tr("answer in seconds, not minutes."))
     if not math.isclose(got, want, rel_tol=0.02):
-        raise Incorrect(tr("{got:g} s is not sqrt(2 x save time x the job's mean time between failures).",
+        raise Incorrect(tr("{got:,g} s is not sqrt(2 x save time x the job's mean time between failures).",
                            got=got))
 
 
@@ -250,10 +250,9 @@ q1 = Exercise(
            "Accelerator.save_state(folder) and Accelerator.load_state(folder) (Accelerate docs: 'Checkpointing'); "
            "the workbook's partial_folder, seal, latest_checkpoint and steps_done name, seal and find the "
            "folders; Accelerator.skip_first_batches(loader, n) moves the data position.",
-           "save: folder = ____(root, step); accelerator.____(folder); a barrier; then, on the main "
-           "process only, seal(folder, ____)\n"
-           "resume: folder = ____(root); accelerator.____(folder); "
-           "return steps_done(folder), accelerator.skip_first_batches(____, ____)"],
+           "Order is the idea. save: every rank writes, every rank waits for all the others, and only then "
+           "one rank seals, telling seal how many ranks wrote. resume: find the newest sealed folder, load it "
+           "into the prepared objects, and hand back the steps it holds with a loader moved past them."],
     solution_code=(
         "def save(accelerator, root, step):\n"
         "    folder = partial_folder(root, step)\n"
@@ -281,7 +280,15 @@ def _check_loader(make_loader) -> None:
     if not callable(make_loader):
         raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name="make_loader", fn=make_loader))
     accelerator = Accelerator(cpu=True)
-    loader = make_loader(accelerator, list(range(16)), 0)
+    try:
+        loader = make_loader(accelerator, list(range(16)), 0)
+    except ValueError as err:
+        if "must include a `state_dict`" in str(err) and "Generator" in str(err):  # a bare torch.Generator
+            raise Incorrect(tr("register_for_checkpointing saves objects that have state_dict and "
+                               "load_state_dict, and a torch.Generator has neither (it has get_state and "
+                               "set_state): register this lesson's LoaderGenerator(seed), which holds one in "
+                               ".generator, and give the DataLoader its .generator.")) from None
+        raise
     if not isinstance(loader, DataLoader):
         raise Incorrect(tr("make_loader should return a torch DataLoader; yours returned {got}.",
                            got=type(loader).__name__))
@@ -308,7 +315,8 @@ q2 = Exercise(
     hints=["Only what is on disk survives: the newest checkpoint. Every step done after it is lost.",
            "The newest checkpoint was taken after the largest multiple of the saving interval that is at most "
            "the steps done (Python's // rounds down).",
-           "lost = 1336 - (1336 // ____) * ____"],
+           "Find the step at which the newest checkpoint was taken first; the steps lost are those done after "
+           "it."],
     solution_code="lost = 1336 - 1336 // 50 * 50\nq2.check(lost)",
 )
 q3 = Exercise(
@@ -319,7 +327,8 @@ q3 = Exercise(
            "the two: interval = sqrt(2 x save seconds x mean seconds between failures of the JOB).",
            "The job stops when any of its 512 GPUs fails: its mean time between failures is one GPU's divided "
            "by 512. A year has 365 x 24 x 3600 seconds.",
-           "job_mtbf = ____ / ____\ninterval_seconds = math.sqrt(____ * ____ * job_mtbf)"],
+           "Two steps: first the job's mean time between failures in seconds (one GPU's, shared among all the "
+           "job's GPUs), then Young's square root with the save time."],
     solution_code=("job_mtbf = 5 * 365 * 24 * 3600 / 512\n"
                    "interval_seconds = math.sqrt(2 * 30 * job_mtbf)\nq3.check(interval_seconds)"),
 )
@@ -332,8 +341,9 @@ q4 = Exercise(
            "DataLoader's generator argument (torch.utils.data docs); this lesson's LoaderGenerator(seed) holds a "
            "torch.Generator in .generator, with state_dict and load_state_dict; Accelerate's 'Checkpointing' "
            "guide shows how save_state saves an object of your own.",
-           "generator = ____(____)\naccelerator.____(____)\n"
-           "return DataLoader(rows, batch_size=4, shuffle=True, generator=____.____)"],
+           "Three moves: make the lesson's generator holder from the seed; register the holder itself (the "
+           "object with state_dict, not the torch generator inside it) so that save_state writes it; build "
+           "the shuffled loader on the generator it holds."],
     solution_code=("def make_loader(accelerator, rows, seed):\n"
                    "    generator = LoaderGenerator(seed)\n"
                    "    accelerator.register_for_checkpointing(generator)\n"
