@@ -477,8 +477,8 @@ def run_benchmark(
     """
     _check_repeats(repeats)
     if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
-        raise ValueError(f"budget_s={budget_s!r} is not allowed: give a positive number of seconds, e.g. 20, "
-                         "or None for no budget.")
+        raise ValueError(tr("budget_s={budget!r} is not allowed: give a positive number of seconds, e.g. 20, or None "
+                            "for no budget.", budget=budget_s))
     plan, notes = _plan(sizes, dtypes, device)
     started = time.perf_counter()
     busy = busy_reason() if check_load else ""
