@@ -35,7 +35,7 @@ DEVICE_CHOICES = ("cpu", "cuda", "mps", "all")
 MAX_SIZE = 32768
 MOST_REPEATS = 1000  # timed repeats per measurement: more adds time, not precision
 TARGET_REPEAT_S = 0.1  # each repeat runs the product enough times to last about this long
-WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least twice)
+WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least three times)
 SPREAD_MAX = 0.10  # IQR / median of the repeats above this: the run is unreliable (torch.utils.benchmark warns at 0.1)
 IDLE_MARGIN = 0.5  # busy when fewer than (threads - IDLE_MARGIN) cores were idle just before measuring
 LOAD_WINDOW_S = 0.25  # how long the CPU load is sampled before a run
@@ -343,11 +343,11 @@ def _warm_product(size: int, dtype: str, device: str) -> tuple[Callable[[], obje
     def product() -> None:
         torch.mm(a, b, out=out)
 
-    first, spent, calls = float("inf"), 0.0, 0  # warm-up: kernels chosen, caches and clocks settled
-    while calls < 2 or spent < WARMUP_S:
-        took = _time_loop(product, device, 1)
-        first, spent, calls = min(first, took), spent + took, calls + 1
-    return product, max(1, math.ceil(TARGET_REPEAT_S / max(first, 1e-7)))
+    calls: list[float] = []  # warm-up: kernels chosen, caches and clocks settled
+    while len(calls) < 3 or sum(calls) < WARMUP_S:
+        calls.append(_time_loop(product, device, 1))
+    # the median call, not the fastest: on a busy machine one lucky call would make every repeat last seconds
+    return product, max(1, math.ceil(TARGET_REPEAT_S / max(statistics.median(calls), 1e-7)))
 
 
 def _result(device: str, dtype: str, size: int, number: int, times: list[float], busy: str) -> MatmulResult:
