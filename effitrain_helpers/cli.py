@@ -13,6 +13,8 @@
     effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
     effitrain memory --parameters P [--devices N] [--optimizer mixed|fp32|8bit]
                      [--layers L --hidden H --heads A --sequence S --micro-batch B] [--json]
+    effitrain plan --parameters P --layers L --hidden H --heads A --seq S --vocab V --devices N --memory-gb M
+                   --global-batch-tokens T [--devices-per-node 8] [--tp --pp --dp --cp --zero --recompute] [--json]
     effitrain resume [--processes N] [--dropout P] [--crash-at STEP] [--checkpoints DIR] [--json]
     effitrain resume --fsdp [--processes N] [--resume-processes M] [--crash-at STEP] [--checkpoints DIR] [--json]
     effitrain resume --torchrun [--processes N] [--dropout P] [--crash-at STEP] [--json]
@@ -23,7 +25,7 @@
     effitrain prefetch [--dir DIR] [--check] [--json]
     effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain progress [--json]
-    effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S]
+    effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S] [--resume | --merge | --replace]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -82,9 +84,9 @@ def _bench(args) -> int:
                       tr("best achievable {device} {dtype}: {best:.1f} GFLOP/s at n={size}{efficiency}", device=dev,
                          dtype=dt, best=sweep.best_gflops, size=sweep.best_size, efficiency=eff))
     if args.plot:
-        from effitrain_helpers.teach.plots import plot_gflops
+        from effitrain_helpers.teach.plots import plot_gflops, save_figure
 
-        plot_gflops(results).savefig(args.plot, dpi=120)
+        save_figure(plot_gflops(results), args.plot)
         print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 
@@ -204,9 +206,9 @@ def _optimizers(args) -> int:
     else:
         print(comparison_table(result))
     if args.plot:
-        from effitrain_helpers.teach.plots import plot_optimizer_comparison
+        from effitrain_helpers.teach.plots import plot_optimizer_comparison, save_figure
 
-        plot_optimizer_comparison(result).savefig(args.plot, dpi=120)
+        save_figure(plot_optimizer_comparison(result), args.plot)
         print(tr("plot written to {path}", path=args.plot), file=sys.stderr)
     return 0
 
@@ -263,6 +265,64 @@ def _add_memory_parser(sub) -> None:
     p.set_defaults(func=_memory)
 
 
+def _plan(args) -> int:
+    """Which parallel configuration fits, and how fast? Ranked configurations with memory per part (lesson 7.3)."""
+    from effitrain_helpers.measure.memory_estimate import count_parameters
+    from effitrain_helpers.measure.planner import Cluster, Model, plan, plan_table
+
+    model = Model(count_parameters(args.parameters), args.layers, args.hidden, args.heads, args.seq, args.vocab)
+    cluster = Cluster(args.devices, args.memory_gb, args.devices_per_node, args.intra_gbps, args.inter_gbps,
+                      args.peak_tflops, args.efficiency)
+    fixed = {k: getattr(args, k) for k in ("dp", "tp", "pp", "cp", "zero", "recompute")}
+    report = plan(model, cluster, args.global_batch_tokens, fixed, args.optimizer)
+    print(json.dumps(report) if args.json else plan_table(report, args.top))
+    return 0
+
+
+def _add_plan_parser(sub) -> None:
+    from effitrain_helpers.measure import planner
+
+    p = sub.add_parser("plan", help="which parallel configuration (DP, ZeRO, TP, PP, CP, recomputation) fits, and "
+                                    "how fast? ranked, memory per device by part")
+    p.add_argument("--parameters", type=float, required=True,
+                   help="the model's parameters in all, embeddings included, e.g. 70e9")
+    p.add_argument("--layers", type=int, required=True, help="transformer layers, e.g. 80")
+    p.add_argument("--hidden", type=int, required=True, help="hidden size, e.g. 8192")
+    p.add_argument("--heads", type=int, required=True, help="attention heads, e.g. 64")
+    p.add_argument("--seq", type=int, required=True, help="sequence length in tokens, e.g. 4096")
+    p.add_argument("--vocab", type=int, required=True, help="vocabulary size, e.g. 128256")
+    p.add_argument("--devices", type=int, required=True, help="devices in all, e.g. 64")
+    p.add_argument("--memory-gb", type=float, required=True, help="memory per device in GB (10^9 bytes), e.g. 80")
+    p.add_argument("--global-batch-tokens", type=float, required=True,
+                   help="tokens per optimizer step, all devices together, e.g. 4e6")
+    p.add_argument("--devices-per-node", type=int, default=8, help="devices per node (default 8)")
+    p.add_argument("--intra-gbps", type=float, default=planner.INTRA_GBPS,
+                   help="GB/s a device sends inside its node (default 450: NVLink 4)")
+    p.add_argument("--inter-gbps", type=float, default=planner.INTER_GBPS,
+                   help="GB/s a device sends to other nodes (default 50: 400 Gb/s InfiniBand)")
+    p.add_argument("--peak-tflops", type=float, default=planner.PEAK_TFLOPS,
+                   help="16-bit peak TFLOP/s per device (default 989: H100 SXM, dense)")
+    p.add_argument("--efficiency", type=float, default=planner.EFFICIENCY,
+                   help="share of the peak the matrix products reach (default 0.6)")
+    p.add_argument("--optimizer", default="mixed",
+                   help="mixed (2+2+12 bytes per parameter), fp32 (4+4+8) or 8bit (default mixed)")
+    p.add_argument("--dp", type=int, default=None, help="fix the data-parallel degree instead of searching it")
+    p.add_argument("--tp", type=int, default=None,
+                   help="fix the tensor-parallel degree (it divides --heads) instead of searching it")
+    p.add_argument("--pp", type=int, default=None,
+                   help="fix the pipeline stages (they divide --layers) instead of searching them")
+    p.add_argument("--cp", type=int, default=None,
+                   help="fix the context-parallel degree (it divides --seq) instead of searching it")
+    p.add_argument("--zero", type=int, default=None, choices=range(4), help="fix the ZeRO stage: 0, 1, 2 or 3")
+    p.add_argument("--recompute", default=None, choices=planner.RECOMPUTE,
+                   help="fix activation recomputation: none, selective or full (all six fixed: judge that one)")
+    p.add_argument("--top", type=int, default=10, help="configurations shown in the text table (default 10)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON record: every fitting configuration, ranked, with its memory per device in bytes "
+                        "by part")
+    p.set_defaults(func=_plan)
+
+
 def _resume(args) -> int:
     """Chapter 5, lesson 5.3: crash a run, resume it, compare it with an uninterrupted one; or find the newest
     whole checkpoint under a folder (``--latest``)."""
@@ -292,7 +352,7 @@ def _resume(args) -> int:
             "torchrun --max-restarts 1: rank 1 killed after {crash_at} steps, the group restarted ({attempts} "
             "attempts) and resumed from step {start} by itself; largest weight difference from an uninterrupted "
             "torchrun run: {got:.1e}", crash_at=result["crash_at"], attempts=result["attempts"],
-            start=result["resumed_from"], got=result["max_difference"]))
+            start=result["resumed_from"] or 0, got=result["max_difference"]))
         return 0
     if args.fsdp:
         if args.dropout is not None:
@@ -313,13 +373,13 @@ def _resume(args) -> int:
         print(tr("sharded on {n}, rank 1 killed after {crash_at} steps, resumed on {m} from step {start}: largest "
                  "weight difference from the uninterrupted run {got:.1e}; between uninterrupted runs on {n} and "
                  "{m} (the tolerance) {floor:.1e}: {verdict}", n=result["processes"], m=result["resume_processes"],
-                 crash_at=result["crash_at"], start=result["resumed_from"], got=result["max_difference"],
+                 crash_at=result["crash_at"], start=result["resumed_from"] or 0, got=result["max_difference"],
                  floor=result["tolerance"], verdict=tr("within") if result["within_tolerance"] else tr("beyond")))
         return 0
     print(tr("rank 1 killed after {crash_at} steps; resumed from step {start} ({lost} step(s) lost); "
              "largest difference from the uninterrupted run after {steps} steps: weights {model:.1e}, AdamW "
              "exp_avg {avg:.1e}, exp_avg_sq {sq:.1e} (dropout {dropout})", crash_at=result["crash_at"],
-             start=result["resumed_from"], lost=result["lost_steps"], steps=result["steps"],
+             start=result["resumed_from"] or 0, lost=result["lost_steps"], steps=result["steps"],
              model=result["max_difference"], avg=result["differences"]["exp_avg"],
              sq=result["differences"]["exp_avg_sq"], dropout=result["dropout"]))
     if args.checkpoints:
@@ -361,9 +421,11 @@ def _nodes_outcome(run, as_json: bool) -> dict | int:
 
 def _nodes(args) -> int:
     """Chapter 5, lesson 5.4: the course's training script across two nodes (namespaces as root, or loopback)."""
+    from effitrain_helpers.core.validate import positive_number
     from effitrain_helpers.training.node_loss import lose_a_node
     from effitrain_helpers.training.nodes import namespace_refusal, run_nodes
 
+    positive_number("--timeout", args.timeout, example="--timeout 300")
     form = args.form or ("loopback" if namespace_refusal() else "namespaces")
     if args.link_rates:
         return _link_rates(args)
@@ -517,6 +579,8 @@ def _workbook(args) -> int:
     book = Workbook(args.dir, args.source, args.lang)
     try:
         report = [book.fresh(args.fresh)] if args.fresh else book.sync()
+    except TimeoutError:  # another run held the folder too long: its own line names it
+        raise
     except OSError as err:
         raise ValueError(tr("cannot write your workbook in {folder!r} ({reason}). Fix: make it writable, or choose "
                             "another folder with --dir (or EFFITRAIN_WORKBOOK).", folder=str(book.folder),
@@ -551,7 +615,9 @@ def _grade(args) -> int:
 
     from effitrain_helpers.teach.grade import grade
 
-    rows = grade(args.submissions, args.out, args.timeout)
+    mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
+    rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
+                 unsafe=args.unsafe, feedback=args.feedback)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
@@ -596,7 +662,7 @@ def add_learner_commands(sub) -> None:
     p = sub.add_parser("workbook", help="write or update your own copy of the lessons (blank exercises); "
                                         "never overwrites a notebook you changed")
     p.add_argument("--dir", type=not_empty("--dir"), default=None, help="your workbook folder (default: $EFFITRAIN_WORKBOOK, else my-workbook/)")
-    p.add_argument("--fresh", metavar="LESSON", default=None,
+    p.add_argument("--fresh", metavar="LESSON", type=not_empty("--fresh"), default=None,
                    help="a fresh copy of one lesson (e.g. 2.2, or start); yours is kept, renamed *_mine-<time>")
     p.add_argument("--source", type=not_empty("--source"), default=None,
                    help="folder of solved notebooks (default: the workbook's notebooks/)")
@@ -606,20 +672,33 @@ def add_learner_commands(sub) -> None:
     p = sub.add_parser("progress", help="per lesson: exercises correct, attempted, not attempted (this machine)")
     p.add_argument("--json", action="store_true", help="one JSON record per lesson")
     p.set_defaults(func=_progress)
-    p = sub.add_parser("grade", help="run every submitted notebook (the students' code, on this machine) and write "
-                                     "one CSV row per student and exercise",
-                       description="Executes each submitted notebook (a copy; submissions are never modified) "
-                                   "headless and offline in a fresh kernel, and writes its verdicts to a CSV file. "
-                                   "WARNING: this runs the students' code on this machine with your permissions, "
-                                   "as nbgrader and otter-grader do; grade untrusted submissions in a container "
-                                   "or an account of their own.")
+    p = sub.add_parser("grade", help="grade every submitted notebook in a sandbox and write one CSV row per student "
+                                     "and exercise",
+                       description="Runs each submission's lesson from the instructor's source with only the "
+                                   "student's answer lines in it, in a bubblewrap sandbox (no network, no view of "
+                                   "other submissions or the gradebook; everything it starts ends with it), and "
+                                   "appends its verdicts to a CSV file as each notebook finishes. Submissions are "
+                                   "never modified.")
     p.add_argument("submissions", metavar="SUBMISSIONS_DIR", type=not_empty("SUBMISSIONS_DIR"),
                    help="folder of submissions: NAME.ipynb per student, or one folder per student")
     p.add_argument("--out", required=True, type=not_empty("--out"), help="the CSV file to write (student, notebook, lesson, exercise, "
                                                 "status, detail)")
+    p.add_argument("--feedback", metavar="DIR", type=not_empty("--feedback"), default=None,
+                   help="also write DIR/STUDENT.html per student: each exercise's verdict, message and points, "
+                        "each failed cell (offline HTML)")
     p.add_argument("--timeout", type=_grade_seconds, default=300.0,
                    help="seconds each notebook may run before its kernel and everything it started are stopped: "
                         "a number > 0 (fractions allowed), at most 86400 (default 300)")
+    p.add_argument("--source", type=not_empty("--source"), default=None,
+                   help="folder of the instructor's solved notebooks (default: the workbook's notebooks/)")
+    p.add_argument("--roster", type=not_empty("--roster"), default=None,
+                   help="CSV with columns file,student: the student of each file (path under SUBMISSIONS_DIR)")
+    keep = p.add_mutually_exclusive_group()
+    keep.add_argument("--resume", action="store_true", help="--out holds an interrupted run: grade only the rest")
+    keep.add_argument("--merge", action="store_true", help="keep --out's rows of other notebooks, replace the rest")
+    keep.add_argument("--replace", action="store_true", help="start --out over (its rows are dropped)")
+    p.add_argument("--unsafe", action="store_true", help="without bubblewrap: run the submissions with your "
+                                                         "permissions, outside any sandbox")
     p.set_defaults(func=_grade)
 
 
@@ -687,6 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optimizers_parser(sub)
     _add_fsdp_parser(sub)
     _add_memory_parser(sub)
+    _add_plan_parser(sub)
     _add_resume_parser(sub)
     _add_collectives_parser(sub)
     _add_nodes_parser(sub)

@@ -68,9 +68,11 @@ ENGLISH_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+%|(?<![\w.])\d+\.(?:\d{1,2}|\d{4
 
 def english_prose_in(text: str, code: frozenset[str] = frozenset()) -> list[str]:
     """The common English words (:data:`ENGLISH_PROSE`, whole words in lower or title case, not inside an
-    option, a path or code quotes) and English-written numbers (:data:`ENGLISH_NUMBER`) in ``text``, except the words and numbers
-    in ``code`` (lower case); then what :func:`english_in` finds."""
-    words = [m.group(0) for m in re.finditer(r"(?<![\w\-./$`'\"<=_{])[A-Za-z]+(?![\w\-/`'\"_>=(}])", text)
+    option, a path, code quotes or a CSV header such as ``file,student``) and English-written numbers
+    (:data:`ENGLISH_NUMBER`) in ``text``, except the words and numbers in ``code`` (lower case); then what
+    :func:`english_in` finds."""
+    word = r"(?<![\w\-./$`'\"<=_{])(?<!\w,)[A-Za-z]+(?![\w\-/`'\"_>=(}])(?!,\w)"
+    words = [m.group(0) for m in re.finditer(word, text)
              if m.group(0).lower() in ENGLISH_PROSE and m.group(0).lower() not in code
              and not m.group(0).isupper()]  # an option's METAVAR (``--processes PROCESSES``) is its name
     numbers = [n for n in ENGLISH_NUMBER.findall(text) if n not in code]

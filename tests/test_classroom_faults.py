@@ -24,14 +24,17 @@ import pytest
 from effitrain_helpers import cli
 from effitrain_helpers.sources import kit
 from effitrain_helpers.teach import grade as grade_mod
+from effitrain_helpers.teach import sandbox
 from effitrain_helpers.teach import verdicts
 from effitrain_helpers.teach.exercises import solutions_enabled
 from effitrain_helpers.teach.grade import COLUMNS, NO_EXERCISES, Row
 from effitrain_helpers.teach.progress import progress_table
 from effitrain_helpers.teach.workbook import MANIFEST, NEW, NOT_OURS, UNCHANGED, Workbook
-from test_workbook import _lesson  # a tiny solved lesson (tests/ is on the path under pytest)
+from classroom import needs_sandbox, submit, write_lesson  # a generated class (tests/ is on the path under pytest)
+from test_workbook import _lesson  # a tiny solved lesson
 
 ROOT = Path(__file__).resolve().parents[1]
+REAL_GRADE_NOTEBOOK = grade_mod.grade_notebook  # the fixture `graded` stubs it
 LIMIT = 20  # seconds per notebook for the real runs: kernel start-up on a busy 2-core machine included
 
 
@@ -77,11 +80,12 @@ def graded(monkeypatch):
     """grade_notebook stubbed: records what it was asked to grade (no kernel), one row per notebook."""
     calls = []
 
-    def fake(student, path, limit):
-        calls.append((student, path.name, limit))
-        return [Row(student, path.name, "", "", NO_EXERCISES, "stub")]
+    def fake(sub, limit, sources, hide=(), safe=True):
+        calls.append((sub.student, sub.notebook, limit))
+        return [Row(sub.student, sub.notebook, "", "", NO_EXERCISES, "stub")]
 
     monkeypatch.setattr(grade_mod, "grade_notebook", fake)
+    monkeypatch.setattr(sandbox, "unavailable", lambda: None)
     return calls
 
 
@@ -110,16 +114,94 @@ def test_a_dangerous_out_is_refused_before_any_notebook_runs(subs, tmp_path, gra
     assert _hashes(subs) == before and _hashes(tmp_path) == around, "something was written"
 
 
-def test_a_gradebook_it_wrote_is_replaced_whole_and_nothing_else(subs, tmp_path, graded, capsys):
+def test_a_gradebook_with_rows_is_kept_unless_resumed_merged_or_replaced_on_purpose(subs, tmp_path, graded, capsys):
     out = tmp_path / "grades.csv"
     before = _hashes(subs)
     assert _code(["grade", str(subs), "--out", str(out)]) == 0
     first = out.read_text()
-    assert first.splitlines()[0] == ",".join(COLUMNS)
-    assert _code(["grade", str(subs), "--out", str(out)]) == 0  # a gradebook it wrote: replaced
-    assert out.read_text() == first and sorted(os.listdir(tmp_path)) == ["grades.csv", "subs"]  # no temp file left
-    assert _hashes(subs) == before
-    assert "wrote 3 rows for 3 students" in capsys.readouterr().out
+    assert first.splitlines()[0] == ",".join(COLUMNS) and len(first.splitlines()) == 4
+    capsys.readouterr()
+    _one_line(capsys, ["grade", str(subs), "--out", str(out)], "already holds 3 rows of an earlier grade run")
+    assert out.read_text() == first and len(graded) == 3
+    assert _code(["grade", str(subs), "--out", str(out), "--resume"]) == 0  # nothing left to grade
+    assert out.read_text() == first and len(graded) == 3
+    (subs / "dan.ipynb").write_text((subs / "bob.ipynb").read_text())
+    assert _code(["grade", str(subs), "--out", str(out), "--resume"]) == 0  # only the new one
+    assert len(graded) == 4 and out.read_text().startswith(first) and "dan.ipynb" in out.read_text()
+    assert _code(["grade", str(subs / "carol"), "--out", str(out), "--merge"]) == 0  # the other rows kept
+    assert len(out.read_text().splitlines()) == 6
+    assert _code(["grade", str(subs / "carol"), "--out", str(out), "--replace"]) == 0
+    assert len(out.read_text().splitlines()) == 2
+    assert sorted(os.listdir(tmp_path)) == ["grades.csv", "subs"]  # no temp file left
+    assert _hashes(subs) == {**before, Path("dan.ipynb"): before[Path("bob.ipynb")]}
+
+
+def test_an_interrupted_run_keeps_the_rows_written_and_resumes(subs, tmp_path, graded, monkeypatch):
+    out = tmp_path / "grades.csv"
+    real = grade_mod.grade_notebook
+
+    def stop_at_carol(sub, *args, **kwargs):
+        if sub.notebook.startswith("carol/"):
+            raise SystemExit(143)  # SIGTERM while carol's notebook runs
+        return real(sub, *args, **kwargs)
+
+    monkeypatch.setattr(grade_mod, "grade_notebook", stop_at_carol)
+    with pytest.raises(SystemExit):
+        grade_mod.grade(subs, out, progress=False)
+    assert [r.student for r in grade_mod.read_gradebook(out)] == ["alice", "bob"]
+    monkeypatch.setattr(grade_mod, "grade_notebook", real)
+    grade_mod.grade(subs, out, progress=False, mode="resume")
+    assert [r.notebook for r in grade_mod.read_gradebook(out)] == ["alice.ipynb", "bob.ipynb", "carol/2_2_x.ipynb"]
+    assert [notebook for _, notebook, _ in graded] == ["alice.ipynb", "bob.ipynb", "carol/2_2_x.ipynb"]
+
+
+def test_students_are_paths_sections_apart_and_duplicates_named(tmp_path, graded, monkeypatch):
+    """The real rows (grade_notebook), the sandboxed run stubbed: what it was asked to run is recorded."""
+    ran = []
+
+    def run(folder, limit, env, hide=(), safe=True):
+        ran.append(folder)
+        return {"notebook": None, "outcome": "error", "detail": "stub"}
+
+    monkeypatch.setattr(grade_mod, "grade_notebook", REAL_GRADE_NOTEBOOK)
+    monkeypatch.setattr(sandbox, "run_graded", run)
+    subs = tmp_path / "subs"
+    for name in ["alice.ipynb", "alice/alice.ipynb", "section2/uma.ipynb", "section2/vic.ipynb",
+                 "bob/00_start_here.ipynb", "bob/00_start_here-Copy1.ipynb", "carl.ipynb", "carl/00_start_here.ipynb",
+                 "=cmd.ipynb"]:
+        _notebook(subs / name, "from effitrain_helpers.teach.checks.start_here import q1")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("file,student\nsection2/vic.ipynb,Victor Reis\n")
+    out = tmp_path / "g.csv"
+    grade_mod.grade(subs, out, progress=False, roster=roster)
+    rows = {(r.student, r.notebook): r for r in grade_mod.read_gradebook(out)}
+    assert ("alice", "alice.ipynb") in rows and ("alice/alice", "alice/alice.ipynb") in rows
+    assert ("section2/uma", "section2/uma.ipynb") in rows and ("Victor Reis", "section2/vic.ipynb") in rows
+    duplicate = rows["bob", "bob/00_start_here-Copy1.ipynb"]  # the copy, not the original
+    assert duplicate.status == "duplicate" and "same student and lesson as bob/00_start_here.ipynb" in duplicate.detail
+    assert rows["carl", "carl/00_start_here.ipynb"].status == "duplicate"
+    assert len(ran) == 7  # 9 files, 2 duplicates not graded twice
+    every = [(r.student, r.notebook, r.lesson, r.exercise) for r in grade_mod.read_gradebook(out)]
+    assert len(set(every)) == len(every) and len(rows) == 9  # no two rows of one student, notebook and exercise
+    assert "'=cmd,'=cmd.ipynb," in out.read_text()  # a spreadsheet shows it as text, not a formula
+    assert rows["=cmd", "=cmd.ipynb"].notebook == "=cmd.ipynb"  # and it reads back as it was
+
+
+def test_a_fifo_or_a_huge_file_is_never_read(tmp_path, graded, monkeypatch):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    os.mkfifo(subs / "b.ipynb")
+    (subs / "big.ipynb").write_bytes(b" " * 100)
+    (subs / "link.ipynb").symlink_to(subs / "big.ipynb")
+    monkeypatch.setattr(grade_mod, "MAX_NOTEBOOK_BYTES", 50)
+    monkeypatch.setattr(grade_mod, "grade_notebook", REAL_GRADE_NOTEBOOK)  # none of them runs
+    start = time.monotonic()
+    grade_mod.grade(subs, tmp_path / "g.csv", progress=False)
+    rows = {r.notebook: r for r in grade_mod.read_gradebook(tmp_path / "g.csv")}
+    assert time.monotonic() - start < 10
+    assert "not a regular file" in rows["b.ipynb"].detail and "larger than 50 bytes" in rows["big.ipynb"].detail
+    assert "a link is not a submission" in rows["link.ipynb"].detail
+    assert {r.status for r in rows.values()} == {"invalid notebook"}
 
 
 @pytest.mark.parametrize("timeout, says", [
@@ -155,50 +237,28 @@ def test_the_csv_is_written_aside_and_moved_so_a_failure_leaves_the_old_one(subs
 
     monkeypatch.setattr(csv.DictWriter, "writerows", broken)
     with pytest.raises(OSError):
-        grade_mod.grade(subs, out, progress=False)
+        grade_mod.grade(subs, out, progress=False, mode="replace")
     assert out.read_bytes() == old and sorted(os.listdir(tmp_path)) == ["grades.csv", "subs"]
 
 
 @pytest.mark.slow
-def test_every_submission_gets_a_row_and_everything_it_started_ends(tmp_path, monkeypatch, capsys):
-    """Real kernels: a notebook that imports no lesson gets a row saying so; one that starts a process in a
-    session of its own leaves nothing running; no temporary folder or kernel file is left; submissions
-    unchanged (hashes), even with the gradebook named next to them."""
-    subs = tmp_path / "subs"
-    _notebook(subs / "zed.ipynb", "print('no lesson here')")
-    marker = f"effitrain-test-{os.getpid()}"
-    _notebook(subs / "yan.ipynb", "import subprocess, sys\n"
-              f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}], "
-              "start_new_session=True)")
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr("tempfile.tempdir", str(temp))
-    before = _hashes(subs)
-    out = tmp_path / "grades.csv"
-    assert _code(["grade", str(subs), "--out", str(out), "--timeout", str(LIMIT)]) == 0
-    rows = list(csv.DictReader(out.open()))
-    assert [(r["student"], r["status"]) for r in rows] == [("yan", NO_EXERCISES), ("zed", NO_EXERCISES)]
-    assert "imports no lesson" in rows[0]["detail"]
-    assert [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])] == []
-    assert list(temp.iterdir()) == [] and _hashes(subs) == before
-    capsys.readouterr()
-
-
-@pytest.mark.slow
+@needs_sandbox
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing(tmp_path, sig, code):
     subs = tmp_path / "subs"
     marker = f"effitrain-test-{os.getpid()}-{sig}"
-    _notebook(subs / "loop.ipynb", "import subprocess, sys, time\n"
-              f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}], "
-              "start_new_session=True)\nwhile True:\n    time.sleep(0.1)")
+    edition = write_lesson(tmp_path / "source")  # the loop is the student's answer: only answers run
+    submit(edition, subs / "loop.ipynb", "import subprocess, sys, time\n"
+           f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}], "
+           "start_new_session=True)\nwhile True:\n    time.sleep(0.1)")
     (tmp_path / "temp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "temp"), "PYTHONFAULTHANDLER": "1"}
     before = _hashes(subs)
     # A command started in the background by a shell without job control (`cmd &`) inherits SIGINT ignored,
     # and Python keeps it so: grade is started the way a terminal starts it, with Ctrl-C's default action.
     grading = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "grade", str(subs), "--out",
-                                str(tmp_path / "g.csv"), "--timeout", "600"], env=env, stderr=subprocess.PIPE,
+                                str(tmp_path / "g.csv"), "--timeout", "600", "--source",
+                                str(tmp_path / "source")], env=env, stderr=subprocess.PIPE,
                                text=True, restore_signals=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -219,7 +279,7 @@ def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing
     assert grading.returncode == code and time.monotonic() - stop < 30, err
     assert "Traceback" not in err and (sig != signal.SIGINT or "effitrain grade: interrupted" in err), err
     assert started() == [] and list((tmp_path / "temp").iterdir()) == [], "left behind"
-    assert not (tmp_path / "g.csv").exists() and _hashes(subs) == before
+    assert (tmp_path / "g.csv").read_text().splitlines() == [",".join(COLUMNS)] and _hashes(subs) == before
 
 
 # ---------------------------------------------------------------- workbook: the manifest, concurrent runs

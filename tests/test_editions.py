@@ -119,13 +119,21 @@ def test_a_non_empty_out_folder_is_refused_without_force(tmp_path, capsys):
     assert main(["editions", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert str(out) in err and "--force" in err and not (out / "student").exists()
+    assert "every other file is kept" in err
     (out / "student").mkdir()
-    (out / "student" / "stale.ipynb").write_text("{}")
+    (out / "instructor").mkdir()
+    stale = nbformat.v4.new_notebook(metadata={"effitrain": {"edition": "student"}})  # a lesson since removed
+    nbformat.write(stale, out / "student" / "stale.ipynb")
+    (out / "instructor" / "grading-notes.md").write_text("mine too")  # the instructor's own files
+    (out / "instructor" / "my-quiz.ipynb").write_text("{}")
     assert main(["editions", "--out", str(out), "--force", "--no-solutions"]) == 0
     assert (out / "notes.txt").read_text() == "mine", "--force keeps the folder's other files"
+    assert (out / "instructor" / "grading-notes.md").read_text() == "mine too", "and those in the editions"
+    assert (out / "instructor" / "my-quiz.ipynb").read_text() == "{}", "a notebook no build wrote is kept"
     assert not (out / "student" / "stale.ipynb").exists(), "--force replaces the editions themselves"
     names = sorted(p.name for p in (out / "student").glob("*.ipynb"))
-    assert names == [p.name for p in SOURCE] == sorted(p.name for p in (out / "instructor").glob("*.ipynb"))
+    assert names == [p.name for p in SOURCE] == sorted(p.name for p in (out / "instructor").glob("*.ipynb")
+                                                      if p.name != "my-quiz.ipynb")
     assert json.loads((out / "student" / editions.EDITION_FILE).read_text())["solutions"] is False
 
 
@@ -287,6 +295,10 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     pytest.param("6_4_", "lesson_6_4", "q3", "import torch\nimport torch.distributed as dist",
                  marks=pytest.mark.slow),  # it launches 2 processes
     pytest.param("6_4_", "lesson_6_4", "q4", "", marks=pytest.mark.slow),  # it launches 3 processes
+    ("7_3_", "lesson_7_3", "q1", "from effitrain_helpers.measure.planner import parameters_per_rank\n"
+     "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
+    ("7_3_", "lesson_7_3", "q2", ""),
+    ("7_3_", "lesson_7_3", "q3", "from effitrain_helpers.measure.planner import Cluster, Model, plan"),
 ]
 
 
@@ -365,7 +377,7 @@ def test_solution_can_be_turned_off_by_the_edition_or_the_environment(tmp_path, 
 
 def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tmp_path):
     rows = lesson_table()
-    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 20
+    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 23
     lesson_files = {p.name for p in SOURCE if re.match(r"\d_\d_", p.name)}
     assert {r.notebook for r in rows if r.notebook} == lesson_files, "every N_M_ notebook is a syllabus lesson"
     readme = (ROOT / "README.md").read_text()

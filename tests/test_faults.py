@@ -501,3 +501,359 @@ def test_workers_import_what_the_notebook_added_to_sys_path_and_talk_over_loopba
     loopback = "lo0" if sys.platform == "darwin" else "lo"
     assert launch(uses_it, num_processes=2, quiet=True) == [(42, loopback), (42, loopback)]
     assert launch_mod.resolve_num_processes(None) >= 2
+
+
+# ---------------------------------------------------------------- 5. issue 49: nothing lost, nothing hangs
+
+from test_workbook import _lesson  # noqa: E402 - a tiny solved lesson (tests/ is on the path under pytest)
+
+from effitrain_helpers.core import files  # noqa: E402
+from effitrain_helpers.teach import workbook as workbook_mod  # noqa: E402
+from effitrain_helpers.teach.workbook import MANIFEST, NOT_OURS, REPAIRED, Workbook  # noqa: E402
+
+SOLVED = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@contextmanager
+def _small_disk(folder: Path, size: str = "96k", read_only: bool = False):
+    """A tmpfs of ``size`` mounted on ``folder`` (root only: skipped otherwise), ``read_only`` if asked: a full
+    or read-only disk for real, not a patched write."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    if libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", 1 if read_only else 0, f"size={size}".encode()):
+        pytest.skip(f"cannot mount a small tmpfs here (errno {ctypes.get_errno()}): needs root")
+    try:
+        yield folder
+    finally:
+        libc.umount2(str(folder).encode(), 2)  # MNT_DETACH
+
+
+def _fill(folder: Path) -> None:
+    """Take every free byte of the file system under ``folder``."""
+    try:
+        with open(folder / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize("inside", ["source inside out", "out inside source", "the same folder"])
+def test_editions_refuses_a_source_and_out_that_overlap(tmp_path, capsys, inside):
+    out = tmp_path / "out"
+    source = {"source inside out": out / "instructor", "out inside source": tmp_path, "the same folder": out}[inside]
+    if inside != "out inside source":
+        source.mkdir(parents=True)
+        _lesson(source / "9_1_lesson.ipynb")
+        (source / "9_1_lesson.ipynb").write_text((source / "9_1_lesson.ipynb").read_text() + " ")
+    else:
+        _lesson(source / "9_1_lesson.ipynb")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    _one_line_error(capsys, ["editions", "--out", str(out), "--source", str(source), "--force"], "overlap")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("text", ['{"cells": 5}', "[]", "{", '"a string"', "\xff"])
+def test_editions_names_a_malformed_source_notebook(tmp_path, capsys, text):
+    source = tmp_path / "src"
+    source.mkdir()
+    _lesson(source / "9_1_lesson.ipynb")
+    (source / "9_2_broken.ipynb").write_bytes(text.encode("latin-1"))
+    line = _one_line_error(capsys, ["editions", "--out", str(tmp_path / "out"), "--source", str(source)],
+                           "9_2_broken.ipynb is not a readable notebook")
+    assert str(source / "9_2_broken.ipynb") in line and not (tmp_path / "out").exists()
+
+
+def test_editions_on_a_full_disk_names_the_file_and_keeps_the_old_editions_whole(tmp_path, capsys):
+    with _small_disk(tmp_path / "disk", size="200k") as disk:
+        out = disk / "out"
+        assert cli.main(["editions", "--out", str(out), "--source", str(SOLVED), "--lang", "en"]) != 0
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "No space left on device" in line and str(out) in line, line
+        for nb in out.rglob("*.ipynb"):  # what was written is whole
+            json.loads(nb.read_text())
+        assert not [p for p in out.rglob("*.tmp")], "no temporary file left"
+
+
+def test_workbook_on_a_full_disk_leaves_no_truncated_copy_and_the_rerun_writes_them(tmp_path, capsys):
+    source = tmp_path / "src"
+    source.mkdir()
+    for i in range(1, 5):
+        _lesson(source / f"9_{i}_lesson.ipynb", note="x" * 20000)  # ~25 kB a copy
+    with _small_disk(tmp_path / "disk", size="64k") as disk:
+        book = disk / "book"
+        assert cli.main(["workbook", "--dir", str(book), "--source", str(source)]) == 2
+        assert "No space left on device" in capsys.readouterr().err
+        for copy in book.glob("*.ipynb"):
+            json.loads(copy.read_text())  # every copy there is whole
+        assert not list(book.glob(".*.tmp"))
+        for copy in book.glob("*.ipynb"):  # free the space: the rerun writes the missing copies
+            copy.unlink()
+    book = tmp_path / "book"
+    Workbook(book, source).sync()
+    nb = book / "9_1_lesson.ipynb"
+    whole = nb.read_bytes()
+    nb.write_bytes(whole[:len(whole) // 2])  # what an older workbook left, writing in place onto a full disk
+    (book / MANIFEST).unlink()
+    actions = {c.notebook: c.action for c in Workbook(book, source).sync()}
+    assert actions["9_1_lesson.ipynb"] == REPAIRED and nb.read_bytes() == whole
+    assert NOT_OURS not in actions.values()
+
+
+def test_workbook_waits_a_bounded_time_then_names_the_run_holding_the_lock(tmp_path, capsys, monkeypatch):
+    source = tmp_path / "src"
+    source.mkdir()
+    _lesson(source / "9_1_lesson.ipynb")
+    book = tmp_path / "book"
+    book.mkdir()
+    monkeypatch.setattr(workbook_mod, "LOCK_WAIT", 0.2)
+    held = open(book / workbook_mod.LOCK, "a")  # a hung run holds the lock (flock: per open file)
+    try:
+        assert workbook_mod._try_lock(held)
+        held.write("4242\n")
+        held.flush()
+        start = time.monotonic()
+        code = cli.main(["workbook", "--dir", str(book), "--source", str(source)])
+        err = capsys.readouterr().err
+        assert code == 2 and time.monotonic() - start < 10
+        assert "process 4242" in err and "kill 4242" in err and "Traceback" not in err, err
+    finally:
+        held.close()
+    assert cli.main(["workbook", "--dir", str(book), "--source", str(source)]) == 0  # the lock let go: it runs
+
+
+def test_workbook_fresh_empty_is_refused(tmp_path, capsys):
+    _one_line_error(capsys, ["workbook", "--dir", str(tmp_path / "b"), "--fresh", ""], "an empty value")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "huge"])
+def test_progress_reads_only_a_regular_file_within_a_size_limit(tmp_path, capsys, monkeypatch, kind):
+    path = {"/dev/zero": Path("/dev/zero"), "fifo": tmp_path / "fifo", "huge": tmp_path / "huge.jsonl"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "huge":
+        monkeypatch.setattr(files, "MAX_BYTES", 1000)
+        monkeypatch.setattr(files.read_bytes, "__defaults__", (1000,))
+        path.write_text('{"lesson": "start", "exercise": "q1", "status": "correct"}\n' * 100)
+    monkeypatch.setenv("EFFITRAIN_PROGRESS", str(path))
+    start = time.monotonic()
+    line = _one_line_error(capsys, ["progress"], str(path))
+    assert time.monotonic() - start < 5 and ("regular file" in line or "larger than" in line)
+
+
+def _sealed_checkpoint(root: Path, step: int = 4) -> Path:
+    from effitrain_helpers.training import resume
+
+    folder = resume.partial_folder(root, step)
+    folder.mkdir(parents=True)
+    for name in ("model.safetensors", "optimizer.bin", "random_states_0.pkl", "random_states_1.pkl"):
+        (folder / name).write_bytes(b"x" * 10)
+    return resume.seal(folder, 2)
+
+
+@pytest.mark.parametrize("damage", ["files a list", "files null", "files ints", "bytes a string", "not a dict",
+                                    "no files, no weights", "a path outside", "no world size"])
+def test_a_damaged_marker_is_passed_over_with_one_line(tmp_path, capsys, damage):
+    from effitrain_helpers.training import resume
+
+    folder = _sealed_checkpoint(tmp_path)
+    marker = json.loads((folder / resume.MARKER).read_text())
+    entry = marker["files"]["optimizer.bin"]
+    marker = {"files a list": {**marker, "files": list(marker["files"])},
+              "files null": {**marker, "files": None},
+              "files ints": {**marker, "files": {"optimizer.bin": 5}},
+              "bytes a string": {**marker, "files": {**marker["files"], "optimizer.bin": {**entry, "bytes": "10"}}},
+              "not a dict": [marker],
+              "no files, no weights": {**marker, "files": {}},
+              "a path outside": {**marker, "files": {**marker["files"], "../x": entry}},
+              "no world size": {k: v for k, v in marker.items() if k != "world_size"}}[damage]
+    (folder / resume.MARKER).write_text(json.dumps(marker))
+    if damage == "no files, no weights":
+        (folder / "model.safetensors").unlink()
+    lines = []
+    assert resume.latest_checkpoint(tmp_path, report=lines.append) is None
+    assert len(lines) == 1 and "complete.json" in lines[0], lines
+    code = cli.main(["resume", "--latest", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "passing over step_4" in err and "Traceback" not in err
+
+
+def test_launch_names_an_argument_that_cannot_reach_the_workers():
+    def work(lock, n):
+        return n
+
+    with pytest.raises(TypeError) as err:
+        launch(work, threading.Lock(), 2, num_processes=2, quiet=True)
+    message = str(err.value)
+    assert "argument 1 (lock)" in message and "Fix: create it inside fn" in message and "\n" not in message
+    with pytest.raises(TypeError, match=r"launch: timer \(generator\)"):
+        launch(work, 1, timer=(i for i in range(3)), num_processes=2, quiet=True)
+
+
+def _start_a_session_of_its_own(record: str) -> None:
+    """In a worker: a child that starts ``sleep 60`` in a session of its own with a cleared environment, notes
+    its pid and exits at once (a daemon's double fork): the sleeper is in no group of the worker's."""
+    import subprocess
+    import sys
+
+    code = ("import subprocess, sys; p = subprocess.Popen(['sleep', '60'], start_new_session=True, env={}); "
+            f"open({record!r}, 'w').write(str(p.pid))")
+    subprocess.run([sys.executable, "-c", code], check=True, env={})
+
+
+@pytest.mark.slow
+def test_a_process_started_in_a_session_of_its_own_does_not_outlive_the_launch(tmp_path):
+    record = tmp_path / "sleeper.pid"
+    assert launch(_start_a_session_of_its_own, str(record), num_processes=1, quiet=True) == [None]
+    pid = int(record.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survived = not _gone(pid)
+    if survived:
+        os.kill(pid, signal.SIGKILL)  # the test leaves nothing behind either
+    assert not survived, f"pid {pid} outlived the launch"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_nodes_timeout_is_a_finite_positive_number(capsys, value):
+    line = _one_line_error(capsys, ["nodes", "--form", "loopback", "--timeout", value], "--timeout=")
+    assert "must be a positive number" in line
+
+
+def test_resume_from_before_the_first_checkpoint_says_step_0(capsys, monkeypatch):
+    from effitrain_helpers.training import resume
+
+    done = {"processes": 2, "dropout": 0.1, "steps": 16, "save_every": 3, "crash_at": 1, "crash": "killed",
+            "resumed_from": None, "passed_over": [], "lost_steps": 1, "max_difference": 0.0,
+            "differences": {"exp_avg": 0.0, "exp_avg_sq": 0.0}, "checkpoints": None}
+    monkeypatch.setattr(resume, "resume_experiment", lambda *a, **k: done)
+    assert cli.main(["resume", "--crash-at", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed from step 0 (1 step(s) lost)" in out and "None" not in out
+
+
+@pytest.mark.parametrize("disk", ["read-only", "full"])
+def test_resume_checkpoints_on_a_disk_it_cannot_fill_is_refused_before_any_process(tmp_path, capsys, monkeypatch,
+                                                                                    disk):
+    monkeypatch.setattr(launch_mod, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with _small_disk(tmp_path / "disk", size="64k", read_only=disk == "read-only") as folder:
+        start = time.monotonic()
+        line = _one_line_error(capsys, ["resume", "--checkpoints", str(folder / "kept")], str(folder))
+        assert time.monotonic() - start < 10
+        assert ("cannot be written" in line) if disk == "read-only" else ("bytes free" in line), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_resume_torchrun_interrupted_ends_torchrun_and_its_ranks_and_removes_its_folders(tmp_path, sig):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "resume", "--torchrun", "--crash-at", "2"],
+                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    family: list[psutil.Process] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:  # until torchrun has started its 2 ranks
+        family = psutil.Process(proc.pid).children(recursive=True)
+        if sum("effitrain_helpers.training.resume" in " ".join(p.cmdline()) for p in family if p.is_running()) >= 3:
+            break
+        time.sleep(0.3)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, 128 + signal.SIGTERM) and "Traceback" not in err, err
+    alive = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert alive == [] and list(tmp.iterdir()) == []
+
+
+def test_train_output_dir_holding_a_trained_model_is_refused_before_training(tmp_path, capsys):
+    earlier = tmp_path / "model"
+    earlier.mkdir()
+    (earlier / "config.json").write_text("{}")
+    (earlier / "model.safetensors").write_bytes(b"weights trained yesterday")
+    start = time.perf_counter()
+    _one_line_error(capsys, ["train", "--output-dir", str(earlier)], "is not empty")
+    assert time.perf_counter() - start < 5 and (earlier / "model.safetensors").read_bytes() == b"weights trained yesterday"
+
+
+def test_ctrl_c_in_train_is_one_line_and_exit_130(capsys, monkeypatch):
+    from effitrain_helpers.training import train
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "train_accelerate", interrupted)
+    assert cli.main(["train", "--n-train", "16"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "effitrain train: interrupted", err
+
+
+@pytest.mark.slow  # trains the small model in this process (a few seconds)
+def test_train_onto_a_full_disk_is_one_line_and_leaves_no_config_without_weights(tmp_path, capsys):
+    with _small_disk(tmp_path / "disk", size="64k") as disk:
+        line = _one_line_error(capsys, ["train", "--n-train", "8", "--n-validation", "4", "--epochs", "1",
+                                        "--batch-size", "8", "--max-length", "32", "--output-dir", str(disk / "model")],
+                               "could not be saved to")
+        assert str(disk / "model") in line and "Traceback" not in line
+        assert [p.name for p in disk.iterdir()] == [], "no config.json without weights, no partial folder"
+
+
+def test_bench_refuses_sizes_that_would_run_past_its_time_budget(capsys, monkeypatch):
+    from effitrain_helpers.measure import bench
+
+    monkeypatch.setattr(bench, "BUDGET_S", 1.0)  # a 16384 product alone takes seconds on any CPU
+    monkeypatch.setattr(bench, "PROBE_SIZE", 256)  # a quicker probe, scaled by (16384 / 256)³
+    monkeypatch.setattr(bench, "_interleaved", lambda *a, **k: pytest.fail("the benchmark started"))
+    start = time.monotonic()
+    line = _one_line_error(capsys, ["bench", "--device", "cpu", "--sizes", "16384", "--repeats", "1"],
+                           "would take about")
+    assert "Fix: smaller --sizes" in line and "--repeats" not in line and time.monotonic() - start < 10
+
+
+def test_bench_says_how_long_before_it_starts(capsys, monkeypatch):
+    from effitrain_helpers.measure import bench
+
+    said_first = []
+    monkeypatch.setattr(bench, "estimated_seconds", lambda groups, repeats: 95.0)
+    monkeypatch.setattr(bench, "_interleaved", lambda *a, **k: said_first.append(
+        "about 95 s" in capsys.readouterr().err) or [])
+    bench.run_benchmark([2048], device="cpu", repeats=1, progress=True, check_load=False)
+    assert said_first == [True]
+
+
+def test_bench_plot_onto_a_full_disk_names_the_file_and_leaves_no_partial_image(tmp_path, capsys, monkeypatch):
+    from effitrain_helpers.measure import bench
+
+    result = bench.MatmulResult(device="cpu", device_name="cpu", dtype="float32", size=64, seconds=1e-4,
+                                seconds_min=1e-4, seconds_max=1e-4, repeats=1, number=1,
+                                gflops=bench.gflops(64, 1e-4), times=(1e-4,), busy="")
+    monkeypatch.setattr(bench, "run_benchmark", lambda *a, **k: ([result], []))
+    with _small_disk(tmp_path / "disk", size="16k") as disk:
+        _fill(disk)
+        plot = disk / "gflops.png"
+        line = _one_line_error(capsys, ["bench", "--device", "cpu", "--sizes", "64", "--plot", str(plot)],
+                               "No space left on device")
+        assert str(plot) in line and sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_make_test_browser_runs_only_what_its_environment_installs():
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    recipe = makefile.split("\ntest-browser:")[1].split("\n\n")[0]
+    needs_site = "not exhaustive" not in recipe  # the exhaustive browser test builds the site (the [site] extra)
+    assert not needs_site or "site-env" in recipe.splitlines()[0], recipe
+
+
+def test_a_fifo_where_the_edition_file_goes_does_not_hang_a_check(tmp_path, monkeypatch):
+    from effitrain_helpers.teach.exercises import EDITION_FILE, solutions_enabled
+
+    os.mkfifo(tmp_path / EDITION_FILE)  # no writer: an open() for reading would wait forever
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EFFITRAIN_SOLUTIONS", raising=False)
+    assert solutions_enabled()[0] is True

@@ -1,78 +1,152 @@
-"""The gradebook (effitrain grade): a folder with a correct, a blank, a broken-JSON, a raising and a hanging
-submission gives one row per student and exercise, a row for each problem, submissions unchanged, and no kernel
-left running. The submissions are tiny notebooks that check the start page's exercise."""
+"""The gradebook (effitrain grade) on a generated class (tests/classroom.py): honest work graded as before, and
+none of issue 42's forgeries and mix-ups credits work not done or loses a file. The grader restores every
+non-answer cell from the instructor's source, reviews the answers, reads verdicts only from the check cells it
+restored, and runs each submission in a bubblewrap sandbox."""
 
 import csv
 import hashlib
+import html
+import os
 import time
 
 import nbformat
 import psutil
 import pytest
 
+from classroom import CHECK2, LESSON, Q1, Q2, needs_sandbox, submit, write_lesson
 from effitrain_helpers.cli import main
+from effitrain_helpers.teach import answers, sandbox
+from effitrain_helpers.teach.answers import REVIEW, graded_notebook, review
+from effitrain_helpers.teach.editions import exercise_cells, source_notebooks
 
-IMPORTS = "from effitrain_helpers.teach.checks.start_here import q1\nfrom effitrain_helpers.teach.exercises import ____"
-LIMIT = 20  # seconds per notebook: kernel start-up on a busy 2-core machine included
-
-
-def _submission(path, *sources, kernel="python3"):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (IMPORTS, *sources)])
-    nb.metadata["kernelspec"] = {"name": kernel, "display_name": "Python 3", "language": "python"}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
+LIMIT = 60  # seconds per notebook: kernel start-up on a busy 2-core machine included
+MARKER = f"effitrain-outlives-{os.getpid()}"
+FORGERIES = {  # issue 42's credit for work not done: name -> (q1 answer, q2 answer, set-up lines, q2's check call)
+    "f1_patch_evaluate": (None, None, "\nfrom effitrain_helpers.teach.exercises import Exercise, CheckResult\n"
+                          "Exercise.evaluate = lambda self, *a, **k: CheckResult(self.name, 'correct')", CHECK2),
+    "f2_progress_file": ("import json, os\nwith open(os.environ.get('EFFI' + 'TRAIN_PROGRESS', 'p.jsonl'), 'a') as f:\n"
+                         "    f.write(json.dumps({'lesson': 'start', 'exercise': 'q1', 'status': 'correct'}) + '\\n')\n"
+                         "matrix_bytes = ____", None, "", CHECK2),
+    "f2b_shown_verdict": (None, "from IPython.display import display\ndisplay({'application/vnd.' + 'effi' + 'train.ver'"
+                          " + 'dict+json': {'lesson': '1.1', 'exercise': 'q2', 'status': 'correct'}}, raw=True)\n"
+                          "raise SystemExit", "", CHECK2),
+    "f3_record": (None, "from effitrain_helpers.teach import verdicts\nverdicts.record(q2, 'correct')\ntrain_mib = 0",
+                  "\nfrom effitrain_helpers.teach import verdicts\nverdicts.record(q1, 'correct')", CHECK2),
+    "f4_checker": ("def anything(*a, **k):\n    pass\nanything.__module__ = q1.checker.__module__\n"
+                   "q1.checker = anything\nmatrix_bytes = 1", None, "", CHECK2),
+    "f5_context": (None, "train_mib = 16 / 2**20", "\nclass One:\n    def parameters(self):\n        return [Weights(1)]",
+                   "q2.check(train_mib, One())"),
+    "f6_solution_code": ("exec(q1.solution_code)", None, "\nexec(q1.solution_code)", CHECK2),
+    "f7_solved_notebooks": ("import glob, json\nfor p in glob.glob('/**/9_1_tiny.ipynb', recursive=True):\n"
+                            "    exec(json.load(open(p))['cells'][2]['source'][0])", None, "", CHECK2),
+    "f8_reference": (None, "from effitrain_helpers.teach.checks.lesson_1_1 import _reference_gflops\n"
+                     "train_mib = _reference_gflops", "", CHECK2),
+    "f9_outlives": ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
+                    f"{MARKER!r}], start_new_session=True, env={{}})\nmatrix_bytes = ____", None, "", CHECK2),
+}
+FLAGGED = {"f3_record": "q2", "f4_checker": "q1", "f6_solution_code": "q1", "f7_solved_notebooks": "q1",
+           "f8_reference": "q2"}
 
 
 @pytest.fixture
-def submissions(tmp_path):
-    folder = tmp_path / "submissions"
-    # alice hands in a folder; her notebook also checks how it is run: offline, solutions off, in a copy
-    _submission(folder / "alice" / "00_start_here.ipynb",
-                "import os\nassert os.environ['HF_HUB_OFFLINE'] == '1' and os.environ['EFFITRAIN_SOLUTIONS'] == 'off'\n"
-                f"assert os.getcwd() != {str(folder / 'alice')!r}",
-                "matrix_bytes = 1000 * 1000 * 4\nq1.check(matrix_bytes)")
-    # bob's notebook names a kernel this machine does not have: graded with this Python regardless
-    _submission(folder / "bob.ipynb", "matrix_bytes = ____\nq1.check(matrix_bytes)", kernel="python3-on-bobs-laptop")
-    (folder / "carol.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')
-    _submission(folder / "dave.ipynb", "raise RuntimeError('my bug')", "q1.check(8_000_000)")
-    _submission(folder / "erin.ipynb", "q1.check(4_000_000)", "while True:\n    pass")
-    return folder
+def lesson(tmp_path):
+    return tmp_path / "source", write_lesson(tmp_path / "source")
 
 
 def _hashes(folder):
     return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
 
 
+def _rows(out):
+    return [(r["student"], r["exercise"] or r["status"], r["status"]) for r in csv.DictReader(out.open())]
+
+
 @pytest.mark.slow
-def test_grade_a_class(submissions, tmp_path, capsys):
-    before = _hashes(submissions)
-    # direct children only: a long-lived child of this test session (the browser tests' JupyterLab and Chromium)
-    # may start processes of its own meanwhile; a kernel grade started is a direct child of this process
-    children_before = {p.pid for p in psutil.Process().children()}
-    out = tmp_path / "grades.csv"
+@needs_sandbox
+def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
+    source, edition = lesson
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    subs = tmp_path / "subs"
+    submit(edition, subs / "honest.ipynb", Q1, "per_number = 4\ntrain_mib = 1_001_000 * 16 / 2**20")
+    submit(edition, subs / "blank.ipynb")
+    submit(edition, subs / "wrong_q1.ipynb", "matrix_bytes = 8_000_000", Q2)  # q2 uses q1: judged with q1's reference
+    for name, (q1, q2, setup, check2) in FORGERIES.items():
+        submit(edition, subs / f"{name}.ipynb", q1, q2, setup, check2=check2)
+    # a submission that tries to rewrite every other one it can find, then to end its grader
+    submit(edition, subs / "vandal.ipynb", f"import os, signal\nfor root, _, files in os.walk({str(subs)!r}):\n"
+           "    for f in files:\n        open(os.path.join(root, f), 'w').write('gone')\n"
+           "os.kill(os.getppid(), signal.SIGTERM)\nmatrix_bytes = ____")
+    before = _hashes(subs)
+    children = {p.pid for p in psutil.Process().children()}
+    out, feedback = tmp_path / "grades.csv", tmp_path / "feedback"
     start = time.monotonic()
-    assert main(["grade", str(submissions), "--out", str(out), "--timeout", str(LIMIT)]) == 0
+    assert main(["grade", str(subs), "--out", str(out), "--source", str(source), "--timeout", str(LIMIT),
+                 "--feedback", str(feedback)]) == 0
     elapsed = time.monotonic() - start
-    rows = list(csv.DictReader(out.open()))
-    got = [(r["student"], r["lesson"], r["exercise"], r["status"]) for r in rows]
-    assert got == [
-        ("alice", "start", "q1", "correct"),
-        ("bob", "start", "q1", "not attempted"),
-        ("carol", "", "", "invalid notebook"),
-        ("dave", "", "", "error"),
-        ("dave", "start", "q1", "incorrect"),
-        ("erin", "", "", "timeout"),
-        ("erin", "start", "q1", "correct"),
-    ]
-    detail = {(r["student"], r["status"]): r["detail"] for r in rows}
-    assert "RuntimeError: my bug" in detail["dave", "error"] and "NotJSONError" in detail["carol", "invalid notebook"]
-    assert f"limit of {LIMIT} s" in detail["erin", "timeout"]
-    assert rows[0]["notebook"] == "00_start_here.ipynb"
-    assert "wrote 7 rows for 5 students" in capsys.readouterr().out
-    assert _hashes(submissions) == before, "a submission was modified"
-    leftover = [p for p in psutil.Process().children() if p.pid not in children_before]
-    assert leftover == [], f"processes left running: {[p.cmdline() for p in leftover]}"
-    assert elapsed < 5 * LIMIT, "the hanging notebook was stopped at its limit"
+    got = _rows(out)
+    assert ("honest", "q1", "correct") in got and ("honest", "q2", "correct") in got
+    assert ("blank", "q1", "not attempted") in got and ("blank", "q2", "not attempted") in got
+    assert ("wrong_q1", "q1", "incorrect") in got and ("wrong_q1", "q2", "correct") in got  # one mistake, one exercise
+    credited = [(s, q) for s, q, status in got if status == "correct" and s not in ("honest", "wrong_q1")]
+    assert credited == [], f"credit for work not done: {credited}"
+    for name, exercise in FLAGGED.items():
+        assert (name, exercise, REVIEW) in got, name
+    assert ("f5_context", "q2", "incorrect") in got  # judged with the lesson's own model, not the forged one
+    details = {(r["student"], r["exercise"]): r["detail"] for r in csv.DictReader(out.open())}
+    assert "replace ____ with your answer" in details["blank", "q1"]  # the checker's message reaches the student
+    assert details["wrong_q1", "q1"] and details["f5_context", "q2"]
+    page = (feedback / "wrong_q1.html").read_text()
+    assert html.escape(details["wrong_q1", "q1"]) in page and "Total: 1 of 2 points" in page
+    assert sorted(p.name for p in feedback.iterdir()) == sorted(f"{s}.html" for s in {r[0] for r in got})
+    assert _hashes(subs) == before, "a submission was changed"
+    assert [p for p in psutil.process_iter(["cmdline"]) if MARKER in (p.info["cmdline"] or [])] == []
+    assert [p for p in psutil.Process().children() if p.pid not in children] == []
+    assert "Traceback" not in capsys.readouterr().err and list(temp.iterdir()) == []
+    print(f"graded {len(before)} notebooks in {elapsed:.0f} s (busy machine)")
+
+
+def test_no_honest_solution_of_the_workbook_is_flagged():
+    """Every solution region of every lesson passes the review, so an honest answer is never flagged."""
+    for name, nb in source_notebooks(None).items():
+        for _, regions in exercise_cells(nb, name):
+            for region in regions:
+                assert review(region.solution_code) is None, (name, region.solution_code)
+
+
+@pytest.mark.parametrize("code, line, says", [
+    ("x = 1\nExercise.evaluate = lambda *a: 1", 2, "Exercise"),
+    ("verdicts.record(q, 'correct')", 1, "verdicts"),
+    ("q1.checker = f", 1, "q1"),
+    ("exec(q.solution_code)", 1, "exec"),
+    ("from effitrain_helpers.teach.checks.lesson_1_1 import _reference_gflops", 1, "_reference_gflops"),
+    ("src = open('notebooks/1_1_prepare_models.ipynb').read()", 1, "notebook"),
+    ("import sys\nsys.modules['x'].y = 1", 2, "sys.modules"),
+    ("f.__globals__['q1'] = 2", 1, "__globals__"),
+    ("!cat notes", 1, "get_ipython"),
+])
+def test_the_review_names_the_line_that_reaches_the_machinery(code, line, says):
+    found = review(code)
+    assert found is not None and found[0] == line and says in found[1], found
+
+
+def test_the_graded_notebook_is_the_source_with_only_the_answers_in_it(lesson, tmp_path):
+    source, edition = lesson
+    path = submit(edition, tmp_path / "s.ipynb", "matrix_bytes = 4_000_000\nq1.check(matrix_bytes, 'forged')",
+                  "from effitrain_helpers.teach import verdicts\ntrain_mib = 1", setup="\nimport evil")
+    sources = source_notebooks(source)
+    graded = graded_notebook(nbformat.read(path, as_version=4), sources[LESSON], LESSON)
+    code = [c.source for c in graded.notebook.cells if c.cell_type == "code"]
+    assert "import evil" not in "\n".join(code) and "'forged'" not in "\n".join(code)
+    assert [c.exercises for c in graded.checks] == [[("start", "q1")], [("1.1", "q2")]]
+    cells = graded.notebook.cells  # each answer in a cell of its own, the check call in the next
+    assert [cells[c.cell].source for c in graded.checks] == ["q1.check(matrix_bytes)", "q2.check(train_mib, model)"]
+    first, second = (cells[c.cell - 1].source for c in graded.checks)
+    assert first == "matrix_bytes = 4_000_000\n"  # its own check call blanked
+    assert "verdicts" not in second and "____" in second  # flagged: the starter runs instead, never the answer
+    assert graded.checks[1].flag.startswith(REVIEW) and "cell 4, line 1" in graded.checks[1].flag
+    assert answers.match_source(nbformat.read(path, as_version=4), "renamed.ipynb", sources) == LESSON
 
 
 def _exit_code(argv) -> int:
@@ -88,10 +162,20 @@ def _exit_code(argv) -> int:
     (["MISSING", "--out", "g.csv"], "is not a folder"),
     (["EMPTY", "--out", "nowhere/g.csv"], "does not exist"),
     (["EMPTY", "--out", "g.csv", "--timeout", "-3"], "--timeout=-3.0 must be a positive number"),
+    (["EMPTY", "--out", "g.csv", "--roster", "nothere.csv"], "--roster 'nothere.csv' cannot be read"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, says):
     (tmp_path / "EMPTY").mkdir()
     monkeypatch.chdir(tmp_path)
-    assert _exit_code(["grade", *args]) == 2
+    assert _exit_code(["grade", *args, "--unsafe"]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
+
+
+def test_without_the_sandbox_grade_refuses_in_one_line_unless_unsafe(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sandbox, "unavailable", lambda: "bubblewrap (bwrap) is not installed")
+    (tmp_path / "subs").mkdir()
+    assert _exit_code(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "g.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "refuses to run submissions outside a sandbox: bubblewrap (bwrap) is not installed" in err
+    assert "\n" not in err and not (tmp_path / "g.csv").exists()

@@ -60,14 +60,19 @@ def test_memory_text_shows_the_formulas_and_the_activation_source(capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--parameters", "abc"], "parameters='abc' must be a number of parameters >= 1"),
-    (["--parameters", "0"], "parameters='0' must be a number of parameters >= 1"),
+    (["--parameters", "abc"], "parameters='abc' must be a number of parameters from 1 to 1e+15"),
+    (["--parameters", "0"], "parameters='0' must be a number of parameters from 1 to 1e+15"),
     (["--parameters", "inf"], "parameters='inf'"),
-    (["--parameters", "1e9", "--devices", "0"], "devices=0 must be a whole number >= 1. Fix: e.g. --devices 64"),
+    (["--parameters", "1e308"], "parameters='1e308' must be a number of parameters from 1 to 1e+15"),
+    (["--parameters", "1e9", "--devices", "0"], "devices=0 must be a whole number from 1 to 10000000. Fix: e.g. "
+                                                "--devices 64"),
+    (["--parameters", "1e9", "--devices", "10000000000"], "devices=10000000000 must be a whole number from 1"),
     (["--parameters", "1e9", "--optimizer", "adam"], "optimizer='adam' is not one of mixed, fp32, 8bit"),
     (["--parameters", "1e9", "--layers", "3"], "missing: --hidden, --heads, --sequence, --micro-batch"),
     (["--parameters", "1e9", "--layers", "0", "--hidden", "8", "--heads", "1", "--sequence", "4",
-      "--micro-batch", "1"], "layers=0 must be a whole number >= 1"),
+      "--micro-batch", "1"], "layers=0 must be a whole number from 1 to 100000"),
+    (["--parameters", "1e9", "--layers", "8", "--hidden", "8", "--heads", "1", "--sequence", "10000000000",
+      "--micro-batch", "1"], "sequence=10000000000 must be a whole number from 1 to 100000000"),
 ])
 def test_memory_bad_input_is_one_line_and_exit_code_2(args, words, capsys):
     assert main(["memory", *args]) == 2
@@ -75,6 +80,14 @@ def test_memory_bad_input_is_one_line_and_exit_code_2(args, words, capsys):
     lines = [line for line in out.err.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], out.err
     assert out.out == ""
+
+
+def test_memory_columns_stay_apart_for_the_widest_allowed_numbers(capsys):
+    assert main(["memory", "--parameters", "1e15", "--devices", "1", "--layers", "100000", "--hidden", "10000000",
+                 "--heads", "100000", "--sequence", "100000000", "--micro-batch", "1000000"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("DDP", "ZeRO"))]
+    assert rows and all(len(line.split()) >= 7 and "inf" not in line for line in rows), rows
+    assert all(cell.count(".") == 1 for line in rows for cell in line.split()[1:7]), rows  # no two run together
 
 
 def test_memory_speaks_portuguese(monkeypatch, capsys):

@@ -61,6 +61,48 @@ def counts(name: str) -> dict[str, int]:
             "open": still_open}
 
 
+def lesson_counts() -> dict[str, dict[str, int]]:
+    """:func:`counts` summed per lesson (``1.1``; the start page as ``start``)."""
+    out: dict[str, dict[str, int]] = {}
+    for name in EXERCISES:
+        module = name.split(":")[0]
+        lesson = "start" if module == "start_here" else module.removeprefix("lesson_").replace("_", ".")
+        total = out.setdefault(lesson, dict.fromkeys(("mutants", "refused", "equivalent", "open"), 0))
+        for key, value in counts(name).items():
+            total[key] += value
+    return out
+
+
+README_COLUMN = {"README.md": ("mutants: refused / equivalent", "open"),
+                 "README.pt-BR.md": ("mutantes: recusados / equivalentes", "em aberto")}
+
+
+def readme_cell(figures: dict[str, int], still_open: str) -> str:
+    """What a lesson's row shows: refused / equivalent, and the open ones when there are some."""
+    cell = f"{figures['refused']} / {figures['equivalent']}"
+    return cell + (f" ({figures['open']} {still_open})" if figures["open"] else "")
+
+
+@pytest.mark.parametrize("readme", README_COLUMN)
+def test_the_readme_table_states_the_mutants_of_each_lesson(readme):
+    """The lesson table's last column is computed here (refused / equivalent, and the known open ones), never
+    typed by hand; ``make test-all`` proves the rest refused."""
+    heading, still_open = README_COLUMN[readme]
+    text = (Path(__file__).parents[1] / readme).read_text()
+    table = [line for line in text.splitlines() if line.startswith("| ") and line.rstrip().endswith(" |")]
+    assert any(line.rstrip(" |").endswith(heading) for line in table), f"{readme}: no column '{heading}'"
+    rows = {}
+    for line in table:
+        label = line.split("|")[1].strip()
+        lesson = "start" if label in ("Comece aqui", "Start here") else label.split(" ")[0]
+        rows[lesson] = line.rstrip(" |").rsplit("|", 1)[1].strip()
+    for lesson, figures in lesson_counts().items():
+        if lesson == "start" and lesson not in rows:
+            continue
+        want = readme_cell(figures, still_open)
+        assert rows.get(lesson) == want, f"{readme}: lesson {lesson} shows {rows.get(lesson)!r} mutants; write {want!r}"
+
+
 # ------------------------------------------------------------------ fast: the mutants and the lists
 
 def test_mutants_are_deterministic_distinct_and_never_the_solution():

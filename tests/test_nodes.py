@@ -52,10 +52,15 @@ def _check_run(result: dict) -> None:
 
 
 @pytest.mark.slow
-def test_loopback_two_nodes_world_size_four():
+def test_loopback_two_nodes_world_size_four(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     result = nodes.run_nodes("loopback")
     _check_run(result)
     assert {r["address"] for r in result["ranks"]} == {"127.0.0.1"}
+    assert list(tmp_path.iterdir()) == [], "torchrun's torchelastic_* folders are removed with the run"
 
 
 @pytest.mark.slow
@@ -69,13 +74,14 @@ def test_two_namespaces_reach_each_other_over_the_veth_only():
 
 
 @pytest.mark.slow
-def test_killed_mid_run_leaves_no_namespace_and_no_process():
+def test_killed_mid_run_leaves_no_namespace_and_no_process(tmp_path):
     import psutil
 
     form = "namespaces" if ROOT else "loopback"
     before = set(nodes.our_namespaces())
     proc = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "nodes", "--form", form],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
     family: list[psutil.Process] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:  # until both agents have started ranks
@@ -91,7 +97,7 @@ def test_killed_mid_run_leaves_no_namespace_and_no_process():
     proc.communicate(timeout=60)
     assert set(nodes.our_namespaces()) & made == set()
     alive = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
+    assert alive == [] and list(tmp_path.iterdir()) == []
 
 
 def test_the_cli_takes_processes_per_node(monkeypatch, capsys):

@@ -124,11 +124,12 @@ def test_metrics_offline():
 
 
 @pytest.mark.slow
-def test_the_script_runs_under_torchrun_with_two_processes():
+def test_the_script_runs_under_torchrun_with_two_processes(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     out = subprocess.run([torchrun, "--nproc_per_node", "2", "-m", "effitrain_helpers.training.train", "--epochs", "1",
                           "--n-train", "64", "--n-validation", "21", "--json"],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path)})  # its torchelastic_* logs
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["world_size"] == 2 and summary["identical_weights"] and len(summary["fingerprints"]) == 2

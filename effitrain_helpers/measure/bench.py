@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
@@ -36,6 +37,9 @@ MAX_SIZE = 32768
 MOST_REPEATS = 1000  # timed repeats per measurement: more adds time, not precision
 TARGET_REPEAT_S = 0.1  # each repeat runs the product enough times to last about this long
 WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least three times)
+SAY_S = 30.0  # a run estimated to take longer says so before it starts ...
+BUDGET_S = 600.0  # ... and one estimated above this is refused (smaller sizes or fewer repeats measure the same)
+PROBE_SIZE = 1024  # the product timed once to estimate larger ones (time grows as size³)
 SPREAD_MAX = 0.10  # IQR / median of the repeats above this: the run is unreliable (torch.utils.benchmark warns at 0.1)
 IDLE_MARGIN = 0.5  # busy when fewer than (threads - IDLE_MARGIN) cores were idle just before measuring
 LOAD_WINDOW_S = 0.25  # how long the CPU load is sampled before a run
@@ -415,6 +419,24 @@ def torch_benchmark_seconds(
     return min(measurement.times) if best else measurement.median
 
 
+def estimated_seconds(groups: dict[tuple[str, int], list[str]], repeats: int) -> float:
+    """About how long :func:`run_benchmark` takes for ``groups`` (``{(device, size): dtypes}``): per product of
+    ``p`` seconds, a warm-up of ``max(2p, WARMUP_S)`` and ``repeats`` repeats of ``max(TARGET_REPEAT_S, p)``;
+    ``p`` of a size above :data:`PROBE_SIZE` is a timed product of that size scaled by size³."""
+    rates: dict[tuple[str, str], float] = {}
+    total = 0.0
+    for (device, size), dtypes in groups.items():
+        for dtype in dtypes:
+            product = 0.0
+            if size > PROBE_SIZE:
+                if (device, dtype) not in rates:
+                    probe, _ = _warm_product(PROBE_SIZE, dtype, device)
+                    rates[device, dtype] = _time_loop(probe, device, 1) / PROBE_SIZE ** 3
+                product = rates[device, dtype] * size ** 3
+            total += max(2 * product, WARMUP_S) + repeats * max(TARGET_REPEAT_S, product)
+    return total
+
+
 def _plan(sizes, dtypes, device: str) -> tuple[list[tuple[str, str, int]], list[str]]:
     """What :func:`run_benchmark` will measure, as (device, dtype, size) in the order of its results, and
     notes (missing hardware, skipped dtypes). Raises as :func:`run_benchmark` documents."""
@@ -442,7 +464,10 @@ def estimate_seconds(sizes: str | Iterable[int] | None = None, dtypes: str | Ite
     then per measurement a warm-up and ``repeats`` repeats of about ``TARGET_REPEAT_S`` each."""
     _check_repeats(repeats)
     plan, _ = _plan(sizes, dtypes, device)
-    return LOAD_WINDOW_S + len(plan) * (WARMUP_S + repeats * TARGET_REPEAT_S)
+    groups: dict[tuple[str, int], list[str]] = {}
+    for dev, dt, n in plan:
+        groups.setdefault((dev, n), []).append(dt)
+    return LOAD_WINDOW_S + estimated_seconds(groups, repeats)
 
 
 def announce(sizes: str | Iterable[int] | None = None, dtypes: str | Iterable[str] = ("float32",),
@@ -480,11 +505,22 @@ def run_benchmark(
         raise ValueError(tr("budget_s={budget!r} is not allowed: give a positive number of seconds, e.g. 20, or None "
                             "for no budget.", budget=budget_s))
     plan, notes = _plan(sizes, dtypes, device)
-    started = time.perf_counter()
-    busy = busy_reason() if check_load else ""
     groups: dict[tuple[str, int], list[str]] = {}  # the dtypes of one device and size run interleaved
     for dev, dt, n in plan:
         groups.setdefault((dev, n), []).append(dt)
+    if max(n for _, n in groups) > PROBE_SIZE:  # how long, said (or refused) before it starts
+        seconds = estimated_seconds(groups, repeats)
+        if seconds > BUDGET_S:
+            fix = tr("smaller --sizes (e.g. 1024,2048,4096) or fewer --repeats") if repeats > 1 else \
+                tr("smaller --sizes (e.g. 1024,2048,4096)")
+            raise ValueError(tr("these sizes would take about {minutes:,.0f} min to measure here, more than the "
+                                "{budget:.0f} min a benchmark may take. Fix: {fix}.", minutes=seconds / 60,
+                                budget=BUDGET_S / 60, fix=fix))
+        if seconds > SAY_S and progress:
+            print(tr("measuring for about {seconds:,.0f} s (Ctrl-C stops it)", seconds=seconds), file=sys.stderr,
+                  flush=True)
+    started = time.perf_counter()
+    busy = busy_reason() if check_load else ""
     items = list(groups.items())
     if progress:
         from tqdm.auto import tqdm

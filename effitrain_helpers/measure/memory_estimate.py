@@ -40,6 +40,10 @@ from effitrain_helpers.core.validate import positive_int
 from effitrain_helpers.measure.optimizer_memory import BNB_BLOCK_SIZE
 
 GB = 1e9  # the ZeRO paper's and the Playbook's gigabyte
+# Bounds far above any model trained so far (a few 10¹² parameters, 10⁵ GPUs), so that every figure stays finite
+MAX_PARAMETERS = 1e15
+MAX_DEVICES = 10**7
+MAX_SHAPE = {"layers": 10**5, "hidden": 10**7, "heads": 10**5, "sequence": 10**8, "micro_batch": 10**6}
 ABSMAX_BYTES = 4  # bitsandbytes' float32 absmax, one per block of BNB_BLOCK_SIZE values
 
 
@@ -65,6 +69,7 @@ STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 FORMULAS = {"DDP": "p·Ψ + g·Ψ + K·Ψ", "ZeRO-1": "p·Ψ + g·Ψ + K·Ψ/N", "ZeRO-2": "p·Ψ + (g + K)·Ψ/N",
             "ZeRO-3": "(p + g + K)·Ψ/N"}
 ACTIVATION_FORMULA = "L·s·b·h·(34 + 5·a·s/h)"
+RECOMPUTE = ("none", "selective", "full")  # activation recomputation: what a layer keeps for backward
 KINDS = (msg("parameters"), msg("gradients"), msg("optimizer state"), msg("total"))  # keys, shown translated
 WITH_ACTIVATIONS = (msg("activations"), msg("total with activations"))
 
@@ -75,9 +80,9 @@ def count_parameters(parameters) -> float:
         value = float(parameters)
     except (TypeError, ValueError):
         value = float("nan")
-    if isinstance(parameters, bool) or not value >= 1 or value == float("inf"):
-        raise ValueError(tr("parameters={value!r} must be a number of parameters >= 1. Fix: e.g. "
-                            "--parameters 7.5e9.", value=parameters))
+    if isinstance(parameters, bool) or not 1 <= value <= MAX_PARAMETERS:
+        raise ValueError(tr("parameters={value!r} must be a number of parameters from 1 to {most:g}. Fix: e.g. "
+                            "--parameters 7.5e9.", value=parameters, most=MAX_PARAMETERS))
     return value
 
 
@@ -93,7 +98,7 @@ def stage_bytes(parameters, devices: int, stage: str, optimizer: str = "mixed") 
     """Bytes per device of parameters, gradients and optimizer state (and their ``total``) for ``parameters``
     trained on ``devices`` devices under ``stage`` (one of :data:`STAGES`) with ``optimizer``."""
     psi = count_parameters(parameters)
-    n = positive_int("devices", devices, example="--devices 64")
+    n = positive_int("devices", devices, maximum=MAX_DEVICES, example="--devices 64")
     bytes_per = check_optimizer(optimizer)
     if stage not in STAGES:
         raise ValueError(tr("stage={value!r} is not one of {allowed}. Fix: e.g. stage='ZeRO-3'.",
@@ -108,10 +113,31 @@ def stage_bytes(parameters, devices: int, stage: str, optimizer: str = "mixed") 
 def activation_bytes(layers: int, hidden: int, heads: int, sequence: int, micro_batch: int) -> float:
     """Activation bytes one device keeps for backward (Korthikanti et al. 2022, see the module docstring):
     ``layers · sequence · micro_batch · hidden · (34 + 5 · heads · sequence / hidden)``."""
-    for name, value in (("layers", layers), ("hidden", hidden), ("heads", heads), ("sequence", sequence),
-                        ("micro_batch", micro_batch)):
-        positive_int(name, value, example=f"--{name.replace('_', '-')} 1")
-    return layers * sequence * micro_batch * hidden * (34 + 5 * heads * sequence / hidden)
+    positive_int("layers", layers, maximum=MAX_SHAPE["layers"], example="--layers 1")
+    return layers * layer_activation_bytes(hidden, heads, sequence, micro_batch)
+
+
+def layer_activation_bytes(hidden: int, heads: int, sequence: int, micro_batch: int, tp: int = 1, cp: int = 1,
+                           recompute: str = "none", sequence_parallel: bool = True) -> float:
+    """Bytes one transformer layer keeps for backward for one micro-batch, 16-bit, after Korthikanti et al. 2022
+    (sections 4-5): ``s·b·h·(34 + 5·a·s/h)`` divided by ``tp`` (tensor parallelism with sequence parallelism) and
+    by ``cp`` (context parallelism: ``s/cp`` tokens per rank, their scores against every key); ``recompute``
+    ``"selective"`` drops the attention's ``5·a·s/h`` term (scores, softmax, dropout recomputed), ``"full"`` keeps
+    only the layer's input, ``2·s·b·h``. ``sequence_parallel=False`` is tensor parallelism alone, whose layer
+    norms, dropouts and residuals stay whole on every rank: ``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` (equation 2)."""
+    for name, value in (("hidden", hidden), ("heads", heads), ("sequence", sequence), ("micro_batch", micro_batch),
+                        ("tp", tp), ("cp", cp)):
+        positive_int(name, value, maximum=MAX_SHAPE.get(name), example=f"--{name.replace('_', '-')} 1")
+    if recompute not in RECOMPUTE:
+        raise ValueError(tr("recompute={value!r} is not one of {allowed}. Fix: e.g. --recompute selective.",
+                            value=recompute, allowed=", ".join(RECOMPUTE)))
+    s, b, h = sequence / cp, micro_batch, hidden
+    scores = 0 if recompute == "selective" else 5 * heads * sequence / h
+    if recompute == "full":
+        return 2 * s * b * h / (tp if sequence_parallel else 1)
+    if sequence_parallel:
+        return s * b * h * (34 + scores) / tp
+    return s * b * h * (10 + 24 / tp + scores / tp)
 
 
 def will_it_fit(parameters, devices: int, optimizer: str = "mixed", shape: dict | None = None) -> dict:
@@ -140,11 +166,12 @@ def fit_table(report: dict) -> str:
                 what=tr(OPTIMIZERS[report["optimizer"]].what)),
              tr("bytes per parameter: p = {p:g}, g = {g:g}, K = {K:g}; 1 GB = 10⁹ bytes", **k), ""]
     kinds = KINDS + (WITH_ACTIVATIONS if report["shape"] else ())
-    widths = [max(12, len(tr(kind)) + 2) for kind in kinds]
+    cells = [[number(row[k] / GB, ",.2f") for k in kinds] for row in report["rows"]]
+    widths = [max(12, 2 + max(len(tr(kind)), *(len(c[i]) for c in cells))) for i, kind in enumerate(kinds)]
     lines.append(f"{tr('GB per device'):<16}" + "".join(f"{tr(k):>{w}}" for k, w in zip(kinds, widths))
                  + f"   {tr('formula')}")
-    for row in report["rows"]:
-        lines.append(f"{row['stage']:<16}" + "".join(number(row[k] / GB, f">{w}.2f") for k, w in zip(kinds, widths))
+    for row, values in zip(report["rows"], cells):
+        lines.append(f"{row['stage']:<16}" + "".join(f"{v:>{w}}" for v, w in zip(values, widths))
                      + f"   {row['formula']}")
     if report["shape"]:
         s = report["shape"]

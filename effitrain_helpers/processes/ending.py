@@ -39,6 +39,30 @@ def end_tree(pid: int, timeout: float = 10.0) -> None:
     kill_all(family, timeout=timeout)
 
 
+def become_reaper() -> bool:
+    """Linux: make this process the reaper of every process below it (``PR_SET_CHILD_SUBREAPER``), so that one
+    started in a session of its own (``start_new_session=True``) whose parent ends is re-parented here rather
+    than to init, and stays among this process's descendants (:func:`end_descendants` reaches it). Returns
+    whether it took effect (False elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def end_descendants(timeout: float = 10.0) -> int:
+    """Kill every process below this one (whatever its process group or session) and wait until they are gone;
+    returns how many there were. With :func:`become_reaper` first, that is everything it ever started that
+    still runs."""
+    import psutil
+
+    return kill_all(psutil.Process().children(recursive=True), timeout=timeout)
+
+
 def exit_without_teardown(code: int) -> None:
     """Exit this process with ``code`` once the atexit functions have run (temporary folders removed, output
     flushed), skipping the interpreter's teardown: there torch's gloo threads, freed with the objects that hold

@@ -22,7 +22,8 @@
   dies without a word (killed by a signal, as the out-of-memory killer does, or ``os._exit``), it is named
   with its exit code or signal, not the peer that lost its connection to it;
 - whatever ends the run (success, failure, timeout, an interrupt, SIGTERM to the notebook's process), every
-  worker and every process a worker started is ended and the launch folder removed; a folder left by a
+  worker and every process a worker started (in a session of its own too: the worker is its reaper, see
+  ``launch_worker``) is ended and the launch folder removed; a folder left by a
   notebook process killed with SIGKILL is removed by the next launch.
 """
 
@@ -141,10 +142,32 @@ def _pickled(fn, args, kwargs) -> bytes:
     for module in modules.values():
         cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps((fn, args, kwargs))
+        try:
+            return cloudpickle.dumps((fn, args, kwargs))
+        except Exception as err:  # noqa: BLE001 - a lock, a socket, an open file, a generator ...
+            raise TypeError(_unpicklable(fn, args, kwargs, err)) from None
     finally:
         for module in modules.values():
             cloudpickle.unregister_pickle_by_value(module)
+
+
+def _unpicklable(fn, args, kwargs, err: Exception) -> str:
+    """One line for ``launch`` 's arguments that cannot be sent to the workers: which one, and the fix."""
+    import cloudpickle
+
+    named = [("fn", fn)] + [(tr("argument {i}", i=i + 1), a) for i, a in enumerate(args)] + list(kwargs.items())
+    for name, value in named:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as own:  # noqa: BLE001 - the first that fails on its own is named
+            err = own
+            break
+    else:
+        name, value = "fn", fn
+    return tr("launch: {name} ({kind}) cannot be sent to the worker processes ({reason}): each process gets its "
+              "own copy of fn and its arguments, and this object cannot be copied into another process. Fix: "
+              "create it inside fn (each process makes its own), or pass what it is made from.", name=name,
+              kind=type(value).__name__, reason=str(err).splitlines()[0] if str(err) else type(err).__name__)
 
 
 def _validate(fn, timeout, threads_per_process) -> None:

@@ -3,7 +3,8 @@
 Sets its thread count, joins the process group, checks it really is rank ``RANK`` of ``WORLD_SIZE``, runs
 the function from the folder's payload, writes its result file, leaves the group and says so (the "left"
 file); or writes its error file with the exception's type, message and traceback (then exits with 1). Either
-way it exits without the interpreter's teardown. A crash in C++ (a signal) prints every thread's Python stack
+way it ends every process below it, those ``fn`` started in a session of their own included (it is their
+reaper: ``ending.become_reaper``, Linux), and exits without the interpreter's teardown. A crash in C++ (a signal) prints every thread's Python stack
 first, which the launcher shows. The names of the folder's files and of the variables are in ``protocol``.
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.processes import protocol
-from effitrain_helpers.processes.ending import exit_without_teardown
+from effitrain_helpers.processes.ending import become_reaper, end_descendants, exit_without_teardown
 
 
 def _watch_parent() -> None:
@@ -33,6 +34,7 @@ def _watch_parent() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
+                end_descendants(timeout=2.0)  # what it started, in its group or in a session of its own
                 if hasattr(os, "killpg") and os.getpgrp() == os.getpid():
                     os.killpg(os.getpid(), signal.SIGKILL)  # this worker and what it started (its own group)
                 os._exit(3)
@@ -101,4 +103,7 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
-    exit_without_teardown(main(sys.argv[1]))
+    become_reaper()  # a process fn starts in a session of its own stays below this worker ...
+    code = main(sys.argv[1])
+    end_descendants()  # ... and ends with it, as everything else fn started
+    exit_without_teardown(code)

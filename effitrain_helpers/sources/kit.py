@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.settings import SETTINGS
 
@@ -90,7 +91,7 @@ def kit_location(folder: str | Path | None = None) -> tuple[Path, str]:
 def read_manifest(kit: Path) -> dict:
     """The manifest of the kit folder ``kit``; ``ValueError`` when it is missing or unreadable."""
     try:
-        manifest = json.loads((kit / MANIFEST).read_text())
+        manifest = json.loads(files.read_bytes(kit / MANIFEST))
     except FileNotFoundError:
         raise ValueError(tr("offline kit folder {kit!r} has no {manifest}: it is not a kit made by `effitrain "
                             "prefetch`. Fix: copy the whole kit folder again, run `effitrain prefetch --dir {path}` "

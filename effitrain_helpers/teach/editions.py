@@ -26,11 +26,11 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import EDITION_FILE  # written here, read by exercises.solutions_enabled
 
@@ -257,16 +257,40 @@ def check_out_folder(out: Path, force: bool) -> None:
         raise ValueError(tr("--out {out!r} is a file, not a folder. Fix: pass a folder path.", out=str(out)))
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ValueError(tr("--out folder {out!r} exists and is not empty. Fix: choose a new or empty folder, or add "
-                            "--force to replace its student/ and instructor/ folders (other files are kept).",
-                            out=str(out)))
+                            "--force to write the editions into its student/ and instructor/ folders: --force "
+                            "replaces there only the notebooks an editions build writes (the lessons' names, and "
+                            "notebooks an earlier build wrote); every other file is kept.", out=str(out)))
+
+
+def check_apart(out: Path, source: Path) -> None:
+    """Refuse an ``out`` folder that is the ``source`` folder, inside it or around it: a build would write over
+    (or next to) the solved notebooks it reads."""
+    out, source = out.resolve(), source.resolve()
+    if out == source or source in out.parents or out in source.parents:
+        raise ValueError(tr("--out {out!r} and --source {source!r} overlap (one is inside the other), so the build "
+                            "would write over the solved notebooks. Fix: choose an --out folder outside the source "
+                            "folder, and a source folder outside --out.", out=str(out), source=str(source)))
+
+
+def read_notebook(path: Path):
+    """The notebook in ``path`` (nbformat 4, validated); ``ValueError`` naming the file when it is not one."""
+    import nbformat
+
+    data = files.read_bytes(path)  # a FIFO, a device, a huge file: one line naming it
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        nbformat.validate(nb)
+    except Exception as err:  # noqa: BLE001 - nbformat fails on a bad structure with TypeError, AttributeError ...
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+        raise ValueError(tr("{path} is not a readable notebook ({reason}). Fix: repair it (e.g. restore it with "
+                            "git) or move it out of the source folder.", path=str(path), reason=first)) from None
+    return nb
 
 
 def source_notebooks(source: str | Path | None, lang: str = "en") -> dict:
     """``{file name: notebook}`` of the solved notebooks in ``source`` (default: :func:`default_source`). In
     another language than English (``lang``, with no ``source``), each lesson comes from ``notebooks/<lang>/``
     when it is translated, and in English until it is."""
-    import nbformat
-
     source = default_source() if source is None else Path(source).expanduser()
     paths = sorted(source.glob("*.ipynb")) if source.is_dir() else []
     if not paths:
@@ -275,7 +299,7 @@ def source_notebooks(source: str | Path | None, lang: str = "en") -> dict:
     translated = default_source(lang)
     if lang != "en" and source == default_source():
         paths = [translated / p.name if (translated / p.name).exists() else p for p in paths]
-    return {p.name: nbformat.read(p, as_version=4) for p in paths}
+    return {p.name: read_notebook(p) for p in paths}
 
 
 def check_all(notebooks: dict) -> dict[str, list]:
@@ -297,6 +321,15 @@ def check_markers(source: str | Path | None = None) -> dict[str, int]:
     return {name: len(cells) for name, cells in check_all(source_notebooks(source)).items()}
 
 
+def _written_by_build(path: Path, edition: str) -> bool:
+    """Whether ``path`` is a notebook of ``edition`` that a build wrote (its metadata says so)."""
+    try:
+        meta = json.loads(files.read_bytes(path)).get("metadata", {}).get("effitrain", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(meta, dict) and meta.get("edition") == edition
+
+
 def build_editions(out: str | Path, source: str | Path | None = None, force: bool = False,
                    solutions: bool = True, lang: str = "en") -> dict:
     """Write ``out/student`` and ``out/instructor`` from the notebooks in ``source`` (or, in language ``lang``,
@@ -307,17 +340,19 @@ def build_editions(out: str | Path, source: str | Path | None = None, force: boo
     import nbformat
 
     out = Path(out).expanduser()
+    check_apart(out, default_source() if source is None else Path(source).expanduser())
     notebooks = source_notebooks(source, lang)
     check_out_folder(out, force)
     exercises = check_all(notebooks)  # every notebook checked before anything is written
     for edition in EDITIONS:
         folder = out / edition
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.ipynb"):  # a lesson since removed: only what a build wrote
+            if old.name not in notebooks and _written_by_build(old, edition):
+                old.unlink()
         for name, nb in notebooks.items():
-            nbformat.write(make_edition(nb, name, edition, solutions), folder / name)
-        (folder / EDITION_FILE).write_text(json.dumps(
+            files.write_atomically(folder / name, nbformat.writes(make_edition(nb, name, edition, solutions)) + "\n")
+        files.write_atomically(folder / EDITION_FILE, json.dumps(
             {"edition": edition, "solutions": solutions or edition == "instructor"}, indent=2) + "\n")
     return {"out": str(out), "notebooks": len(notebooks), "solutions_in_student_edition": solutions, "lang": lang,
             "translated": sorted(n for n, nb in notebooks.items() if nb.metadata.get("effitrain", {}).get("lang")),

@@ -1,63 +1,61 @@
-"""The gradebook: every submitted notebook run headless, one CSV row per student and exercise.
+"""The gradebook: every submission graded by the grader itself, one CSV row per student and exercise.
 
-``effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S]`` finds the notebooks in the folder
-(``alice.ipynb`` is student ``alice``; ``alice/2_2_x.ipynb`` is student ``alice`` too, one folder per student)
-and, for each one:
+``effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--timeout S] [--source DIR] [--roster CSV]
+[--resume | --merge | --replace] [--unsafe]``:
 
-- copies it into a temporary folder (the submission itself is only read, never written) and executes the
-  copy there, in a fresh kernel of this Python (whatever kernel the notebook names), offline (``HF_HUB_OFFLINE=1``), with solutions off
-  (``EFFITRAIN_SOLUTIONS=off``), cells that raise reported and the rest still run, all within ``S``
-  seconds; past that the kernel is killed;
-- collects the verdicts of its ``check()`` calls (each kernel records them in a file of its own,
-  ``EFFITRAIN_PROGRESS``) and writes one row per exercise of the lessons the notebook imports: the last
-  verdict, or *not checked* when no check of it ran;
-- writes one more row when the notebook is not a readable notebook (``invalid notebook``), a cell raised
-  (``error``), or it ran past its time limit (``timeout``), and one row ``no exercises`` for a notebook that
-  ran without a problem but imports no lesson's exercises: every submission gets at least one row; the other
-  notebooks are graded regardless.
+- **Who and what.** Every regular ``.ipynb`` file under the folder is a submission (checkpoints skipped; links,
+  FIFOs and files over :data:`MAX_NOTEBOOK_BYTES` get an ``invalid notebook`` row and are never opened for
+  long). The ``notebook`` column is its path under the folder; the student is ``alice`` for ``alice.ipynb``,
+  the folder for ``alice/1_1_x.ipynb`` (a file named after a lesson), and the path for any other file
+  (``section2/uma.ipynb`` is ``section2/uma``): sections stay apart. A ``--roster`` CSV (``file,student``) names
+  the student of any file. Two submissions of one student for one lesson (a ``-Copy1``, a file and a folder)
+  are named in a ``duplicate`` row and only one is graded (the first by path, a ``-Copy1`` after the original).
+- **The grader decides** (:mod:`~effitrain_helpers.teach.answers`): each submission is matched to its lesson in
+  the instructor's solved notebooks (``--source``, default the workbook's ``notebooks/``); what runs is that
+  lesson with only the student's answer lines in it, the rest restored, and the lesson's reference in place of
+  a wrong answer for the exercises after it. Verdicts are read from the restored check cells' outputs only; an
+  answer that reaches into the checking machinery is ``flagged for review`` and never credited.
+- **In a sandbox** (:mod:`~effitrain_helpers.teach.sandbox`): no network, no view of the other submissions, the
+  gradebook, the instructor's notebooks or this command; every process it starts ends with it. Without
+  bubblewrap grade refuses, unless ``--unsafe``.
+- **Rows**: per exercise the verdict (``correct``, ``incorrect``, ``not attempted``, ``not checked``, ``flagged
+  for review``) and in ``detail`` the checker's message, in the class's language; one more row when the notebook
+  is not a readable notebook, one per cell that raised (``error``, the error's first line), it ran
+  past ``S`` seconds (``timeout``), matches no lesson (``no exercises``) or is a ``duplicate``. Cells a
+  spreadsheet would read as a formula (starting ``= + - @``) are written with a leading ``'``.
+- **Never loses a row**: the rows of each notebook are appended to ``--out`` as soon as it is graded; an
+  ``--out`` that already holds rows is refused unless ``--resume`` (grade only the notebooks it lacks),
+  ``--merge`` (keep its rows of other notebooks, replace those graded now) or ``--replace``. SIGTERM ends the
+  run as Ctrl-C does: the notebook running is stopped, its temporary folder removed, the rows so far kept.
 
-What it never touches: nothing under ``SUBMISSIONS_DIR`` is written, renamed or deleted. ``--out`` is refused,
-before any notebook runs, when it is empty, a folder, not a ``.csv`` name, inside ``SUBMISSIONS_DIR``, or an
-existing file that is not a gradebook this command wrote (its first line is :data:`COLUMNS`); the CSV is written
-to a temporary file beside it and moved into place, so an interrupted run leaves the previous gradebook whole.
-
-Each notebook's kernel runs in a session (process group) of its own and every process it starts carries a
-marker in its environment (:data:`RUN_ENV`): whatever ends the notebook (its end, its time limit, Ctrl-C,
-SIGTERM), every process carrying that run's marker is killed, a child that started a session of its own
-included, and its temporary folder (the copy, the verdicts, the kernel's connection file) is removed.
-
-This runs the students' code on this machine with your permissions, as nbgrader and otter-grader do: grade in
-a container or an account of its own when the submissions are not trusted.
+Nothing under ``SUBMISSIONS_DIR`` is written, renamed or deleted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import csv
-import math
 import os
-import re
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.outputs import check_output_file
 from effitrain_helpers.core.validate import positive_number
-from effitrain_helpers.teach import verdicts
-from effitrain_helpers.teach.progress import lesson_exercises
+from effitrain_helpers.teach import sandbox, verdicts
+from effitrain_helpers.teach.answers import REVIEW, graded_notebook, lesson_name, match_source
 
 COLUMNS = ("student", "notebook", "lesson", "exercise", "status", "detail")
-INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES = (
-    msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"))
+INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES, DUPLICATE = (
+    msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"), msg("duplicate"))
 MAX_TIMEOUT = 24 * 3600.0  # seconds per notebook: a day
-RUN_ENV = "EFFITRAIN_GRADE_RUN"  # the marker every process of one graded notebook inherits
-_IMPORTS = re.compile(rf"^\s*from\s+{re.escape(verdicts.CHECKS_PACKAGE)}\.(\w+)\s+import\b", re.M)
+MAX_NOTEBOOK_BYTES = 64 * 2**20  # a submission larger than this is not read
+MAX_MESSAGE = 1000  # characters of a checker's message kept in ``detail``
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
 
 
 @dataclass
@@ -72,171 +70,172 @@ class Row:
     detail: str = ""
 
 
-def find_submissions(folder: Path) -> list[tuple[str, Path]]:
-    """``(student, notebook path)`` for every ``.ipynb`` under ``folder`` (checkpoints skipped), sorted."""
+@dataclass
+class Submission:
+    """One submitted file: its student, its path under the submissions folder, and what was read of it."""
+
+    student: str
+    notebook: str  # path under the submissions folder, e.g. "section2/uma.ipynb"
+    path: Path
+    nb: object = None  # the parsed notebook, or None
+    problem: str = ""  # why it cannot be read as a notebook
+    source: str | None = None  # the lesson notebook it is a copy of
+    duplicate_of: str = ""
+
+
+def read_notebook(path: Path):
+    """The notebook at ``path``, read only if it is a regular file (not a link, FIFO or device) of at most
+    :data:`MAX_NOTEBOOK_BYTES` (:func:`~effitrain_helpers.core.files.read_bytes`); ValueError (one line)
+    otherwise."""
+    import nbformat
+
+    if path.is_symlink():
+        raise ValueError(tr("it is a link ({target}); a link is not a submission: not read",
+                            target=str(os.readlink(path))))
+    try:
+        data = files.read_bytes(path, limit=MAX_NOTEBOOK_BYTES)
+    except OSError as err:
+        raise ValueError(tr("cannot open it ({why}): not read", why=err.strerror or err)) from None
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        nb.cells  # noqa: B018 - a JSON file that is not a notebook fails here
+        if not isinstance(nb.cells, list) or not all(isinstance(c, dict) and "source" in c for c in nb.cells):
+            raise ValueError(tr("its cells are not a list of cells"))
+    except Exception as err:  # noqa: BLE001 - whatever is wrong with the file, it is this student's row
+        raise ValueError(tr("cannot read it as a notebook: {error}: {message}", error=type(err).__name__,
+                            message=str(err)[:200])) from None
+    return nb
+
+
+def read_roster(path) -> dict[str, str]:
+    """``{file under the submissions folder: student}`` from a CSV with columns ``file`` and ``student``."""
+    try:
+        with open(Path(path).expanduser(), encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise ValueError(tr("--roster {path!r} cannot be read ({why}). Fix: pass a CSV file with columns "
+                            "file,student.", path=str(path), why=err)) from None
+    if not rows or not {"file", "student"} <= set(rows[0]):
+        raise ValueError(tr("--roster {path!r} has no columns file and student. Fix: a CSV whose first line is "
+                            "file,student and one line per submission, e.g. section2/uma.ipynb,Uma Lima.",
+                            path=str(path)))
+    return {r["file"].strip(): r["student"].strip() for r in rows if r["file"] and r["student"]}
+
+
+def student_of(notebook: str, sources: dict) -> str:
+    """The student of a file at ``notebook`` (path under the submissions folder): see module docstring."""
+    parts = notebook.split("/")
+    stem = parts[-1].removesuffix(".ipynb")
+    if len(parts) == 1:
+        return stem
+    folder = "/".join(parts[:-1])
+    return folder if lesson_name(parts[-1]) in sources else f"{folder}/{stem}"
+
+
+def find_submissions(folder: Path, sources: dict, roster: dict | None = None) -> list[Submission]:
+    """Every ``.ipynb`` under ``folder`` (checkpoints skipped), sorted, read and matched to its lesson, the
+    duplicates marked (module docstring)."""
     if not folder.is_dir():
         raise ValueError(tr("SUBMISSIONS_DIR {folder!r} is not a folder. Fix: pass the folder that holds the "
                             "submitted notebooks (one .ipynb per student, or one folder per student).",
                             folder=str(folder)))
-    found = []
+    found: list[Submission] = []
     for path in sorted(folder.rglob("*.ipynb")):
         rel = path.relative_to(folder)
         if ".ipynb_checkpoints" in rel.parts:
             continue
-        found.append((rel.parts[0] if len(rel.parts) > 1 else path.stem, path))
+        notebook = rel.as_posix()
+        sub = Submission((roster or {}).get(notebook) or student_of(notebook, sources), notebook, path)
+        try:
+            sub.nb = read_notebook(path)
+            sub.source = match_source(sub.nb, path.name, sources)
+        except ValueError as err:
+            sub.problem = str(err)
+        found.append(sub)
     if not found:
         raise ValueError(tr("SUBMISSIONS_DIR {folder!r} holds no .ipynb notebooks. Fix: pass the folder of the "
                             "submissions.", folder=str(folder)))
+    first: dict[tuple[str, str], str] = {}
+    for sub in sorted(found, key=lambda s: (s.path.name != lesson_name(s.path.name), s.notebook)):  # copies last
+        if sub.source:
+            sub.duplicate_of = first.setdefault((sub.student, sub.source), sub.notebook)
+            if sub.duplicate_of == sub.notebook:
+                sub.duplicate_of = ""
     return found
 
 
-def _first_error(nb) -> str | None:
-    """``"cell 4 raised NameError: ..."`` for the first cell of an executed notebook that raised (+ how many)."""
-    raised = [(i, out) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-              for out in cell.get("outputs", []) if out.get("output_type") == "error"]
-    if not raised:
-        return None
-    i, out = raised[0]
-    more = f" (and {len(raised) - 1} more cells)" if len(raised) > 1 else ""
-    return f"cell {i} raised {out.get('ename')}: {out.get('evalue', '')}"[:300] + more
-
-
-def _this_python_kernel(connection_file: Path):
-    """A kernel manager for a kernel of this very Python (where effitrain is installed), whatever kernel the
-    notebook names and whatever ``python3`` kernel is installed elsewhere (as ``nbval --nbval-current-env``),
-    its connection file at ``connection_file`` (the notebook's temporary folder, removed with it)."""
-    from ipykernel.kernelspec import RESOURCES, get_kernel_dict
-    from jupyter_client import AsyncKernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    class ThisPython(KernelSpecManager):
-        def get_kernel_spec(self, kernel_name):  # noqa: D102 - the one kernel it knows
-            return self.kernel_spec_class(resource_dir=RESOURCES, **get_kernel_dict())
-
-    return AsyncKernelManager(kernel_name="effitrain-grade", kernel_spec_manager=ThisPython(),
-                              connection_file=str(connection_file))
-
-
-async def _execute(nb, workdir: Path, env: dict, limit: float) -> None:
-    """Run ``nb`` in a fresh kernel in ``workdir``; the kernel is shut down (killed) when it ends or times out.
-    (nbclient's own per-cell limit takes whole seconds: the whole notebook's ``limit`` is kept here.)"""
-    from nbclient import NotebookClient
-
-    km = _this_python_kernel(workdir.parent / "kernel.json")
-    client = NotebookClient(nb, km=km, timeout=math.ceil(limit), allow_errors=True,
-                            shutdown_kernel="immediate", resources={"metadata": {"path": str(workdir)}})
-    run = asyncio.ensure_future(client.async_execute(env=env, stderr=subprocess.DEVNULL, cleanup_kc=True))
-    try:
-        done, _ = await asyncio.wait({run}, timeout=limit)
-        if not done:
-            raise TimeoutError
-        run.result()
-    finally:  # past the limit or this run cancelled (Ctrl-C): cancelling kills the kernel, and what nbclient
-        run.cancel()  # raises then (kernel died) is not the news
-        await asyncio.gather(run, return_exceptions=True)
-        if client.km is not None and await client.km.is_alive():  # the context manager's cleanup missed it
-            await client.km.shutdown_kernel(now=True)
-
-
-STOP_WAIT = 10.0  # seconds an interrupted notebook's run gets to wind down (the kernel is already killed)
-
-
-def end_processes(run: str) -> int:
-    """Kill every process whose environment carries ``RUN_ENV=run`` (a graded notebook's kernel and all it
-    started, a child in a session of its own included); returns how many were killed."""
-    import psutil
-
-    from effitrain_helpers.processes.ending import kill_all
-
+def _errors(nb) -> list[str]:
+    """``"cell 4 raised NameError: ..."`` (the error's first line) for every cell of an executed notebook that
+    raised, in order: one ``error`` row each, so the feedback lists every failed cell."""
     found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get(RUN_ENV) == run:
-                found.append(proc)
-        except (psutil.Error, OSError):  # gone meanwhile, another user's, a zombie
-            continue
-    return kill_all(found, timeout=5)
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if out.get("output_type") == "error":
+                first = (str(out.get("evalue", "")).splitlines() or [""])[0]
+                found.append(f"cell {i} raised {out.get('ename')}: {first}"[:300])
+    return found
 
 
-def _run_notebook(nb, workdir: Path, env: dict, limit: float) -> None:
-    """:func:`_execute` in a thread of its own (``asyncio.run`` refuses a thread whose event loop already runs:
-    a Jupyter kernel, where an instructor may call grade(); a test session holding Playwright's loop).
-    Whatever interrupts the wait (Ctrl-C, SIGTERM), the notebook's processes are killed at once, its run is
-    cancelled and given :data:`STOP_WAIT` seconds to wind down before the exception goes on: the thread is a
-    daemon, so a client that never finishes its cleanup cannot keep the command from exiting."""
-    running, outcome = {}, {}
-
-    async def run() -> None:
-        running["loop"], running["task"] = asyncio.get_running_loop(), asyncio.current_task()
-        await _execute(nb, workdir, env, limit)
-
-    def work() -> None:
-        try:
-            asyncio.run(run())
-        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread, which raises it
-            outcome["error"] = err
-
-    thread = threading.Thread(target=work, name="effitrain-grade-notebook", daemon=True)
-    thread.start()
-    try:
-        thread.join()
-    except BaseException:
-        if "loop" in running:
-            try:
-                running["loop"].call_soon_threadsafe(running["task"].cancel)
-            except RuntimeError:  # the run ended meanwhile and its loop is closed
-                pass
-        end_processes(env[RUN_ENV])
-        thread.join(STOP_WAIT)
-        raise
-    if "error" in outcome:
-        raise outcome["error"]
+def _verdicts(cell, next_cell, exercises) -> dict:
+    """``{(lesson, exercise): (status, message)}``: the last verdicts a check cell showed (with the checker's message,
+    at most :data:`MAX_MESSAGE` characters), for the exercises it checks only,
+    and only when it ran to its end (no error in it, the grader's cell after it ran): an answer called by the
+    checker that shows a verdict of its own and then stops the kernel gets none."""
+    outputs = cell.get("outputs", [])
+    if any(out.get("output_type") == "error" for out in outputs) or next_cell.get("execution_count") is None:
+        return {}
+    found = {}
+    for out in outputs:
+        rec = out.get("data", {}).get(verdicts.VERDICT_MIME) if out.get("output_type") == "display_data" else None
+        if isinstance(rec, dict) and (rec.get("lesson"), rec.get("exercise")) in exercises \
+                and rec.get("status") in ("correct", "incorrect", "not attempted"):
+            message = rec.get("message") if isinstance(rec.get("message"), str) else ""
+            found[rec["lesson"], rec["exercise"]] = rec["status"], message[:MAX_MESSAGE]
+    return found
 
 
-def grade_notebook(student: str, path: Path, limit: float) -> list[Row]:
-    """The rows of one submission (module docstring); never raises for a bad notebook."""
+def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: bool = True) -> list[Row]:
+    """The rows of one submission (module docstring); never raises for a bad notebook. The one place rows are
+    made: a feedback file or a wide table is built from these."""
     import nbformat
-    from nbclient.exceptions import CellTimeoutError
 
-    name = path.name
-    try:
-        data = path.read_bytes()
-        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
-        nb.cells  # noqa: B018 - a JSON file that is not a notebook fails here
-    except Exception as err:  # noqa: BLE001 - whatever is wrong with the file, it is this student's row
-        return [Row(student, name, "", "", INVALID, f"cannot read it as a notebook: {type(err).__name__}: "
-                                                    f"{str(err)[:200]}")]
-    rows: list[Row] = []
+    def row(lesson="", exercise="", status="", detail=""):
+        return Row(sub.student, sub.notebook, lesson, exercise, status, detail)
+
+    if sub.problem:
+        return [row(status=INVALID, detail=sub.problem)]
+    if sub.duplicate_of:
+        return [row(status=DUPLICATE, detail=f"same student and lesson as {sub.duplicate_of} (graded): not graded "
+                                             "twice; keep one, or name their students in a --roster")]
+    if sub.source is None:
+        return [row(status=NO_EXERCISES, detail="matches no lesson of the source notebooks (by its metadata, its "
+                                                "file name or the exercises it imports): nothing to grade")]
+    graded = graded_notebook(sub.nb, sources[sub.source], sub.source)
     with tempfile.TemporaryDirectory(prefix="effitrain-grade-") as tmp:
-        workdir = Path(tmp) / "work"
-        workdir.mkdir()
-        (workdir / name).write_bytes(data)  # the kernel's folder holds a copy, never the submission
-        record_file = Path(tmp) / "verdicts.jsonl"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "EFFITRAIN_SOLUTIONS": "off",
-               verdicts.PROGRESS_ENV: str(record_file), "MPLBACKEND": "Agg", RUN_ENV: uuid.uuid4().hex}
-        try:
-            _run_notebook(nb, workdir, env, limit)
-            error = _first_error(nb)
-            if error:
-                rows.append(Row(student, name, "", "", ERROR, error))
-        except TimeoutError:
-            rows.append(Row(student, name, "", "", TIMEOUT, f"ran past the limit of {limit:g} s; kernel stopped"))
-        except Exception as err:  # noqa: BLE001 - a dead kernel, a cell timeout: this notebook's row, not a crash
-            status = TIMEOUT if isinstance(err, CellTimeoutError) else ERROR
-            rows.append(Row(student, name, "", "", status, f"{type(err).__name__}: {str(err)[:200]}"))
-        finally:
-            end_processes(env[RUN_ENV])  # what the notebook started and left running, before its folder goes
-        last = {(r["lesson"], r["exercise"]): r["status"] for r in verdicts.read(record_file)}
-    exercises = lesson_exercises()
-    imported = [verdicts.lesson_of(f"{verdicts.CHECKS_PACKAGE}.{m}") for cell in nb.cells
-                if cell.cell_type == "code" for m in _IMPORTS.findall(cell.source)]
-    lessons = dict.fromkeys([les for les in imported if les in exercises] + [les for les, _ in last])
-    for lesson in lessons:
-        for exercise in exercises.get(lesson, {}):
-            rows.append(Row(student, name, lesson, exercise, last.get((lesson, exercise), NOT_CHECKED)))
-    if not rows:
-        rows.append(Row(student, name, "", "", NO_EXERCISES, "ran without errors, but imports no lesson's "
-                        f"exercises (from {verdicts.CHECKS_PACKAGE}.lesson_N_M import q1): nothing to grade"))
+        folder = Path(tmp)
+        nbformat.write(graded.notebook, folder / sandbox.NOTEBOOK)
+        env = {k: v for k, v in os.environ.items() if k not in (verdicts.PROGRESS_ENV, sandbox.RUN_ENV)}
+        env.update({"HF_HUB_OFFLINE": "1", "EFFITRAIN_SOLUTIONS": "off", verdicts.GRADING_ENV: "1",
+                    "MPLBACKEND": "Agg"})
+        result = sandbox.run_graded(folder, limit, env, hide, safe)
+    rows: list[Row] = []
+    ran = nbformat.from_dict(result["notebook"]) if result["notebook"] else None
+    if result["outcome"] == "timeout":
+        rows.append(row(status=TIMEOUT, detail=result["detail"] or f"ran past the limit of {limit:g} s"))
+    elif result["outcome"] == "error":
+        rows.append(row(status=ERROR, detail=result["detail"]))
+    elif ran is not None:
+        rows += [row(status=ERROR, detail=error) for error in _errors(ran)]
+    for check in graded.checks:
+        found = _verdicts(ran.cells[check.cell], ran.cells[check.cell + 1], check.exercises) if ran else {}
+        for exercise in check.exercises:
+            if check.flag:
+                rows.append(row(*exercise, REVIEW, check.flag))
+            else:
+                status, message = found.get(exercise, (NOT_CHECKED, ""))
+                rows.append(row(*exercise, status, "; ".join(t for t in (check.note, message) if t)))
+    if not graded.checks:
+        rows.append(row(status=NO_EXERCISES, detail=f"its lesson {sub.source} has no marked exercises"))
     return rows
 
 
@@ -276,6 +275,27 @@ def check_gradebook(out, submissions: Path) -> Path:
     return path
 
 
+def _cell(value: str) -> str:
+    """A CSV cell a spreadsheet shows as text: one starting like a formula gets a leading ``'``."""
+    return "'" + value if value.startswith(_FORMULA) else value
+
+
+def _uncell(value: str) -> str:
+    return value[1:] if value.startswith("'") and value[1:].startswith(_FORMULA) else value
+
+
+def read_gradebook(path: Path) -> list[Row]:
+    """The rows of a gradebook this command wrote (a last line cut short by a crash is dropped)."""
+    text = path.read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]
+    rows = []
+    for rec in csv.DictReader(text.splitlines(keepends=True)):
+        if all(isinstance(rec.get(c), str) for c in COLUMNS):
+            rows.append(Row(*(_uncell(rec[c]) for c in COLUMNS)))
+    return rows
+
+
 def _write_csv(rows: list[Row], out: Path) -> None:
     """The gradebook written beside ``out`` and moved over it in one step (an interruption leaves the old one)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
@@ -283,36 +303,116 @@ def _write_csv(rows: list[Row], out: Path) -> None:
         with open(fd, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
-            writer.writerows(asdict(r) for r in rows)
+            writer.writerows({k: _cell(v) for k, v in asdict(r).items()} for r in rows)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _append(rows: list[Row], out: Path) -> None:
+    """One notebook's rows added to the gradebook in one write, on disk before the next notebook runs."""
+    import io
+
+    text = io.StringIO()
+    csv.DictWriter(text, fieldnames=COLUMNS).writerows({k: _cell(v) for k, v in asdict(r).items()} for r in rows)
+    with open(out, "a", encoding="utf-8", newline="") as f:
+        f.write(text.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+KEEP_MODES = ("resume", "merge", "replace")
+
+
+def start_gradebook(out: Path, notebooks: set[str], mode: str | None) -> tuple[list[Row], set[str]]:
+    """Make ``out`` ready for this run's rows; returns ``(rows kept, notebooks already graded)``. An ``out`` that
+    holds rows needs a ``mode`` (module docstring): ValueError otherwise."""
+    old = read_gradebook(out) if out.exists() else []
+    if old and mode is None:
+        raise ValueError(tr("--out {path!r} already holds {n} rows of an earlier grade run; nothing was changed. Fix: "
+                            "--resume to grade only the notebooks it lacks, --merge to keep its rows of other "
+                            "notebooks and replace those graded now, --replace to start it over, or a new file name.",
+                            path=str(out), n=len(old)))
+    if mode == "resume":
+        keep = old
+    elif mode == "merge":
+        keep = [r for r in old if r.notebook not in notebooks]
+    else:
+        keep = []
+    _write_csv(keep, out)
+    return keep, ({r.notebook for r in keep} if mode == "resume" else set())
+
+
 def _terminated(signum, frame):
     raise SystemExit(128 + signum)  # unwinds like Ctrl-C: the running notebook's processes and folders go
 
 
-def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: bool = True) -> list[Row]:
-    """Grade every notebook in ``folder`` into the CSV file ``out``; return the rows. Every argument is checked
-    before the first notebook runs; SIGTERM ends the run as Ctrl-C does (the notebook running is stopped)."""
+def hidden_paths(submissions: Path, out: Path, sources_folder: Path, roster,
+                 feedback: Path | None = None) -> list[Path]:
+    """What a sandboxed submission must not see: the other submissions, the gradebook, the instructor's notebooks
+    (and the workbook's own), the roster, the feedback folder."""
+    from effitrain_helpers.teach.editions import default_source
+
+    return [p for p in (submissions, out, sources_folder, default_source(), roster and Path(roster),
+                        feedback and feedback.exists() and feedback) if p]
+
+
+def check_feedback(path, submissions: Path) -> Path:
+    """``path`` as the feedback folder (created if missing, outside ``submissions``); ValueError, one line."""
+    from effitrain_helpers.core.outputs import check_output_folder
+
+    folder = check_output_folder(path, "--feedback")
+    resolved = folder.resolve()
+    if resolved == submissions.resolve() or submissions.resolve() in resolved.parents:
+        raise ValueError(tr("--feedback {path!r} is inside SUBMISSIONS_DIR {folder!r}, which grade never writes to. "
+                            "Fix: write the feedback outside it, e.g. --feedback feedback.", path=str(path),
+                            folder=str(submissions)))
+    return folder
+
+
+def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: bool = True, *,
+          source: str | Path | None = None, roster: str | Path | None = None, mode: str | None = None,
+          unsafe: bool = False, feedback: str | Path | None = None) -> list[Row]:
+    """Grade every notebook in ``folder`` into the CSV file ``out`` (module docstring); return this run's rows.
+    With ``feedback``, a folder, write there each student's feedback page from every row of ``out`` once all are
+    graded (:mod:`~effitrain_helpers.teach.reports`). Every argument is checked before the first notebook runs;
+    SIGTERM ends the run as Ctrl-C does."""
+    from effitrain_helpers.teach.editions import default_source, source_notebooks
+
     limit = check_timeout(limit)
+    if mode is not None and mode not in KEEP_MODES:
+        raise ValueError(tr("mode={mode!r} is not allowed; choose one of {allowed}.", mode=mode,
+                            allowed=", ".join(KEEP_MODES)))
     if not str(folder).strip():
         raise ValueError(tr("SUBMISSIONS_DIR is empty. Fix: pass the folder of the submitted notebooks."))
     submissions_folder = Path(folder).expanduser()
     out = check_gradebook(out, submissions_folder)
-    submissions = find_submissions(submissions_folder)
+    feedback_folder = check_feedback(feedback, submissions_folder) if feedback is not None else None
+    why = None if unsafe else sandbox.unavailable()
+    if why:
+        raise ValueError(tr("grade refuses to run submissions outside a sandbox: {why}.", why=why))
+    sources = source_notebooks(source)
+    subs = find_submissions(submissions_folder, sources, read_roster(roster) if roster else None)
+    hide = hidden_paths(submissions_folder, out, Path(source).expanduser() if source else default_source(), roster,
+                        feedback_folder)
+    kept, done = start_gradebook(out, {s.notebook for s in subs}, mode)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main else None
+    rows: list[Row] = []
     try:
-        rows: list[Row] = []
-        for i, (student, path) in enumerate(submissions, 1):
+        todo = [s for s in subs if s.notebook not in done]
+        for i, sub in enumerate(todo, 1):
             if progress:
-                print(f"[{i}/{len(submissions)}] {student}: {path.name}", file=sys.stderr, flush=True)
-            rows += grade_notebook(student, path, limit)
+                print(f"[{i}/{len(todo)}] {sub.student}: {sub.notebook}", file=sys.stderr, flush=True)
+            mine = grade_notebook(sub, limit, sources, hide, safe=not unsafe)
+            _append(mine, out)
+            rows += mine
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
-    _write_csv(rows, out)
+    if feedback_folder is not None:
+        from effitrain_helpers.teach.reports import write_feedback
+
+        write_feedback(read_gradebook(out), feedback_folder)
     return rows

@@ -22,6 +22,7 @@ import functools
 import textwrap
 from typing import TYPE_CHECKING
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, number, number_list, separators, tr
 from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.core.validate import whole_number
@@ -39,6 +40,18 @@ _WAYS = {"data_parallel": (msg("data parallel"), msg("data\nparallel")),
          "local_sgd": (msg("local sgd"), msg("local\nsgd")),
          "no_communication": (msg("no communication"), msg("no\ncommunication")),
          "accumulation": (msg("accumulation"), msg("accumulation"))}
+
+
+def save_figure(figure: "Figure", path, dpi: int = 120) -> None:
+    """``figure`` saved to ``path`` (its type from the suffix) whole or not at all: drawn in memory, then written
+    by :func:`~effitrain_helpers.core.files.write_atomically`, so a full disk leaves no partial image and its
+    ``OSError`` names the path."""
+    import io
+    from pathlib import Path
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=dpi)
+    files.write_atomically(Path(path).expanduser(), buffer.getvalue())
 
 
 def plot_gflops(results: list["MatmulResult"], title: str | None = None, ax=None) -> "Figure":
@@ -978,3 +991,30 @@ def _numbers_in_language(plot):
 # every figure's numbers in the learner's language, one home for all plot_* functions (a new one too)
 globals().update({name: _numbers_in_language(plot) for name, plot in list(globals().items())
                   if name.startswith("plot_") and callable(plot)})
+
+
+# ---- chapter 6, lesson 6.1: the latency-bandwidth model -----------------------------------------------------------
+def plot_alpha_beta(alpha: float, beta: float, message_bytes: tuple[int, ...] = (2**10, 2**27),
+                    worlds: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)) -> "Figure":
+    """The alpha-beta model's all-reduce time against N (lesson 6.1), one panel per message size, one line per
+    algorithm of ``measure.latency_bandwidth.ALGORITHMS``, from the ``alpha`` (s) and ``beta`` (s/byte)
+    measured here."""
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.measure.latency_bandwidth import ALGORITHMS, model_seconds
+
+    fig, axes = plt.subplots(1, len(message_bytes), figsize=(11, 4.5), sharey=False)
+    for ax, nbytes in zip(axes, message_bytes):
+        for algorithm, style in zip(ALGORITHMS, ("-o", "-s", "--")):
+            ax.plot(worlds, [model_seconds(algorithm, nbytes, n, alpha, beta) * 1e3 for n in worlds], style,
+                    label=tr(algorithm))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(tr("processes N"), fontsize=FONT - 1)
+        ax.set_ylabel(tr("model time (ms)"), fontsize=FONT - 1)
+        ax.set_title(tr("all-reduce of {size} KiB", size=number(nbytes / 2**10, ",.0f")), fontsize=FONT)
+        ax.legend(fontsize=FONT - 3)
+    fig.suptitle(tr("alpha-beta model, alpha = {alpha} µs, bandwidth 1/beta = {bandwidth} GB/s (gloo, here)",
+                    alpha=number(alpha * 1e6, ".1f"), bandwidth=number(1 / beta / 1e9, ".2f")), fontsize=FONT)
+    fig.tight_layout()
+    return fig

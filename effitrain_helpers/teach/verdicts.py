@@ -9,6 +9,12 @@ type); ``read_counted()`` also says how many it skipped.
 
 The file is ``$EFFITRAIN_PROGRESS`` when set (``effitrain grade`` points each submission's kernel at a file
 of its own this way), else ``progress.jsonl`` in the workbook's cache folder (``EFFITRAIN_CACHE``).
+
+Under ``effitrain grade`` (:data:`GRADING_ENV` set in the sandboxed kernel) no file is written: each verdict is
+shown as an output of the check cell itself, of type :data:`VERDICT_MIME`, and the grader takes from the
+executed notebook only the verdicts found in the check cells it restored from the instructor's source, for the
+exercises those cells check (:mod:`effitrain_helpers.teach.grade`). :func:`passed` tells the grader's own cells
+whether an exercise was Correct (they then run the reference in its place).
 """
 
 from __future__ import annotations
@@ -20,11 +26,34 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.settings import SETTINGS
 
 PROGRESS_ENV = "EFFITRAIN_PROGRESS"
 CHECKS_PACKAGE = "effitrain_helpers.teach.checks"
 START = "start"  # the start page's lesson id (checks module ``start_here``)
+GRADING_ENV = "EFFITRAIN_GRADING"  # "1" in a kernel effitrain grade runs
+VERDICT_MIME = "application/vnd.effitrain.verdict+json"
+_LAST: dict[tuple[str, str], str] = {}  # under grade: the last verdict of each (lesson, exercise) in this kernel
+
+
+def grading() -> bool:
+    """Whether this kernel is one ``effitrain grade`` runs (see module docstring)."""
+    return os.environ.get(GRADING_ENV) == "1"
+
+
+def passed(exercises) -> bool:
+    """Under grade: whether every ``(lesson, exercise)`` of ``exercises`` was last checked Correct here."""
+    return all(_LAST.get(tuple(e)) == "correct" for e in exercises)
+
+
+def _show_to_grader(lesson: str, name: str, status: str, message: str) -> None:
+    """The verdict and the checker's message as an output of the running cell (under grade), where the grader
+    reads it."""
+    from IPython.display import display
+
+    _LAST[lesson, name] = status
+    display({VERDICT_MIME: {"lesson": lesson, "exercise": name, "status": status, "message": message}}, raw=True)
 
 
 def verdicts_file() -> Path:
@@ -51,18 +80,24 @@ def _key(exercise: Any) -> tuple[str | None, str | None]:
     return lesson_of(module), next((n for n, v in names.items() if v is exercise), None)
 
 
-def record(exercise: Any, status: str) -> None:
+def record(exercise: Any, status: str, message: str = "") -> None:
     """Append one verdict of ``exercise`` (an :class:`~effitrain_helpers.teach.exercises.Exercise`) to
-    :func:`verdicts_file`; an exercise that is not a lesson's (a test's own) is not recorded. Never raises."""
+    :func:`verdicts_file`; an exercise that is not a lesson's (a test's own) is not recorded. Under grade the
+    checker's ``message`` goes with the verdict (the student's feedback). Never raises."""
     try:
         lesson, name = _key(exercise)
         if lesson is None or name is None:
+            return
+        if grading():
+            _show_to_grader(lesson, name, status, str(message))
             return
         line = json.dumps({"lesson": lesson, "exercise": name, "name": exercise.name, "status": status,
                            "time": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         path = verdicts_file()
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:  # one short line, appended in one write
+        # never blocks: a FIFO with no reader refuses at once (ENXIO)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+        with open(fd, "a", encoding="utf-8") as f:  # one short line, appended in one write
             f.write(line + "\n")
     except Exception:  # noqa: BLE001 - progress is a convenience: the check's verdict is shown regardless
         pass
@@ -76,10 +111,11 @@ def _valid(rec) -> bool:
 def read_counted(path: str | Path | None = None) -> tuple[list[dict], int]:
     """``(records, skipped)``: every valid verdict in ``path`` (default :func:`verdicts_file`), oldest first, and
     how many non-blank lines were not one (undecodable bytes, not JSON, fields missing or of the wrong type).
-    A bad line never hides the good ones around it; a file that cannot be read gives ``([], 0)``."""
+    A bad line never hides the good ones around it; a file that cannot be read gives ``([], 0)``, one that is
+    not a regular file or is too large (``/dev/zero``) a ``ValueError`` naming it (:func:`files.read_bytes`)."""
     path = verdicts_file() if path is None else Path(path)
     try:
-        data = path.read_bytes()
+        data = files.read_bytes(path)
     except OSError:
         return [], 0
     records, skipped = [], 0

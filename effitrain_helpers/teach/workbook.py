@@ -15,8 +15,11 @@ cells, no stored verdicts; ``q1.solution()`` works for a self-paced learner) int
   copy beside it. A notebook in the folder that the workbook did not write is never touched either.
 
 Two runs on one folder at once (a double-click, two terminals) take turns: each holds the lock file
-``.effitrain-workbook.lock`` from reading the manifest to writing it, and the manifest is written to a
-temporary file and moved over the old one, so it is always whole. A copy the manifest does not list (the
+``.effitrain-workbook.lock`` (which names its process) from reading the manifest to writing it; a run waits for
+another at most :data:`LOCK_WAIT` seconds, then stops naming the process that holds the lock and how to end it.
+Copies and the manifest are written to a temporary file and moved over the old one, so they are always whole
+(a full disk leaves the old copy, or none); a copy whose bytes are a proper beginning of the lesson's (one an
+older workbook truncated on a full disk) holds nothing of the learner's and is written again. A copy the manifest does not list (the
 manifest was lost or broken) is the workbook's again when its bytes are exactly what the workbook writes now
 (its sha256 fingerprint matches): nothing of the learner's can be in it.
 
@@ -39,16 +42,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from effitrain_helpers.core import files
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.editions import check_all, source_notebooks, default_source, make_edition
 
 WORKBOOK_ENV = "EFFITRAIN_WORKBOOK"
 MANIFEST = ".effitrain-workbook.json"
-LOCK = ".effitrain-workbook.lock"  # held by one run at a time (see the module docstring)
+LOCK = ".effitrain-workbook.lock"  # held by one run at a time (see the module docstring); holds its process id
+LOCK_WAIT = 120.0  # seconds a run waits for another run's turn before naming that run and stopping
 # What a run did with each lesson (the ``action`` of a :class:`Copy`).
-NEW, UPDATED, UNCHANGED, KEPT, CHANGED, NOT_OURS, FRESH = (
+NEW, UPDATED, UNCHANGED, KEPT, CHANGED, NOT_OURS, FRESH, REPAIRED = (
     msg("new"), msg("updated"), msg("up to date"), msg("yours (kept)"), msg("yours (lesson changed)"),
-    msg("not written by the workbook"), msg("fresh copy"))
+    msg("not written by the workbook"), msg("fresh copy"), msg("damaged copy rewritten"))
 
 
 def default_folder() -> Path:
@@ -97,28 +102,31 @@ def fresh_command(notebook: str, folder: Path) -> str:
 
 
 
-def _try_lock(lock, wait: bool = False) -> bool:
-    """Hold ``lock`` (an open file) exclusively: True when held; without ``wait``, False when another process
-    holds it. ``fcntl.flock`` on POSIX, ``msvcrt.locking`` of its first byte on Windows."""
-    if os.name == "nt":
-        import msvcrt
+def _try_lock(lock, wait: float = 0.0) -> bool:
+    """Hold ``lock`` (an open file) exclusively: True when held; False when another process still holds it after
+    ``wait`` seconds. ``fcntl.flock`` on POSIX, ``msvcrt.locking`` of its first byte on Windows."""
+    deadline = time.monotonic() + wait
+    while True:
+        if os.name == "nt":
+            import msvcrt
 
-        while True:
             try:
                 lock.seek(0)
                 msvcrt.locking(lock.fileno(), msvcrt.LK_NBLCK, 1)
                 return True
             except OSError:
-                if not wait:
-                    return False
-                time.sleep(0.1)
-    import fcntl
+                pass
+        else:
+            import fcntl
 
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        return False
-    return True
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def _unlock(lock) -> None:
@@ -149,7 +157,7 @@ class Workbook:
     def _read_manifest(self) -> dict[str, dict]:
         """``{notebook: {"written": sha256}}`` from the manifest ({} when it is missing or unreadable)."""
         try:
-            manifest = json.loads(self.manifest_path.read_text())
+            manifest = json.loads(files.read_bytes(self.manifest_path))
         except (OSError, ValueError):
             manifest = {}
         return {k: v for k, v in manifest.items() if isinstance(v, dict) and isinstance(v.get("written"), str)} \
@@ -159,7 +167,7 @@ class Workbook:
         """Add to the manifest every copy it lacks whose bytes are exactly the lesson's edition now."""
         for name in self.notebooks:
             path = self.folder / name
-            if name not in self.manifest and path.is_file() and path.read_bytes() == self._edition_bytes(name):
+            if name not in self.manifest and path.is_file() and files.read_bytes(path) == self._edition_bytes(name):
                 self.manifest[name] = {"written": _sha(self._edition_bytes(name))}
 
     @contextmanager
@@ -171,14 +179,32 @@ class Workbook:
             if not _try_lock(lock):
                 print(tr("another workbook run is updating {folder}; waiting for it to finish ...",
                          folder=str(self.folder)), file=sys.stderr, flush=True)
-                _try_lock(lock, wait=True)
+                if not _try_lock(lock, wait=LOCK_WAIT):
+                    raise TimeoutError(self._held_by(LOCK_WAIT))
             try:
+                lock.truncate(0)  # who holds the turn, for a run that waits too long (_held_by)
+                lock.write(f"{os.getpid()}\n")
+                lock.flush()
                 self.manifest = self._read_manifest()
                 self._recognise()
                 yield
                 self._save_manifest()
             finally:
                 _unlock(lock)
+
+    def _held_by(self, waited: float) -> str:
+        """One line for a run that waited ``waited`` seconds in vain: which process holds the lock, and the fix."""
+        try:
+            pid = int(files.read_bytes(self.folder / LOCK, limit=64).split()[0])
+        except (OSError, ValueError, IndexError):
+            pid = None
+        if pid is None:
+            return tr("another workbook run has held {lock} for over {seconds:.0f} s. Fix: end that run (a hung "
+                      "`effitrain workbook` or `make lab`), then run this command again.",
+                      lock=str(self.folder / LOCK), seconds=waited)
+        return tr("another workbook run (process {pid}) has held {lock} for over {seconds:.0f} s. Fix: if it is "
+                  "hung, end it (`kill {pid}`, or Ctrl-C in its terminal), then run this command again.",
+                  pid=pid, lock=str(self.folder / LOCK), seconds=waited)
 
     def _edition_bytes(self, name: str) -> bytes:
         import nbformat
@@ -189,10 +215,17 @@ class Workbook:
         return self._editions[name]
 
     def _write(self, name: str, data: bytes, exclusive: bool) -> None:
-        """Write a copy (``exclusive``: only if no file is there, so a learner's file is never replaced)."""
-        with open(self.folder / name, "xb" if exclusive else "wb") as f:
-            f.write(data)
+        """Write a copy whole or not at all (``exclusive``: only if no file is there, so a learner's file is never
+        replaced): a full disk leaves the old copy, or none, never a truncated one."""
+        files.write_atomically(self.folder / name, data, exclusive=exclusive)
         self.manifest[name] = {"written": _sha(data)}
+
+    def _damaged(self, name: str) -> bool:
+        """Whether the copy of ``name`` is a truncated write of the lesson's edition (an older workbook writing
+        in place onto a full disk): its bytes are a proper beginning of the edition's, so nothing in it is the
+        learner's."""
+        data = files.read_bytes(self.folder / name)
+        return len(data) < len(self._edition_bytes(name)) and self._edition_bytes(name).startswith(data)
 
     def _save_manifest(self) -> None:
         """The manifest written to a temporary file of its own and moved over the old one (never half written)."""
@@ -208,7 +241,7 @@ class Workbook:
     def _touched(self, name: str) -> bool:
         """Whether the learner's copy differs from what the workbook wrote (or the workbook never wrote it)."""
         written = self.manifest.get(name, {}).get("written")
-        return written is None or _sha((self.folder / name).read_bytes()) != written
+        return written is None or _sha(files.read_bytes(self.folder / name)) != written
 
     def sync(self) -> list[Copy]:
         """Bring the folder up to date with the lessons, never touching the learner's work (module docstring)."""
@@ -226,6 +259,9 @@ class Workbook:
         if not path.exists():
             self._write(name, data, exclusive=True)
             return NEW
+        if self._damaged(name):
+            self._write(name, data, exclusive=False)
+            return REPAIRED
         if name not in self.manifest:
             return NOT_OURS
         if self.manifest[name]["written"] == _sha(data):
@@ -276,6 +312,6 @@ def describe(report: list[Copy], folder: Path) -> str:
             lines.append(tr("  {notebook}: not written by the workbook, left as it is. To replace it with the lesson "
                             "(yours kept, renamed): {command}", notebook=c.notebook,
                             command=fresh_command(c.notebook, folder)))
-        elif c.action in (NEW, UPDATED):
+        elif c.action in (NEW, UPDATED, REPAIRED):
             lines.append(f"  {c.notebook}: {tr(c.action)}")
     return "\n".join(lines)

@@ -103,7 +103,7 @@ def lose_a_node(form: str = "loopback", nproc: int = 2, lose_at: int | None = No
             nodes = node_harness.make_nodes(form, run_id, made)
             agents = node_harness.start_agents(nodes, nproc, files, run_id, nnodes=NNODES,
                                                options=TORCHRUN_OPTIONS, rdzv_conf=RDZV_CONF, script=RANK_SCRIPT,
-                                               env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+                                               env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "TMPDIR": tmp})
             lost = _kill_the_node(agents, root / "lost.json", start + timeout)
             survivor = agents[1 - lost["node_agent"]]
             output = survivor.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -182,11 +183,12 @@ def run_nodes(form: str = "namespaces", nproc: int = 2, train_args: list[str] | 
     made: list[str] = []
     agents: list[subprocess.Popen] = []
     start = time.perf_counter()
-    with sigterm_ends_the_launch():
+    # the agents' temporary folders (torchrun's torchelastic_* logs) go into one of ours, removed at the end
+    with sigterm_ends_the_launch(), tempfile.TemporaryDirectory(prefix="effitrain-nodes-") as tmp:
         try:
             nodes = make_nodes(form, run_id, made)
             args = (TRAIN_ARGS if script is None else []) if train_args is None else train_args
-            agents = start_agents(nodes, nproc, args, run_id, script=script)
+            agents = start_agents(nodes, nproc, args, run_id, env={"TMPDIR": tmp}, script=script)
             if on_start is not None:
                 on_start(nodes)
             outputs = [agent.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))

@@ -23,6 +23,8 @@ import os
 import shutil
 from pathlib import Path
 
+from effitrain_helpers.core.files import read_bytes
+from effitrain_helpers.core.outputs import check_output_folder
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import positive_int, whole_number
 
@@ -156,10 +158,14 @@ def checkpoint_problem(folder) -> str | None:
         return tr("no {marker}: not sealed by the main process (a crash mid-save, or not saved with "
                   "save_checkpoint)", marker=MARKER)
     try:
-        files = json.loads(marker.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
+        listed = _listed_files(json.loads(read_bytes(marker, limit=2**20)))
+    except ValueError:
+        listed = None
+    if listed is None:
         return tr("{marker} cannot be read", marker=MARKER)
-    for name, expected in files.items():
+    if isinstance(listed, str):
+        return listed
+    for name, expected in listed.items():
         path = folder / name
         if not path.is_file():
             return tr("{file} is missing", file=name)
@@ -170,6 +176,27 @@ def checkpoint_problem(folder) -> str | None:
         if _sha256(path) != expected["sha256"]:
             return tr("{file} changed since it was saved (SHA-256 differs)", file=name)
     return None
+
+
+def _listed_files(marker) -> dict | str | None:
+    """The ``{file: {"bytes", "sha256"}}`` a parsed :data:`MARKER` lists; None when it is not a marker's shape,
+    one line (a ``str``) when it lists too little to resume from: a rank's own file (``random_states_<r>.pkl``,
+    or ``__<r>_0.distcp`` for a sharded save) or the model (its weights, or a sharded save's ``.metadata``)."""
+    if not isinstance(marker, dict) or not isinstance(marker.get("files"), dict):
+        return None
+    listed, world = marker["files"], marker.get("world_size")
+    if not all(isinstance(name, str) and name and Path(name).name == name and name not in (".", "..")
+               and isinstance(e, dict) and type(e.get("bytes")) is int and e["bytes"] >= 0
+               and isinstance(e.get("sha256"), str) for name, e in listed.items()):
+        return None
+    if type(world) is not int or world < 1:
+        return None
+    for rank in range(world):
+        if not {f"random_states_{rank}.pkl", SHARD_FILE.format(rank=rank)} & set(listed):
+            return tr("{marker} lists no file of rank {rank}", marker=MARKER, rank=rank)
+    if ".metadata" not in listed and not any(n.startswith(("model", "pytorch_model")) for n in listed):
+        return tr("{marker} lists no model weights (model.safetensors)", marker=MARKER)
+    return listed
 
 
 def latest_checkpoint(root, report=print) -> Path | None:
@@ -359,13 +386,25 @@ def resume_arguments(processes: int, dropout: float, crash_at: int, steps: int, 
                          example=min(steps - 1, save_every + 1)))
 
 
-def _check_empty(checkpoints) -> None:
-    """One-line ``ValueError`` unless ``checkpoints`` is None, a new folder or an empty one (nothing is lost)."""
-    if checkpoints is not None:
-        keep = Path(checkpoints)
-        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
-            raise ValueError(tr("--checkpoints {path} exists and is not an empty folder: nothing in it is "
-                                "overwritten. Fix: name a new or empty folder.", path=str(keep)))
+def _check_checkpoints(checkpoints, model, saves: int) -> None:
+    """One-line ``ValueError``, before any process starts, unless ``checkpoints`` is None, or a new or empty
+    folder (nothing is lost) that can be written and has room for ``saves`` checkpoints of ``model`` (weights
+    and AdamW state: :func:`expected_checkpoint_bytes`)."""
+    if checkpoints is None:
+        return
+    keep = Path(checkpoints)
+    if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+        raise ValueError(tr("--checkpoints {path} exists and is not an empty folder: nothing in it is "
+                            "overwritten. Fix: name a new or empty folder.", path=str(keep)))
+    check_output_folder(keep, "--checkpoints")
+    base = keep
+    while not base.exists():
+        base = base.parent
+    need, free = saves * sum(expected_checkpoint_bytes(model).values()), shutil.disk_usage(base).free
+    if free < need:
+        raise ValueError(tr("--checkpoints {path}: its disk has {free:,} bytes free, and the runs save about "
+                            "{need:,} bytes of checkpoints. Fix: free some space, or name a folder on another "
+                            "disk.", path=str(keep), free=free, need=need))
 
 
 def _crash(launch, RankFailed, fn, *args, **kwargs) -> str | None:
@@ -401,8 +440,8 @@ def resume_experiment(processes: int = 2, dropout: float = 0.1, crash_at: int | 
     save_every = size.save_every if save_every is None else save_every
     crash_at = size.crash_at if crash_at is None else crash_at
     resume_arguments(processes, dropout, crash_at, steps, save_every)
-    _check_empty(checkpoints)
     model, rows = lesson_model(0, dropout=dropout), lesson_rows(size.n_rows, seq_len=size.seq_len)
+    _check_checkpoints(checkpoints, model, saves=3 * (steps // save_every))  # uninterrupted, crashed, resumed
     run = {"steps": steps, "save_every": save_every, "batch_size": size.batch_size, "num_processes": processes,
            "cpu": True, "quiet": True}
     with tempfile.TemporaryDirectory(prefix="effitrain-resume-") as tmp:
@@ -536,7 +575,7 @@ def resume_sharded(processes: int = 2, resume_processes: int = 1, crash_at: int 
 
     from effitrain_helpers.core.sizes import lesson_size
     from effitrain_helpers.processes.launch import RankFailed, launch
-    from effitrain_helpers.training.model_sharding import sharding_batches
+    from effitrain_helpers.training.model_sharding import sharding_batches, sharding_model
 
     size = lesson_size("5.3")
     steps = size.steps if steps is None else steps
@@ -549,7 +588,7 @@ def resume_sharded(processes: int = 2, resume_processes: int = 1, crash_at: int 
         raise ValueError(tr("--processes {n} and --resume-processes {m} must both divide the global batch of "
                             "{batch}. Fix: choose from 1, 2, 3, 4, 6.", n=processes, m=resume_processes,
                             batch=SHARDED_BATCH))
-    _check_empty(checkpoints)
+    _check_checkpoints(checkpoints, sharding_model(0), saves=3 * (steps // save_every))
     batches = sharding_batches(steps, SHARDED_BATCH)
     options = {"write": write, "read": read, "cpu": True, "quiet": True,
                **({} if timeout is None else {"timeout": timeout})}
@@ -616,17 +655,20 @@ def _torchrun(checkpoints, out, crash_at: int, processes: int, timeout: float = 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts", "1",
                "--nproc-per-node", str(processes), "-m", "effitrain_helpers.training.resume",
                str(checkpoints), str(out), str(crash_at)]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1",
+    tmp = Path(out).with_suffix(".tmp")  # torchrun's own temporary folders (torchelastic_*), removed with ``out``'s
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1", "TMPDIR": str(tmp),
            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # a fresh store for each attempt (see above)
     proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        end_tree(proc.pid)  # torchrun and the ranks it started (each rank in a session of its own)
-        proc.communicate(timeout=30)
         raise TimeoutError(tr("torchrun did not finish within {timeout:.0f} s; it and its ranks were ended. Fix: run "
                               "it again on a quieter machine, or give a larger timeout.", timeout=timeout)) from None
+    finally:  # on any exit (Ctrl-C, SIGTERM via sigterm_ends_the_launch, a timeout): torchrun and its ranks
+        end_tree(proc.pid)  # (each rank in a session of its own, which a kill of torchrun's group does not reach)
+        proc.communicate(timeout=30)
     if not Path(out).is_file():
         raise RuntimeError(tr("torchrun exited with {returncode} and no result:\n{stderr}",
                               returncode=proc.returncode, stderr=stderr[-2000:]))
@@ -640,11 +682,12 @@ def restart_experiment(processes: int = 2, crash_at: int | None = None, dropout:
     import tempfile
 
     from effitrain_helpers.core.sizes import lesson_size
+    from effitrain_helpers.processes.launch import sigterm_ends_the_launch
 
     size = lesson_size("5.3")
     crash_at = size.crash_at if crash_at is None else crash_at
     resume_arguments(processes, dropout, crash_at, size.steps, size.save_every)
-    with tempfile.TemporaryDirectory(prefix="effitrain-restart-") as tmp:
+    with sigterm_ends_the_launch(), tempfile.TemporaryDirectory(prefix="effitrain-restart-") as tmp:
         root = Path(tmp)
         restarted = _torchrun(root / "restarted", root / "restarted.pt", crash_at, processes)
         reference = _torchrun(root / "uninterrupted", root / "uninterrupted.pt", size.steps + 1, processes)

@@ -45,7 +45,11 @@ class TrainConfig:
         if self.learning_rate is not None:
             self.learning_rate = positive_number("learning_rate", self.learning_rate, hint=learning_rate_hint())
         if self.output_dir is not None:  # before training: a model trained for nothing is lost at the end
-            check_output_folder(self.output_dir, "output_dir")
+            folder = check_output_folder(self.output_dir, "output_dir")
+            if folder.is_dir() and any(folder.iterdir()):  # the rule of resume --checkpoints and editions --out
+                raise ValueError(tr("output_dir {path!r} is not empty: a model saved there would replace what it "
+                                    "holds (a model trained earlier, say), and nothing in it is overwritten. Fix: "
+                                    "name a new or empty folder.", path=str(self.output_dir)))
 
 
 def default_learning_rate(model_source: str) -> float:
@@ -90,6 +94,33 @@ def build_data(config: TrainConfig, tokenizer):
     data = data.rename_column(config.label_column, "labels")
     data.set_format("torch", columns=["input_ids", "attention_mask", "labels", "idx"])
     return data, choice
+
+
+def save_model(model, tokenizer, output_dir) -> None:
+    """``save_pretrained`` of ``model`` and ``tokenizer`` into ``output_dir`` (new or empty), whole or not at all:
+    written into a temporary folder beside it, then moved there, so a full disk leaves no ``config.json``
+    without its weights. A failure is one ``OSError`` naming the folder."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    target = Path(output_dir).expanduser()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        if target.is_dir():
+            target.rmdir()  # empty (TrainConfig checked it): the rename below needs the name free
+        os.replace(partial, target)
+    except Exception as err:  # noqa: BLE001 - OSError, or safetensors' own SafetensorError on a full disk
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise OSError(tr("the model could not be saved to {path} ({reason}); nothing was left there. Fix: free "
+                         "some space (or choose another --output-dir) and train again.", path=str(target),
+                         reason=reason)) from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def weights_fingerprint(model) -> str:

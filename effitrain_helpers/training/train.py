@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict
 
 from effitrain_helpers.processes.group import cpu_group_requested
-from effitrain_helpers.training.runs import TrainConfig, build_data, learning_rate, weights_fingerprint
+from effitrain_helpers.training.runs import TrainConfig, build_data, learning_rate, save_model, weights_fingerprint
 from effitrain_helpers.core.arguments import OneLineParser, not_empty
 from effitrain_helpers.core.language import tr
 
@@ -133,8 +133,7 @@ def train_plain(config: TrainConfig) -> dict:
                         **evaluate_plain(model, eval_loader, device)})
     seconds = time.perf_counter() - start
     if config.output_dir:
-        model.save_pretrained(config.output_dir)
-        tokenizer.save_pretrained(config.output_dir)
+        save_model(model, tokenizer, config.output_dir)
     return {"history": history, "seconds": seconds, "world_size": 1,
             "rank": 0, "samples_per_second": config.epochs * len(data["train"]) / seconds,
             "fingerprint": weights_fingerprint(model)}
@@ -176,8 +175,7 @@ def train_accelerate(config: TrainConfig) -> dict:
     if config.output_dir:
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            accelerator.unwrap_model(model).save_pretrained(config.output_dir)
-            tokenizer.save_pretrained(config.output_dir)
+            save_model(accelerator.unwrap_model(model), tokenizer, config.output_dir)
     return {"history": history, "seconds": seconds, "world_size": accelerator.num_processes,
             "rank": accelerator.process_index, "samples_per_second": config.epochs * len(data["train"]) / seconds,
             "samples_seen": samples_seen, "fingerprint": weights_fingerprint(accelerator.unwrap_model(model))}
@@ -248,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:  # bad data or model files: said before any step runs
         print(f"effitrain train: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback (nothing was saved)
+        print(tr("effitrain train: interrupted"), file=sys.stderr)
+        return 130
     finally:
         # leave the process group, as every script should (on GPUs, NCCL warns when a group is not destroyed)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
