@@ -353,3 +353,133 @@ def test_zero_stages_by_hand_hold_their_share_and_train_adamws_weights():
     assert comm["reduce_scatter"] == comm["all_gather"] >= 4 * sum(ranks[0]["tensor_values"])
     for stage in ("ZeRO-1 by hand", "ZeroRedundancyOptimizer"):  # every weight broadcast once, counted
         assert ranks[0]["results"][stage]["communication"]["broadcast"] == 4 * sum(ranks[0]["tensor_values"])
+
+
+class _Shards:
+    """q3's solution, as the notebook writes it."""
+
+    def __init__(self, model, bucket_bytes):
+        import torch.distributed as dist
+
+        from effitrain_helpers.training.zero import gradient_buckets
+
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.buckets = gradient_buckets(model.parameters(), bucket_bytes)
+        self.chunks = [-(-sum(p.numel() for p in b) // self.world) for b in self.buckets]
+        self.shards, self.arrived = [None] * len(self.buckets), [0] * len(self.buckets)
+        for b, bucket in enumerate(self.buckets):
+            for p in bucket:
+                p.register_post_accumulate_grad_hook(lambda p, b=b: self.arrive(b))
+
+    def arrive(self, b):
+        self.arrived[b] += 1
+        if self.arrived[b] < len(self.buckets[b]):
+            return
+        self.arrived[b] = 0
+        self.send(b)
+
+    def send(self, b):
+        import torch
+        import torch.distributed as dist
+
+        flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
+        padded = torch.zeros(self.world * self.chunks[b])
+        padded[:flat.numel()] = flat
+        mine = torch.empty(self.chunks[b])
+        dist.reduce_scatter_single(mine, padded)
+        self.shards[b] = self.scale(mine)
+        self.free(b)
+
+    def scale(self, mine):
+        return mine / self.world
+
+    def free(self, b):
+        for p in self.buckets[b]:
+            p.grad = None
+
+
+class _ShardsFromPieces(_Shards):
+    """Right, written another way (zero.py's): a reduce_scatter of a list of pieces, views of the gradients
+    where they can be, averaged in place."""
+
+    def send(self, b):
+        import torch
+
+        from effitrain_helpers.training.zero import _reduce_scatter_gradients
+
+        out = torch.empty(self.chunks[b])
+        _reduce_scatter_gradients(out, self.buckets[b], self.world)
+        self.shards[b] = out
+        self.free(b)
+
+
+class _NoFree(_Shards):
+    def free(self, b):
+        pass
+
+
+class _NoDivide(_Shards):
+    def scale(self, mine):
+        return mine
+
+
+class _AllReduce(_Shards):
+    def send(self, b):
+        import torch
+        import torch.distributed as dist
+
+        flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
+        dist.all_reduce(flat)
+        self.shards[b] = (flat / self.world)[self.rank * self.chunks[b]:(self.rank + 1) * self.chunks[b]]
+        self.free(b)
+
+
+class _NeverReset(_Shards):
+    def arrive(self, b):
+        self.arrived[b] += 1
+        if self.arrived[b] == len(self.buckets[b]):
+            self.send(b)
+
+
+class _FreedAtTheEnd(_Shards):
+    def free(self, b):
+        if b == len(self.buckets) - 1:  # the last bucket: only now every full gradient goes
+            for bucket in self.buckets:
+                for p in bucket:
+                    p.grad = None
+
+
+class _NoHooks(_Shards):
+    def __init__(self, model, bucket_bytes):
+        super().__init__(model, bucket_bytes)
+        self.arrive = lambda b: None  # the hooks call self.arrive: nothing is sent in backward
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls, words", [
+    (_Shards, None),
+    (_ShardsFromPieces, None),
+    (_NoFree, "still hold their full gradient"),
+    pytest.param(_NoDivide, "divide by the world size", marks=pytest.mark.exhaustive),
+    pytest.param(_AllReduce, "called all_reduce", marks=pytest.mark.exhaustive),
+    (_NeverReset, "start each bucket's count again"),
+    (_FreedAtTheEnd, "bytes of gradients during backward"),
+    pytest.param(_NoHooks, "from the hooks", marks=pytest.mark.exhaustive),
+])
+def test_q3_names_each_wrong_in_backward_reduce_scatter(cls, words):
+    from effitrain_helpers.teach.checks.lesson_6_3 import q3
+
+    result = q3.evaluate(cls)
+    assert result.status == ("correct" if words is None else "incorrect"), result.message
+    assert words is None or words in result.message, result.message
+
+
+def test_q3_starter_is_not_attempted():
+    from effitrain_helpers.teach.checks.lesson_6_3 import q3
+
+    class GradientShards:
+        def __init__(self, model, bucket_bytes):
+            ____
+
+    assert q3.evaluate(GradientShards).status == "not attempted"
+    assert "pass your class itself" in q3.evaluate(object()).message

@@ -32,7 +32,8 @@ from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.verdicts import grading, record
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
-_ICONS = {CORRECT: msg("✅ Correct"), INCORRECT: msg("❌ Incorrect"), NOT_ATTEMPTED: msg("⏳ Not attempted")}
+# each verdict as a learner sees it
+VERDICT_LABELS = {CORRECT: msg("✅ Correct"), INCORRECT: msg("❌ Incorrect"), NOT_ATTEMPTED: msg("⏳ Not attempted")}
 
 
 class Blank:
@@ -97,12 +98,12 @@ class CheckResult:
         return self.status == CORRECT
 
     def __repr__(self) -> str:
-        return f"{tr(_ICONS[self.status])} ({self.exercise})" + (f": {self.message}" if self.message else "")
+        return f"{tr(VERDICT_LABELS[self.status])} ({self.exercise})" + (f": {self.message}" if self.message else "")
 
     def _repr_markdown_(self) -> str:
         color = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#9a6700"}[self.status]
         text = f" {self.message}" if self.message else ""
-        return f'<span style="color:{color}">**{tr(_ICONS[self.status])}** ({self.exercise}).</span>{text}'
+        return f'<span style="color:{color}">**{tr(VERDICT_LABELS[self.status])}** ({self.exercise}).</span>{text}'
 
 
 def as_number(answer: Any) -> float:
@@ -243,6 +244,7 @@ class Exercise:
     solution_code: str = ""
     api: bool = False  # the learner writes the lesson's library API, run for real (else: a number or a prediction)
     checked: str = ""  # what a Correct verdict checked, in one line (shown after "Correct")
+    points: float = 1  # what a Correct verdict is worth in the gradebook (effitrain grade); no partial credit
     _hints_shown: int = 0
 
     def __post_init__(self) -> None:
@@ -274,7 +276,7 @@ class Exercise:
         """Show Correct / Incorrect / Not attempted for ``answers``, and record it on this machine (see
         :mod:`effitrain_helpers.teach.verdicts`: ``effitrain progress`` counts these records)."""
         result = self.evaluate(*answers, **context)
-        record(self, result.status)
+        record(self, result.status, result.message)
         _show(result)
 
     def answer_or(self, answer: Any, reference: Any) -> Any:
@@ -284,7 +286,7 @@ class Exercise:
         the learner's ``build_optimizer``): until the exercise is Correct they run on the lesson's own version,
         so a student edition still runs to the end. Nothing is recorded (``check`` does that)."""
         result = self.evaluate(answer)
-        verdict = f"{tr(_ICONS[result.status])} ({result.exercise})"
+        verdict = f"{tr(VERDICT_LABELS[result.status])} ({result.exercise})"
         if result:
             _show(tr("{verdict}: this cell uses your answer.", verdict=verdict))
             return answer

@@ -332,7 +332,8 @@ def plot_local_sgd(summary: dict) -> "Figure":
 
 def plot_precision(runs: dict) -> "Figure":
     """Loss per step (left) and seconds per step (right), one per precision (lesson 3.3; ``{precision:
-    TechniquesRun}`` from ``precision.measure_precision``)."""
+    TechniquesRun}`` from ``precision.measure_precision``). A precision that ran as another (fp16 on a CPU runs
+    as fp32) has a loss curve but no speed bar: its time would be the other's; an unreliable time is marked."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -346,8 +347,10 @@ def plot_precision(runs: dict) -> "Figure":
     left.set_ylabel(tr("training loss"), fontsize=FONT - 1)
     left.set_title(tr("Loss curves"), fontsize=FONT)
     left.legend(fontsize=FONT - 3)
-    bars = right.bar(labels, [r.seconds_per_step * 1e3 for r in runs.values()], color="#8c564b")
-    right.bar_label(bars, [f"{r.seconds_per_step * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
+    timed = {name: run for name, run in runs.items() if run.precision_effective == name}  # ran as asked
+    bars = right.bar(list(timed), [r.seconds_per_step * 1e3 for r in timed.values()], color="#8c564b")
+    right.bar_label(bars, [f"{r.seconds_per_step * 1e3:.0f} ms" + (f"\n({tr('unreliable')})" if r.time_doubt else "")
+                           for r in timed.values()], fontsize=FONT - 3)
     right.set_ylabel(tr("milliseconds per step"), fontsize=FONT - 1)
     right.set_title(tr("Speed"), fontsize=FONT)
     fig.tight_layout()
@@ -988,3 +991,30 @@ def _numbers_in_language(plot):
 # every figure's numbers in the learner's language, one home for all plot_* functions (a new one too)
 globals().update({name: _numbers_in_language(plot) for name, plot in list(globals().items())
                   if name.startswith("plot_") and callable(plot)})
+
+
+# ---- chapter 6, lesson 6.1: the latency-bandwidth model -----------------------------------------------------------
+def plot_alpha_beta(alpha: float, beta: float, message_bytes: tuple[int, ...] = (2**10, 2**27),
+                    worlds: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)) -> "Figure":
+    """The alpha-beta model's all-reduce time against N (lesson 6.1), one panel per message size, one line per
+    algorithm of ``measure.latency_bandwidth.ALGORITHMS``, from the ``alpha`` (s) and ``beta`` (s/byte)
+    measured here."""
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.measure.latency_bandwidth import ALGORITHMS, model_seconds
+
+    fig, axes = plt.subplots(1, len(message_bytes), figsize=(11, 4.5), sharey=False)
+    for ax, nbytes in zip(axes, message_bytes):
+        for algorithm, style in zip(ALGORITHMS, ("-o", "-s", "--")):
+            ax.plot(worlds, [model_seconds(algorithm, nbytes, n, alpha, beta) * 1e3 for n in worlds], style,
+                    label=tr(algorithm))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(tr("processes N"), fontsize=FONT - 1)
+        ax.set_ylabel(tr("model time (ms)"), fontsize=FONT - 1)
+        ax.set_title(tr("all-reduce of {size} KiB", size=number(nbytes / 2**10, ",.0f")), fontsize=FONT)
+        ax.legend(fontsize=FONT - 3)
+    fig.suptitle(tr("alpha-beta model, alpha = {alpha} µs, bandwidth 1/beta = {bandwidth} GB/s (gloo, here)",
+                    alpha=number(alpha * 1e6, ".1f"), bandwidth=number(1 / beta / 1e9, ".2f")), fontsize=FONT)
+    fig.tight_layout()
+    return fig

@@ -8,8 +8,10 @@ largest-first greedy rule on sizes where the order matters); q2 is ZeRO-1,
 q2 judges what the class does, not the names it uses: the inner optimizers are the ones it builds from the
 ``optimizer_class`` it is given (recorded as they are made), their state bytes are measured per rank, and the
 ranks' collective calls are compared call by call (:class:`~effitrain_helpers.measure.traffic.CollectiveAgreement`),
-so a ``src`` that differs between the ranks is named at once instead of waiting forever. Both judge a function or
-class defined in a notebook or in a script (``q2.evaluate(MyClass)``): the class travels to the workers by value.
+so a ``src`` that differs between the ranks is named at once instead of waiting forever. q3 is ZeRO-2's gradients,
+``GradientShards(model, bucket_bytes)``: hooks that reduce-scatter each bucket during backward and free its full
+gradients, run in 2 and 3 processes over two backward passes. They judge a function or class defined in a notebook
+or in a script (``q2.evaluate(MyClass)``): the class travels to the workers by value.
 """
 
 from __future__ import annotations
@@ -358,5 +360,186 @@ q2 = Exercise(
         "        self.optimizer.step()\n        for p, owner in zip(self.params, self.owners):\n"
         "            dist.broadcast(p.data, src=owner)\n\n    def zero_grad(self):\n"
         "        for p in self.params:\n            p.grad = None\n\n\nq2.check(ShardedOptimizer)"
+    ),
+)
+
+
+# ---- q3: ZeRO-2's gradients, reduce-scattered bucket by bucket during backward ----------------------------------
+
+Q3_LAYERS, Q3_WIDTH = 8, 32  # an MLP of equal layers: one bucket per layer, so 1/N + a bucket is far below all
+Q3_BACKWARDS = 2  # a second backward catches counters never reset
+
+
+def _q3_model():
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(Q3_LAYERS):
+        layers += [torch.nn.Linear(Q3_WIDTH, Q3_WIDTH), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers)
+
+
+def _q3_run(cls) -> dict:
+    """In each rank: the learner's ``cls(model, bucket_bytes)`` (one layer per bucket), ``Q3_BACKWARDS``
+    backward passes on this rank's rows, each followed by nothing but ``p.grad = None`` for every parameter
+    the learner left; what its ``shards`` held after each, against the slices of the averaged gradient (a
+    plain all-reduce on a copy), the gradient bytes held at every hook during backward, and the collectives."""
+    import math
+
+    import torch
+    import torch.distributed as dist
+
+    from effitrain_helpers.measure.communication import CommunicationCounter
+    from effitrain_helpers.training.zero import _grads_held, _pieces, gradient_buckets
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, reference = _q3_model(), _q3_model()
+    layer_bytes = sum(p.numel() * p.element_size() for p in model[0].parameters())
+    sync = cls(model, layer_bytes)
+    buckets = gradient_buckets(model.parameters(), layer_bytes)
+    params = [p for b in buckets for p in b]
+    peak = [0]
+
+    def sample(_):
+        shards = [s for s in (getattr(sync, "shards", None) or []) if isinstance(s, torch.Tensor)]
+        peak[0] = max(peak[0], _grads_held(params) + sum(s.numel() * s.element_size() for s in shards))
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(sample)  # after the learner's own hook on the same parameter
+    out = {"backwards": [], "layer_bytes": layer_bytes,
+           "total_bytes": sum(p.numel() * p.element_size() for p in params)}
+    counter = CommunicationCounter(collectives=("all_reduce", "reduce_scatter", "reduce_scatter_single",
+                                                "all_gather", "all_gather_single", "broadcast", "reduce")).watch()
+    try:
+        for step in range(Q3_BACKWARDS):
+            generator = torch.Generator().manual_seed(100 * rank + step)
+            x = torch.randn(4, Q3_WIDTH, generator=generator)
+            before = dict(counter.bytes_by_collective)
+            model(x).square().mean().backward()
+            sent = {k: v - before.get(k, 0) for k, v in counter.bytes_by_collective.items() if v > before.get(k, 0)}
+            left = sum(p.grad is not None for p in params)
+            shards = list(getattr(sync, "shards", None) or [])
+            got = [None if s is None else s.detach().reshape(-1).clone() for s in shards]
+            for p in model.parameters():
+                p.grad = None
+            counter.stop()
+            reference(x).square().mean().backward()
+            want = []
+            for bucket in gradient_buckets(reference.parameters(), layer_bytes):
+                for p in bucket:
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
+                chunk = math.ceil(sum(p.numel() for p in bucket) / world)
+                want.append(_pieces([p.grad for p in bucket], chunk, world)[0][rank].clone())
+            for p in reference.parameters():
+                p.grad = None
+            counter.watch()
+            out["backwards"].append({"sent": sent, "left": left, "got": got, "want": want})
+    finally:
+        counter.stop()
+    out["peak"] = peak[0]
+    return out
+
+
+def _check_gradient_shards(cls) -> None:
+    if not isinstance(cls, type):
+        raise Incorrect(tr("pass your class itself (GradientShards, not GradientShards(...)); you gave {fn!r}.",
+                           fn=cls))
+    for world in WORLDS:
+        try:
+            ranks = run_learner_in_processes(_q3_run, cls, processes=world, timeout=TIMEOUT)
+        except TimeoutError as err:
+            stuck = re.search(r"still running: ranks \[[^\]]*\]", str(err))
+            raise Incorrect(tr("in {world} processes nothing came back within {timeout:g} s ({stuck}); they were "
+                               "ended. Every rank must reduce-scatter every bucket, in the same order.",
+                               world=world, timeout=TIMEOUT, stuck=stuck.group(0) if stuck else "?")) from None
+        _judge_gradient_shards(ranks, world)
+
+
+def _judge_gradient_shards(ranks: list[dict], world: int) -> None:
+    import torch
+
+    for step, runs in enumerate(zip(*(r["backwards"] for r in ranks)), start=1):
+        first = runs[0]
+        if step > 1 and all(g is not None and p is not None and torch.equal(g, p) for g, p in
+                            zip(first["got"], ranks[0]["backwards"][step - 2]["got"])):
+            raise Incorrect(tr("in {world} processes, after backward {step}, self.shards still holds backward "
+                               "{last}'s slices: start each bucket's count again once it is sent.", world=world,
+                               step=step, last=step - 1))
+        if "all_reduce" in first["sent"]:
+            raise Incorrect(tr("in {world} processes backward {step} called all_reduce: every rank then receives "
+                               "the whole sum. Use reduce_scatter so each rank receives only its slice.",
+                               world=world, step=step))
+        sent = [b for b, g in enumerate(first["got"]) if g is not None]
+        if len(first["got"]) != len(first["want"]) or len(sent) < len(first["want"]):
+            raise Incorrect(tr("in {world} processes, after backward {step}, self.shards holds {n} of the {m} "
+                               "buckets' slices: each bucket must be reduce-scattered from the hooks, as soon as "
+                               "its last gradient arrives (and the counts start again for the next backward).",
+                               world=world, step=step, n=len(sent), m=len(first["want"])))
+        if any(run["left"] for run in runs):
+            raise Incorrect(tr("in {world} processes, after backward {step}, {n} parameter(s) still hold their "
+                               "full gradient: set p.grad = None for each parameter of a bucket once it is sent.",
+                               world=world, step=step, n=max(run["left"] for run in runs)))
+        for rank, run in enumerate(runs):
+            for b, (got, want) in enumerate(zip(run["got"], run["want"])):
+                if got.numel() != want.numel():
+                    raise Incorrect(tr("rank {rank}'s slice of bucket {b} holds {got} values, not {want}: a rank "
+                                       "keeps 1/N of the bucket (padded), its own part of the reduce-scatter.",
+                                       rank=rank, b=b, got=got.numel(), want=want.numel()))
+                if torch.allclose(got, want * world, rtol=1e-5, atol=1e-6) and world > 1 and want.abs().max() > 0:
+                    raise Incorrect(tr("the slices are the sum over the ranks, {world} times the average: divide "
+                                       "by the world size.", world=world))
+                if not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+                    raise Incorrect(tr("in {world} processes rank {rank}'s slice of bucket {b} is not the average "
+                                       "of that part of the gradients (largest difference {gap:.1e}): each rank "
+                                       "keeps slice number rank of the bucket's flat gradients.", world=world,
+                                       rank=rank, b=b, gap=float((got - want).abs().max())))
+    bound = ranks[0]["total_bytes"] / world + 2 * ranks[0]["layer_bytes"]
+    peak = max(r["peak"] for r in ranks)
+    if peak > bound:
+        raise Incorrect(tr("in {world} processes a rank held up to {peak:,} bytes of gradients during backward "
+                           "(every full gradient is {total:,}); at most {bound:,.0f} (1/N plus a bucket or two) "
+                           "when each bucket is sent from the hooks and freed at once.", world=world, peak=peak,
+                           total=ranks[0]["total_bytes"], bound=bound))
+
+
+q3 = Exercise(
+    "6.3 q3: ZeRO-2's gradients, reduce-scattered during backward",
+    _check_gradient_shards,
+    usage="q3.check(GradientShards)",
+    api=True,
+    checked=("checked in 2 and 3 processes over two backward passes: each rank's slice of every bucket equals "
+             "the average of the ranks' gradients there, every full gradient is freed, and no rank ever holds "
+             "much more than 1/N of the gradients plus a bucket."),
+    hints=["Nothing waits for backward to end: a hook on every parameter counts the gradients of its bucket; "
+           "the bucket's last one sends the bucket at once, every rank keeping only its own slice of the sum, "
+           "and the full gradients are dropped right away.",
+           "Tensor.register_post_accumulate_grad_hook(hook) calls hook(p) once p.grad is complete; "
+           "torch.distributed.reduce_scatter_single(output, input) sums input over the ranks and gives rank r "
+           "the r-th of N equal pieces (input padded to N times the piece's length; docs: torch.distributed).",
+           "# in the hook, once bucket b is complete:\nflat = torch.cat([____ for p in ____])\n"
+           "# pad flat with zeros to N times the slice's length, then:\n"
+           "dist.reduce_scatter_single(____, ____)\nself.shards[b] = ____ / ____\n"
+           "# and free the bucket's full gradients"],
+    solution_code=(
+        "class GradientShards:\n    def __init__(self, model, bucket_bytes):\n"
+        "        self.world = dist.get_world_size()\n"
+        "        self.buckets = gradient_buckets(model.parameters(), bucket_bytes)  # last layer first\n"
+        "        self.chunks = [-(-sum(p.numel() for p in b) // self.world) for b in self.buckets]\n"
+        "        self.shards, self.arrived = [None] * len(self.buckets), [0] * len(self.buckets)\n"
+        "        for b, p in [(b, p) for b, bucket in enumerate(self.buckets) for p in bucket]:\n"
+        "            p.register_post_accumulate_grad_hook(lambda p, b=b: self.arrive(b))\n"
+        "\n    def arrive(self, b):\n        self.arrived[b] += 1\n"
+        "        if self.arrived[b] == len(self.buckets[b]):  # the bucket's last gradient: send it now\n"
+        "            self.arrived[b] = 0  # ready for the next backward\n"
+        "            flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])\n"
+        "            padded = torch.cat([flat, flat.new_zeros(self.world * self.chunks[b] - flat.numel())])\n"
+        "            mine = torch.empty(self.chunks[b])\n"
+        "            dist.reduce_scatter_single(mine, padded)\n"
+        "            self.shards[b] = mine / self.world\n"
+        "            for p in self.buckets[b]:\n"
+        "                p.grad = None  # sent: the full gradient goes\n\n\n"
+        "q3.check(GradientShards)"
     ),
 )
