@@ -1,0 +1,202 @@
+"""Exercise of lesson 8.1 (attention that fits): FlashAttention-2's tiled forward with the online softmax.
+
+The learner writes ``flash_forward(q, k, v, is_causal, tile)`` returning ``(output, lse)`` for ``(batch, n, d)``
+float32 tensors. The checker runs it on sizes the lesson does not show (causal and not, ``n`` a multiple of the
+tile and not, one tile and several, scores large enough to overflow ``exp`` unless the max is subtracted),
+compares output and log-sum-exp with torch's own CPU flash kernel, refuses a forward that builds an ``n x n``
+tensor (every operation's result is watched with a ``TorchDispatchMode``), and names the likely mistake from
+what it sees.
+"""
+
+from __future__ import annotations
+
+from effitrain_helpers.core.language import tr
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, _unfinished
+
+ATOL, RTOL = 1e-5, 1e-4  # float32 sums in another order than torch's kernel differ by about 1e-7
+BATCH, D, TILE = 2, 8, 16
+SIZES = (40, 48, 12)  # not a multiple of the tile, a multiple, one tile (the lesson shows other sizes)
+LARGE = 30.0  # q scaled so scores reach ~100: exp(100) overflows float32 (max about exp(88.7))
+
+
+def forward_or_reference(forward):
+    """``forward`` once the learner has written it (no ``____`` left), else the house's
+    :func:`~effitrain_helpers.training.flash_attention.flash_forward` (the lesson then says so)."""
+    from effitrain_helpers.training.flash_attention import flash_forward
+
+    return flash_forward if _unfinished(forward) else forward
+
+
+def _inputs(n: int, seed: int, scale: float = 1.0):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(BATCH, n, D, generator=generator) for _ in range(3))
+    return q * scale, k, v
+
+
+def _run(fn, q, k, v, is_causal: bool):
+    """The learner's ``(output, lse)``, its form checked in one line each."""
+    import torch
+
+    got = fn(q.clone(), k.clone(), v.clone(), is_causal, TILE)
+    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
+        raise Incorrect(tr("flash_forward must return a pair (output, lse) of tensors; it returned {kind}.",
+                           kind=type(got).__name__))
+    out, lse = got
+    if tuple(out.shape) != tuple(q.shape) or tuple(lse.shape) != tuple(q.shape[:-1]):
+        raise Incorrect(tr("for (batch, n, d) = {shape} the output must be {shape} and the log-sum-exp "
+                           "{lse_shape}; yours were {out} and {lse}.", shape=tuple(q.shape),
+                           lse_shape=tuple(q.shape[:-1]), out=tuple(out.shape), lse=tuple(lse.shape)))
+    return out.detach(), lse.detach()
+
+
+def _close(a, b) -> bool:
+    import torch
+
+    return torch.allclose(a, b, atol=ATOL, rtol=RTOL)
+
+
+def _gap(a, b) -> str:
+    return f"{float((a - b).abs().nan_to_num(float('inf')).max()):.2e}"
+
+
+def _largest_tensor(fn, q, k, v, is_causal: bool) -> tuple:
+    """The shape of the largest result of any torch operation while ``fn`` runs (a TorchDispatchMode)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    import torch
+
+    class Largest(TorchDispatchMode):
+        shape: tuple = ()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for t in tree_leaves(result):
+                if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] * t.shape[-2] > \
+                        (Largest.shape[-1] * Largest.shape[-2] if Largest.shape else 0):
+                    Largest.shape = tuple(t.shape)
+            return result
+
+    with Largest():
+        fn(q, k, v, is_causal, TILE)
+    return Largest.shape
+
+
+def _why_wrong(fn, n: int, is_causal: bool, out, lse, want, want_lse) -> str:
+    """A message naming the likely mistake behind a wrong result on ``n`` values."""
+    import torch
+    import torch.nn.functional as F
+
+    from effitrain_helpers.training.flash_attention import sdpa_with_lse
+
+    if is_causal:
+        q, k, v = _inputs(n, n)
+        if torch.isnan(out[:, 0]).any() and not torch.isnan(out[:, 1:]).all():
+            return tr("causal mask off by one: the first query's row is NaN, so it saw no key at all. A query "
+                      "at position i sees the keys at positions 0..i, its own included: mask key > query, "
+                      "not key >= query.")
+        ahead = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(n, n, dtype=torch.bool).tril(1))
+        if _close(out, ahead):
+            return tr("causal mask off by one: each query also saw the key right after it. Mask the keys whose "
+                      "position is greater than the query's (key > query).")
+        one_tile, one_lse = sdpa_with_lse(*_inputs(SIZES[-1], 1), True)
+        got_one = _run(fn, *_inputs(SIZES[-1], 1), True)
+        if _close(got_one[0], one_tile) and _close(got_one[1], one_lse):
+            return tr("causal: right within one tile ({one} values) but wrong over {n} values in tiles of {tile}. "
+                      "The mask must compare global positions: query i + row with key j + column, where i and "
+                      "j are where the two tiles start.", one=SIZES[-1], n=n, tile=TILE)
+        return ""
+    if n % TILE:
+        multiple = _inputs(SIZES[1], 2)
+        got = _run(fn, *multiple, False)
+        ref = sdpa_with_lse(*multiple, False)
+        if _close(got[0], ref[0]) and _close(got[1], ref[1]):
+            return tr("right when the tile divides n ({good} = {count} x {tile}) but wrong for n = {n}: the last "
+                      "tile is shorter. Slice with x[:, i:i + tile] (Python stops at the end) and never assume "
+                      "a full tile's length.", good=SIZES[1], count=SIZES[1] // TILE, tile=TILE, n=n)
+    if (lse > want_lse + ATOL).any() and _close(out * torch.exp(lse)[..., None], want * torch.exp(want_lse)[..., None]):
+        return tr("the running sum l is not rescaled: when a tile raises the running max from m to m_new, the "
+                  "sum so far was computed with exp(s - m) and must be multiplied by exp(m - m_new) before the "
+                  "new tile's exp(s - m_new) are added; your l (and so the log-sum-exp) comes out too large.")
+    if _close(lse, want_lse):
+        return tr("the log-sum-exp is right but the output is not: the accumulated output must be rescaled by "
+                  "exp(m - m_new) too, exactly like the running sum, before the new tile's p @ v is added.")
+    return ""
+
+
+def _check(fn) -> None:
+    import torch
+
+    from effitrain_helpers.training.flash_attention import sdpa_with_lse
+
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself: q1.check(flash_forward); you gave {fn!r}.", fn=fn))
+    shape = _largest_tensor(fn, *_inputs(SIZES[0], 0), False)
+    if shape and shape[-1] >= SIZES[0] and shape[-2] >= SIZES[0]:
+        raise Incorrect(tr("for n = {n} your forward built a tensor of shape {shape}: the full n x n scores. A "
+                           "tile loop only ever holds tile x tile scores ({tile} x {tile}): loop over tiles of "
+                           "queries, and inside over tiles of keys.", n=SIZES[0], shape=shape, tile=TILE))
+    big = _inputs(SIZES[0], 3, LARGE)
+    out, lse = _run(fn, *big, False)
+    if not (torch.isfinite(out).all() and torch.isfinite(lse).all()):
+        raise Incorrect(tr("with large scores (up to about 100) your output holds inf or NaN: exp(100) overflows "
+                           "float32. Subtract the running max before exp: p = exp(s - m_new), and "
+                           "lse = m + log(l)."))
+    for is_causal in (False, True):
+        for n in SIZES:
+            q, k, v = _inputs(n, n)
+            out, lse = _run(fn, q, k, v, is_causal)
+            want, want_lse = sdpa_with_lse(q, k, v, is_causal)
+            if _close(out, want) and _close(lse, want_lse):
+                continue
+            why = _why_wrong(fn, n, is_causal, out, lse, want, want_lse)
+            where = tr("causal" if is_causal else "not causal")
+            raise Incorrect(why or tr("{where}, n = {n}, tile = {tile}: your output differs from torch's "
+                                      "scaled_dot_product_attention by up to {gap} and your log-sum-exp by up "
+                                      "to {lse_gap} (tolerance: atol = {atol:g}, rtol = {rtol:g}).",
+                                      where=where, n=n, tile=TILE, gap=_gap(out, want),
+                                      lse_gap=_gap(lse, want_lse), atol=ATOL, rtol=RTOL))
+
+
+q1 = Exercise(
+    "8.1 q1: FlashAttention-2's tiled forward with the online softmax",
+    _check,
+    usage="q1.check(flash_forward)",
+    api=True,
+    checked=("checked on sizes the lesson does not show, causal and not, n a multiple of the tile and not: "
+             "output and log-sum-exp equal to torch's CPU flash kernel, no n x n tensor built, and no "
+             "overflow with scores near 100."),
+    hints=["Work one tile of queries at a time. For it keep three running quantities per query: the largest "
+           "score seen so far, the sum of the exponentials of the scores minus that maximum, and the output "
+           "weighted by those exponentials. Each tile of keys updates the three; divide at the very end.",
+           "When a new tile raises the maximum, everything accumulated so far was computed against the old "
+           "maximum: multiply it by exp(old - new) before adding the new tile's part. The log-sum-exp is the "
+           "maximum plus the log of the sum. FlashAttention-2 paper (Dao 2023), Algorithm 1.",
+           "For the causal case, a key is hidden from a query when its position is greater than the query's; "
+           "positions are global (where the tile starts plus the row or column), and a tile of keys that lies "
+           "entirely after the tile of queries can be skipped. torch.maximum, torch.exp, torch.log, "
+           "Tensor.masked_fill and torch.arange are all you need."],
+    solution_code=(
+        "def flash_forward(q, k, v, is_causal, tile):\n"
+        "    n, scale = q.shape[1], q.shape[-1] ** -0.5\n"
+        "    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1])\n"
+        "    for i in range(0, n, tile):\n"
+        "        qi = q[:, i:i + tile]\n"
+        "        m, l = torch.full(qi.shape[:-1], -torch.inf), torch.zeros(qi.shape[:-1])\n"
+        "        acc = torch.zeros_like(qi)\n"
+        "        for j in range(0, min(n, i + tile) if is_causal else n, tile):\n"
+        "            s = qi @ k[:, j:j + tile].transpose(1, 2) * scale\n"
+        "            if is_causal:\n"
+        "                later = torch.arange(j, j + s.shape[-1]) > torch.arange(i, i + s.shape[-2])[:, None]\n"
+        "                s = s.masked_fill(later, -torch.inf)\n"
+        "            m_new = torch.maximum(m, s.amax(-1))\n"
+        "            p, rescale = torch.exp(s - m_new[..., None]), torch.exp(m - m_new)\n"
+        "            l = l * rescale + p.sum(-1)\n"
+        "            acc, m = acc * rescale[..., None] + p @ v[:, j:j + tile], m_new\n"
+        "        out[:, i:i + tile], lse[:, i:i + tile] = acc / l[..., None], m + torch.log(l)\n"
+        "    return out, lse\n"
+        "\n\nq1.check(flash_forward)"
+    ),
+)
