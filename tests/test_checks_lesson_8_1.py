@@ -12,7 +12,7 @@ from effitrain_helpers.training import flash_attention as fa
 
 
 def _forward(q, k, v, is_causal, tile, rescale_sum=True, rescale_out=True, subtract_max=True, diagonal=1,
-             local_mask=False, full_tiles_only=False, whole=False):
+             local_mask=False, full_tiles_only=False, whole=False, step=None):
     """A tiled forward; each keyword off makes one mistake a learner makes."""
     n, scale = q.shape[1], q.shape[-1] ** -0.5
     if whole:
@@ -22,9 +22,9 @@ def _forward(q, k, v, is_causal, tile, rescale_sum=True, rescale_out=True, subtr
         return torch.softmax(s, -1) @ v, s.logsumexp(-1)
     out, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
     stop = n - n % tile if full_tiles_only else n
-    for i in range(0, stop, tile):
+    for i in range(0, stop, step or tile):
         qi = q[:, i:i + tile]
-        m, l, acc = torch.full(qi.shape[:-1], float("-inf")), torch.zeros(qi.shape[:-1]), torch.zeros_like(qi)
+        m, l, acc = torch.full(qi.shape[:-1], float("-inf")), torch.zeros(qi.shape[:-1]), torch.zeros_like(qi)  # noqa: E741
         for j in range(0, stop, tile):
             s = qi @ k[:, j:j + tile].transpose(1, 2) * scale
             if is_causal:
@@ -34,8 +34,9 @@ def _forward(q, k, v, is_causal, tile, rescale_sum=True, rescale_out=True, subtr
                 s = s.masked_fill(later, float("-inf"))
             m_new = torch.maximum(m, s.amax(-1)) if subtract_max else torch.zeros_like(m)
             p = torch.exp(s - m_new[..., None])
-            l = l * (torch.exp(m - m_new) if rescale_sum and subtract_max else 1) + p.sum(-1)
-            acc = acc * (torch.exp(m - m_new)[..., None] if rescale_out and subtract_max else 1) + p @ v[:, j:j + tile]
+            l = l * (torch.exp(m - m_new) if rescale_sum and subtract_max else 1) + p.sum(-1)  # noqa: E741
+            keep = torch.exp(m - m_new)[..., None] if rescale_out and subtract_max else 1
+            acc = acc * keep + p @ v[:, j:j + tile]
             m = m_new
         out[:, i:i + tile] = acc / l[..., None]
         lse[:, i:i + tile] = m + torch.log(l)
@@ -59,6 +60,7 @@ def _in_log_space(q, k, v, is_causal, tile):
 
 
 
+@pytest.mark.slow  # about 10 checker runs (a few seconds on a busy 2-core CPU)
 def test_the_house_forward_and_a_differently_written_one_are_correct():
     assert q1.evaluate(fa.flash_forward).status == "correct", q1.evaluate(fa.flash_forward).message
     assert q1.evaluate(_forward).status == "correct", q1.evaluate(_forward).message
@@ -75,7 +77,9 @@ def test_the_house_forward_and_a_differently_written_one_are_correct():
     ({"local_mask": True}, "global positions"),
     ({"full_tiles_only": True}, "the last tile is shorter"),
     ({"whole": True}, "the full n x n scores"),
+    ({"step": 1}, "visited once"),
 ])
+@pytest.mark.slow
 def test_each_mistake_is_named(mistake, words):
     result = q1.evaluate(lambda q, k, v, c, t: _forward(q, k, v, c, t, **mistake))
     assert result.status == "incorrect" and words in result.message, result.message

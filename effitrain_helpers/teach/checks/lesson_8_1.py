@@ -4,7 +4,7 @@ The learner writes ``flash_forward(q, k, v, is_causal, tile)`` returning ``(outp
 float32 tensors. The checker runs it on sizes the lesson does not show (causal and not, ``n`` a multiple of the
 tile and not, one tile and several, scores large enough to overflow ``exp`` unless the max is subtracted),
 compares output and log-sum-exp with torch's own CPU flash kernel, refuses a forward that builds an ``n x n``
-tensor (every operation's result is watched with a ``TorchDispatchMode``), and names the likely mistake from
+tensor or visits a tile more than once (every operation is watched with a ``TorchDispatchMode``), and names the likely mistake from
 what it sees.
 """
 
@@ -61,31 +61,36 @@ def _gap(a, b) -> str:
     return f"{float((a - b).abs().nan_to_num(float('inf')).max()):.2e}"
 
 
-def _largest_tensor(fn, q, k, v, is_causal: bool) -> tuple:
-    """The shape of the largest result of any torch operation while ``fn`` runs (a TorchDispatchMode)."""
+def _watch(fn, q, k, v, is_causal: bool) -> tuple[tuple, int]:
+    """While ``fn`` runs (a TorchDispatchMode sees every torch operation): the shape of the largest result with
+    two dimensions or more, and the floating-point operations of its matrix products."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    import torch
+    products = {torch.ops.aten.bmm.default, torch.ops.aten.mm.default}
 
-    class Largest(TorchDispatchMode):
+    class Watch(TorchDispatchMode):
         shape: tuple = ()
+        flops: int = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
+            if func in products:
+                Watch.flops += 2 * result.numel() * args[0].shape[-1]
             for t in tree_leaves(result):
                 if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] * t.shape[-2] > \
-                        (Largest.shape[-1] * Largest.shape[-2] if Largest.shape else 0):
-                    Largest.shape = tuple(t.shape)
+                        (Watch.shape[-1] * Watch.shape[-2] if Watch.shape else 0):
+                    Watch.shape = tuple(t.shape)
             return result
 
-    with Largest():
+    with Watch():
         fn(q, k, v, is_causal, TILE)
-    return Largest.shape
+    return Watch.shape, Watch.flops
 
 
-def _why_wrong(fn, n: int, is_causal: bool, out, lse, want, want_lse) -> str:
-    """A message naming the likely mistake behind a wrong result on ``n`` values."""
+def _name_the_mistake(fn, n: int, is_causal: bool, out, lse, want, want_lse) -> None:
+    """:class:`Incorrect` naming the likely mistake behind a wrong result on ``n`` values, when one is seen."""
     import torch
     import torch.nn.functional as F
 
@@ -94,36 +99,38 @@ def _why_wrong(fn, n: int, is_causal: bool, out, lse, want, want_lse) -> str:
     if is_causal:
         q, k, v = _inputs(n, n)
         if torch.isnan(out[:, 0]).any() and not torch.isnan(out[:, 1:]).all():
-            return tr("causal mask off by one: the first query's row is NaN, so it saw no key at all. A query "
-                      "at position i sees the keys at positions 0..i, its own included: mask key > query, "
-                      "not key >= query.")
+            raise Incorrect(tr("causal mask off by one: the first query's row is NaN, so it saw no key at all. A "
+                               "query at position i sees the keys at positions 0..i, its own included: mask "
+                               "key > query, not key >= query."))
         ahead = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(n, n, dtype=torch.bool).tril(1))
         if _close(out, ahead):
-            return tr("causal mask off by one: each query also saw the key right after it. Mask the keys whose "
-                      "position is greater than the query's (key > query).")
+            raise Incorrect(tr("causal mask off by one: each query also saw the key right after it. Mask the keys "
+                               "whose position is greater than the query's (key > query)."))
         one_tile, one_lse = sdpa_with_lse(*_inputs(SIZES[-1], 1), True)
         got_one = _run(fn, *_inputs(SIZES[-1], 1), True)
         if _close(got_one[0], one_tile) and _close(got_one[1], one_lse):
-            return tr("causal: right within one tile ({one} values) but wrong over {n} values in tiles of {tile}. "
-                      "The mask must compare global positions: query i + row with key j + column, where i and "
-                      "j are where the two tiles start.", one=SIZES[-1], n=n, tile=TILE)
-        return ""
+            raise Incorrect(tr("causal: right within one tile ({one} values) but wrong over {n} values in tiles of "
+                               "{tile}. The mask must compare global positions: query i + row with key j + column, "
+                               "where i and j are where the two tiles start.", one=SIZES[-1], n=n, tile=TILE))
+        return
     if n % TILE:
         multiple = _inputs(SIZES[1], 2)
-        got = _run(fn, *multiple, False)
-        ref = sdpa_with_lse(*multiple, False)
+        got, ref = _run(fn, *multiple, False), sdpa_with_lse(*multiple, False)
         if _close(got[0], ref[0]) and _close(got[1], ref[1]):
-            return tr("right when the tile divides n ({good} = {count} x {tile}) but wrong for n = {n}: the last "
-                      "tile is shorter. Slice with x[:, i:i + tile] (Python stops at the end) and never assume "
-                      "a full tile's length.", good=SIZES[1], count=SIZES[1] // TILE, tile=TILE, n=n)
-    if (lse > want_lse + ATOL).any() and _close(out * torch.exp(lse)[..., None], want * torch.exp(want_lse)[..., None]):
-        return tr("the running sum l is not rescaled: when a tile raises the running max from m to m_new, the "
-                  "sum so far was computed with exp(s - m) and must be multiplied by exp(m - m_new) before the "
-                  "new tile's exp(s - m_new) are added; your l (and so the log-sum-exp) comes out too large.")
+            raise Incorrect(tr("right when the tile divides n ({good} = {count} x {tile}) but wrong for n = {n}: the "
+                               "last tile is shorter. Slice with x[:, i:i + tile] (Python stops at the end) and "
+                               "never assume a full tile's length.", good=SIZES[1], count=SIZES[1] // TILE,
+                               tile=TILE, n=n))
+    unnormalised = _close(out * torch.exp(lse)[..., None], want * torch.exp(want_lse)[..., None])
+    if (lse > want_lse + ATOL).any() and unnormalised:
+        raise Incorrect(tr("the running sum l is not rescaled: when a tile raises the running max from m to m_new, "
+                           "the sum so far was computed with exp(s - m) and must be multiplied by exp(m - m_new) "
+                           "before the new tile's exp(s - m_new) are added; your l (and so the log-sum-exp) comes "
+                           "out too large."))
     if _close(lse, want_lse):
-        return tr("the log-sum-exp is right but the output is not: the accumulated output must be rescaled by "
-                  "exp(m - m_new) too, exactly like the running sum, before the new tile's p @ v is added.")
-    return ""
+        raise Incorrect(tr("the log-sum-exp is right but the output is not: the accumulated output must be rescaled "
+                           "by exp(m - m_new) too, exactly like the running sum, before the new tile's p @ v is "
+                           "added."))
 
 
 def _check(fn) -> None:
@@ -133,11 +140,17 @@ def _check(fn) -> None:
 
     if not callable(fn):
         raise Incorrect(tr("pass your function itself: q1.check(flash_forward); you gave {fn!r}.", fn=fn))
-    shape = _largest_tensor(fn, *_inputs(SIZES[0], 0), False)
-    if shape and shape[-1] >= SIZES[0] and shape[-2] >= SIZES[0]:
+    n = SIZES[0]
+    shape, flops = _watch(fn, *_inputs(n, 0), False)
+    if shape and shape[-1] >= n and shape[-2] >= n:
         raise Incorrect(tr("for n = {n} your forward built a tensor of shape {shape}: the full n x n scores. A "
                            "tile loop only ever holds tile x tile scores ({tile} x {tile}): loop over tiles of "
-                           "queries, and inside over tiles of keys.", n=SIZES[0], shape=shape, tile=TILE))
+                           "queries, and inside over tiles of keys.", n=n, shape=shape, tile=TILE))
+    one_pass = 2 * 2 * BATCH * n * n * D  # q k^T and p v, each 2 n^2 d per batch row
+    if flops > 1.5 * one_pass:
+        raise Incorrect(tr("for n = {n} your forward's matrix products did {times:.1f} times the work of one pass "
+                           "over the scores: each tile of queries (and of keys) must be visited once, stepping "
+                           "by the tile: range(0, n, tile).", n=n, times=flops / one_pass))
     big = _inputs(SIZES[0], 3, LARGE)
     out, lse = _run(fn, *big, False)
     if not (torch.isfinite(out).all() and torch.isfinite(lse).all()):
@@ -151,9 +164,9 @@ def _check(fn) -> None:
             want, want_lse = sdpa_with_lse(q, k, v, is_causal)
             if _close(out, want) and _close(lse, want_lse):
                 continue
-            why = _why_wrong(fn, n, is_causal, out, lse, want, want_lse)
-            where = tr("causal" if is_causal else "not causal")
-            raise Incorrect(why or tr("{where}, n = {n}, tile = {tile}: your output differs from torch's "
+            _name_the_mistake(fn, n, is_causal, out, lse, want, want_lse)
+            where = tr("causal") if is_causal else tr("not causal")
+            raise Incorrect(tr("{where}, n = {n}, tile = {tile}: your output differs from torch's "
                                       "scaled_dot_product_attention by up to {gap} and your log-sum-exp by up "
                                       "to {lse_gap} (tolerance: atol = {atol:g}, rtol = {rtol:g}).",
                                       where=where, n=n, tile=TILE, gap=_gap(out, want),
@@ -166,8 +179,8 @@ q1 = Exercise(
     usage="q1.check(flash_forward)",
     api=True,
     checked=("checked on sizes the lesson does not show, causal and not, n a multiple of the tile and not: "
-             "output and log-sum-exp equal to torch's CPU flash kernel, no n x n tensor built, and no "
-             "overflow with scores near 100."),
+             "output and log-sum-exp equal to torch's CPU flash kernel, no n x n tensor built, each tile "
+             "visited once, and no overflow with scores near 100."),
     hints=["Work one tile of queries at a time. For it keep three running quantities per query: the largest "
            "score seen so far, the sum of the exponentials of the scores minus that maximum, and the output "
            "weighted by those exponentials. Each tile of keys updates the three; divide at the very end.",
