@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from effitrain_helpers.teach.checks.lesson_8_1 import forward_or_reference, q1
+from effitrain_helpers.teach.checks.lesson_8_1 import forward_or_reference, q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import flash_attention as fa
 
@@ -124,3 +124,28 @@ def test_bytes_saved_match_the_theory_n_squared_against_n():
 def test_bad_shapes_are_one_line():
     with pytest.raises(ValueError, match="Fold the heads"):
         fa.flash_forward(torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4))
+
+
+@pytest.mark.parametrize("answer, words", [
+    ((8576.0, 513.0), None),
+    ((8576, 513.2), None),
+    ((513.0, 8576.0), "swapped"),
+    ((2144.0, 513.0), "values, not bytes"),
+    ((8192.0, 513.0), "only the n x n probabilities"),
+    ((8576.0, 385.0), "leaves out the output"),
+    ((8576.0, 512.0), "leaves out the log-sum-exp"),
+    ((8000.0, 513.0), "the math kernel's bytes"),
+    ((8576.0, 500.0), "the flash kernel's bytes"),
+])
+def test_the_bytes_prediction_names_each_slip(answer, words):
+    result = q2.evaluate(*answer)
+    if words is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and words in result.message, result.message
+
+
+def test_the_prediction_s_theory_is_what_the_hooks_measure():
+    """q2's answer comes from saved_bytes_theory, which the saved-tensor hooks confirm at a small size."""
+    rows = fa.saved_bytes_compared(1, 2, 64, 16, function=fa.FlashAttention)
+    assert [r["saved_bytes"] for r in rows] == [fa.saved_bytes_theory(r["way"], 1, 2, 64, 16) for r in rows]

@@ -1,4 +1,5 @@
-"""Exercise of lesson 8.1 (attention that fits): FlashAttention-2's tiled forward with the online softmax.
+"""Exercises of lesson 8.1 (attention that fits): FlashAttention-2's tiled forward with the online softmax
+(q1), and the bytes SDPA's two CPU kernels keep for backward at a long context, predicted (q2).
 
 The learner writes ``flash_forward(q, k, v, is_causal, tile)`` returning ``(output, lse)`` for ``(batch, n, d)``
 float32 tensors. The checker runs it on sizes the lesson does not show (causal and not, ``n`` a multiple of the
@@ -211,5 +212,68 @@ q1 = Exercise(
         "        out[:, i:i + tile], lse[:, i:i + tile] = acc / l[..., None], m + torch.log(l)\n"
         "    return out, lse\n"
         "\n\nq1.check(flash_forward)"
+    ),
+)
+
+
+PREDICT = {"batch": 1, "heads": 32, "n": 8192, "d": 128}  # a long-context layer; causal, float32
+MIB = 2**20
+
+
+def _check_bytes(math_mib, flash_mib) -> None:
+    """The MiB SDPA's math and flash kernels keep for backward at ``PREDICT``, from
+    :func:`~effitrain_helpers.training.flash_attention.saved_bytes_theory` (measured equal at small n in the
+    lesson), within 0.25 MiB; the usual slips named."""
+    from effitrain_helpers.teach.exercises import as_number
+    from effitrain_helpers.training.flash_attention import saved_bytes_theory
+
+    math_mib, flash_mib = as_number(math_mib), as_number(flash_mib)
+    b, h, n, d = PREDICT["batch"], PREDICT["heads"], PREDICT["n"], PREDICT["d"]
+    math_want = saved_bytes_theory("sdpa math", b, h, n, d) / MIB
+    flash_want = saved_bytes_theory("sdpa flash", b, h, n, d) / MIB
+    near = lambda got, want: abs(got - want) <= 0.25  # noqa: E731
+    if near(math_mib, flash_want) and near(flash_mib, math_want):
+        raise Incorrect(tr("the two are swapped: the math kernel keeps the n x n probabilities, the flash kernel "
+                           "only n log-sum-exps per head. Pass (math_mib, flash_mib)."))
+    for got in (math_mib, flash_mib):
+        if any(near(got * 4, want) for want in (math_want, flash_want)):
+            raise Incorrect(tr("{got:g} is a quarter of the answer: you counted values, not bytes. A float32 value "
+                               "takes 4 bytes.", got=got))
+    square = b * h * n * n * 4 / MIB
+    if near(math_mib, square):
+        raise Incorrect(tr("{got:g} MiB is only the n x n probabilities: autograd also keeps q, k and v "
+                           "(3 x n x d values per head) for backward.", got=math_mib))
+    if not near(math_mib, math_want):
+        raise Incorrect(tr("the math kernel's bytes: {got:g} MiB is not it. Count, per head, the n x n "
+                           "probabilities and q, k and v, in float32.", got=math_mib))
+    inputs = 3 * b * h * n * d * 4 / MIB
+    if near(flash_mib, inputs + b * h * n * 4 / MIB):
+        raise Incorrect(tr("{got:g} MiB leaves out the output: FlashAttention's backward needs O too "
+                           "(D = rowsum(dO * O)), so it is kept with q, k, v and the log-sum-exp.", got=flash_mib))
+    if near(flash_mib, flash_want - b * h * n * 4 / MIB):
+        raise Incorrect(tr("{got:g} MiB leaves out the log-sum-exp: one float32 per query and head, what the "
+                           "backward recomputes the probabilities from.", got=flash_mib))
+    if not near(flash_mib, flash_want):
+        raise Incorrect(tr("the flash kernel's bytes: {got:g} MiB is not it. Count, per head, q, k, v, the output "
+                           "and the log-sum-exp, in float32.", got=flash_mib))
+
+
+q2 = Exercise(
+    "8.1 q2: predict what SDPA's two CPU kernels keep for backward at n = 8192",
+    _check_bytes,
+    usage="q2.check(math_mib, flash_mib)",
+    checked=("checked against the theory that the lesson's measurement matched byte for byte, within "
+             "0.25 MiB."),
+    hints=["List what each kernel's backward needs. The math kernel keeps the probabilities; the flash kernel "
+           "recomputes them from one number per query.",
+           "Per head: q, k, v are n x d values each; the probabilities n x n; the output n x d; the log-sum-exp "
+           "n. Multiply by the number of heads and the batch, and by the bytes of a float32.",
+           "The table above the exercise holds the measured bytes at small n, and the theory next to them: "
+           "the same counting, with n = 8192, d = 128 and 32 heads."],
+    solution_code=(
+        "heads, n, d, value = 32, 8192, 128, 4\n"
+        "math_mib = heads * (3 * n * d + n * n) * value / 2**20\n"
+        "flash_mib = heads * (4 * n * d + n) * value / 2**20\n"
+        "q2.check(math_mib, flash_mib)"
     ),
 )
