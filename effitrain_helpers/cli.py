@@ -13,6 +13,8 @@
     effitrain fsdp [--processes N] [--steps S] [--batch-size B] [--json]
     effitrain memory --parameters P [--devices N] [--optimizer mixed|fp32|8bit]
                      [--layers L --hidden H --heads A --sequence S --micro-batch B] [--json]
+    effitrain plan --parameters P --layers L --hidden H --heads A --seq S --vocab V --devices N --memory-gb M
+                   --global-batch-tokens T [--devices-per-node 8] [--tp --pp --dp --cp --zero --recompute] [--json]
     effitrain resume [--processes N] [--dropout P] [--crash-at STEP] [--checkpoints DIR] [--json]
     effitrain resume --fsdp [--processes N] [--resume-processes M] [--crash-at STEP] [--checkpoints DIR] [--json]
     effitrain resume --torchrun [--processes N] [--dropout P] [--crash-at STEP] [--json]
@@ -261,6 +263,64 @@ def _add_memory_parser(sub) -> None:
                    help="sequences per device and step (with the other four: activations)")
     p.add_argument("--json", action="store_true", help="one JSON record: bytes per device by stage and kind, formulas")
     p.set_defaults(func=_memory)
+
+
+def _plan(args) -> int:
+    """Which parallel configuration fits, and how fast? Ranked configurations with memory per part (lesson 7.3)."""
+    from effitrain_helpers.measure.memory_estimate import count_parameters
+    from effitrain_helpers.measure.planner import Cluster, Model, plan, plan_table
+
+    model = Model(count_parameters(args.parameters), args.layers, args.hidden, args.heads, args.seq, args.vocab)
+    cluster = Cluster(args.devices, args.memory_gb, args.devices_per_node, args.intra_gbps, args.inter_gbps,
+                      args.peak_tflops, args.efficiency)
+    fixed = {k: getattr(args, k) for k in ("dp", "tp", "pp", "cp", "zero", "recompute")}
+    report = plan(model, cluster, args.global_batch_tokens, fixed, args.optimizer)
+    print(json.dumps(report) if args.json else plan_table(report, args.top))
+    return 0
+
+
+def _add_plan_parser(sub) -> None:
+    from effitrain_helpers.measure import planner
+
+    p = sub.add_parser("plan", help="which parallel configuration (DP, ZeRO, TP, PP, CP, recomputation) fits, and "
+                                    "how fast? ranked, memory per device by part")
+    p.add_argument("--parameters", type=float, required=True,
+                   help="the model's parameters in all, embeddings included, e.g. 70e9")
+    p.add_argument("--layers", type=int, required=True, help="transformer layers, e.g. 80")
+    p.add_argument("--hidden", type=int, required=True, help="hidden size, e.g. 8192")
+    p.add_argument("--heads", type=int, required=True, help="attention heads, e.g. 64")
+    p.add_argument("--seq", type=int, required=True, help="sequence length in tokens, e.g. 4096")
+    p.add_argument("--vocab", type=int, required=True, help="vocabulary size, e.g. 128256")
+    p.add_argument("--devices", type=int, required=True, help="devices in all, e.g. 64")
+    p.add_argument("--memory-gb", type=float, required=True, help="memory per device in GB (10^9 bytes), e.g. 80")
+    p.add_argument("--global-batch-tokens", type=float, required=True,
+                   help="tokens per optimizer step, all devices together, e.g. 4e6")
+    p.add_argument("--devices-per-node", type=int, default=8, help="devices per node (default 8)")
+    p.add_argument("--intra-gbps", type=float, default=planner.INTRA_GBPS,
+                   help="GB/s a device sends inside its node (default 450: NVLink 4)")
+    p.add_argument("--inter-gbps", type=float, default=planner.INTER_GBPS,
+                   help="GB/s a device sends to other nodes (default 50: 400 Gb/s InfiniBand)")
+    p.add_argument("--peak-tflops", type=float, default=planner.PEAK_TFLOPS,
+                   help="16-bit peak TFLOP/s per device (default 989: H100 SXM, dense)")
+    p.add_argument("--efficiency", type=float, default=planner.EFFICIENCY,
+                   help="share of the peak the matrix products reach (default 0.6)")
+    p.add_argument("--optimizer", default="mixed",
+                   help="mixed (2+2+12 bytes per parameter), fp32 (4+4+8) or 8bit (default mixed)")
+    p.add_argument("--dp", type=int, default=None, help="fix the data-parallel degree instead of searching it")
+    p.add_argument("--tp", type=int, default=None,
+                   help="fix the tensor-parallel degree (it divides --heads) instead of searching it")
+    p.add_argument("--pp", type=int, default=None,
+                   help="fix the pipeline stages (they divide --layers) instead of searching them")
+    p.add_argument("--cp", type=int, default=None,
+                   help="fix the context-parallel degree (it divides --seq) instead of searching it")
+    p.add_argument("--zero", type=int, default=None, choices=range(4), help="fix the ZeRO stage: 0, 1, 2 or 3")
+    p.add_argument("--recompute", default=None, choices=planner.RECOMPUTE,
+                   help="fix activation recomputation: none, selective or full (all six fixed: judge that one)")
+    p.add_argument("--top", type=int, default=10, help="configurations shown in the text table (default 10)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON record: every fitting configuration, ranked, with its memory per device in bytes "
+                        "by part")
+    p.set_defaults(func=_plan)
 
 
 def _resume(args) -> int:
@@ -557,7 +617,7 @@ def _grade(args) -> int:
 
     mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
     rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
-                 unsafe=args.unsafe)
+                 unsafe=args.unsafe, feedback=args.feedback)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
@@ -623,6 +683,9 @@ def add_learner_commands(sub) -> None:
                    help="folder of submissions: NAME.ipynb per student, or one folder per student")
     p.add_argument("--out", required=True, type=not_empty("--out"), help="the CSV file to write (student, notebook, lesson, exercise, "
                                                 "status, detail)")
+    p.add_argument("--feedback", metavar="DIR", type=not_empty("--feedback"), default=None,
+                   help="also write DIR/STUDENT.html per student: each exercise's verdict, message and points, "
+                        "each failed cell (offline HTML)")
     p.add_argument("--timeout", type=_grade_seconds, default=300.0,
                    help="seconds each notebook may run before its kernel and everything it started are stopped: "
                         "a number > 0 (fractions allowed), at most 86400 (default 300)")
@@ -703,6 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optimizers_parser(sub)
     _add_fsdp_parser(sub)
     _add_memory_parser(sub)
+    _add_plan_parser(sub)
     _add_resume_parser(sub)
     _add_collectives_parser(sub)
     _add_nodes_parser(sub)

@@ -3,11 +3,15 @@
 import pytest
 import torch
 from transformers import TrainingArguments
+from transformers.trainer_utils import IntervalStrategy
 
 from effitrain_helpers.teach.checks import lesson_2_1 as l21
 from effitrain_helpers.teach.checks import lesson_2_2 as l22
 from effitrain_helpers.teach.checks import lesson_2_3 as l23
 from effitrain_helpers.teach.exercises import Spy, ____
+
+
+EXHAUSTIVE = (pytest.mark.slow, pytest.mark.exhaustive)
 
 
 def _make_trainer(collator=True, metrics=True, **changes):
@@ -20,7 +24,10 @@ def _make_trainer(collator=True, metrics=True, **changes):
         base = dict(output_dir=output_dir, num_train_epochs=2, learning_rate=1e-3, per_device_train_batch_size=8,
                     eval_strategy="epoch", logging_strategy="epoch", save_strategy="no", use_cpu=True,
                     report_to="none", disable_tqdm=True)
-        args = TrainingArguments(**{**base, **changes})
+        args = {**base, **changes}
+        if args["output_dir"] is None:  # another folder than the one given (inside it, so nothing is left behind)
+            args["output_dir"] = f"{output_dir}/elsewhere"
+        args = TrainingArguments(**args)
         return Trainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
                        data_collator=DataCollatorWithPadding(tokenizer) if collator else None,
                        compute_metrics=trainer_metrics if metrics else None)
@@ -33,6 +40,15 @@ def _make_trainer(collator=True, metrics=True, **changes):
     (_make_trainer(collator=False), "cannot batch pairs"),
     (_make_trainer(metrics=False), "compute_metrics"),
     (_make_trainer(per_device_train_batch_size=16), "took 4 optimizer steps"),
+    # each accepted before (mutants of the solution, issue 41); a Trainer trains for seconds: most in test-all
+    pytest.param(_make_trainer(per_device_train_batch_size=9), "up to 9 rows", marks=pytest.mark.slow),
+    pytest.param(_make_trainer(learning_rate=2e-3), "learning rate 0.002", marks=pytest.mark.slow),
+    pytest.param(_make_trainer(logging_strategy="steps"), "logged the training loss 0 time(s)", marks=EXHAUSTIVE),
+    pytest.param(_make_trainer(save_strategy="steps"), "saves checkpoints", marks=EXHAUSTIVE),
+    pytest.param(_make_trainer(use_cpu=False), "use_cpu", marks=EXHAUSTIVE),
+    pytest.param(_make_trainer(output_dir=None), "not the output_dir", marks=EXHAUSTIVE),
+    pytest.param(_make_trainer(report_to=[], eval_strategy=IntervalStrategy.EPOCH), "",  # right, another way
+                 marks=EXHAUSTIVE),
 ])
 def test_2_1_q1_trains_the_learners_trainer(answer, words):
     result = l21.q1.evaluate(answer)
@@ -72,7 +88,8 @@ def test_2_1_q3(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=True, scheduler_per_epoch=False):
+def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=True, scheduler_per_epoch=False,
+              train_mode=True):
     """A q1 answer; each flag set to False makes one known mistake."""
     from accelerate import Accelerator
 
@@ -83,7 +100,8 @@ def _training(prepare_loader=True, prepare_scheduler=True, accelerate_backward=T
             train_loader = accelerator.prepare(train_loader)
         if prepare_scheduler:
             scheduler = accelerator.prepare(scheduler)
-        model.train()
+        if train_mode:
+            model.train()
         for _ in range(epochs):
             for batch in train_loader:
                 loss = model(**batch).loss
@@ -143,6 +161,7 @@ def test_2_1_q4_refuses_what_is_not_training_arguments():
     ({"prepare_scheduler": False}, "learning rate ended at 0.25"),
     ({"accelerate_backward": False}, "accelerator.backward"),
     ({"scheduler_per_epoch": True}, "stepped once per epoch"),
+    ({"train_mode": False}, "call model.train()"),  # a mutant of the solution accepted before (issue 41)
 ])
 def test_2_2_q1_runs_the_training_in_2_real_processes(flags, words):
     result = l22.q1.evaluate(_training(**flags))
@@ -157,7 +176,7 @@ def test_2_2_q1_reference_and_plain_mistakes_without_processes():
 
 
 def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True, per_epoch=False, swap=False,
-                     step=True):
+                     step=True, backward=True):
     """A q2 answer; each flag changed makes one known mistake (``swap``: warm-up and length swapped)."""
     from transformers import get_linear_schedule_with_warmup
 
@@ -172,7 +191,8 @@ def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True
             scheduler = accelerator.prepare(scheduler)
         for _ in range(epochs):
             for batch in train_loader:
-                accelerator.backward(model(**batch).loss)
+                if backward:
+                    accelerator.backward(model(**batch).loss)
                 optimizer.step()
                 if step and not per_epoch:
                     scheduler.step()
@@ -193,6 +213,7 @@ def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True
     ({"warmup_all_processes": False}, "the warm-up lasted 1 optimizer step(s), not 2"),
     ({"prepare": False, "all_processes": False, "warmup_all_processes": False}, "reaches 0 on time, but only"),
     ({"step": False}, "never changed"),
+    ({"backward": False}, "the weights never changed"),  # a mutant of the solution accepted before (issue 41)
 ])
 def test_2_2_q2_reads_the_prepared_schedule_in_2_real_processes(flags, words):
     result = l22.q2.evaluate(_warmup_training(**flags))

@@ -91,6 +91,78 @@ def _shard_kept(tensor):
     dist.all_gather_into_tensor(padded, share)
 
 
+def _direct_exchange(tensor):
+    """Same bytes as a ring, but no ring: rank r sends chunk j straight to rank j, then every completed chunk
+    straight to every rank."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    chunks = torch.tensor_split(tensor, world)
+    for phase in ("reduce", "gather"):
+        requests, incoming = [], {}
+        for peer in range(world):
+            if peer != rank:
+                requests.append(dist.isend(chunks[peer] if phase == "reduce" else chunks[rank], peer))
+                incoming[peer] = torch.empty_like(chunks[rank] if phase == "reduce" else chunks[peer])
+                requests.append(dist.irecv(incoming[peer], peer))
+        for request in requests:
+            request.wait()
+        for peer, values in incoming.items():
+            chunks[rank].add_(values) if phase == "reduce" else chunks[peer].copy_(values)
+
+
+def _ring_the_other_way(tensor):
+    """Right: the ring runs leftwards, and each step's send and receive are ordered by rank parity with
+    blocking calls (no isend)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    chunks = list(torch.tensor_split(tensor, world))
+    to, source = (rank - 1) % world, (rank + 1) % world
+    for step in range(2 * (world - 1)):
+        out, got = (rank + step) % world, (rank + step + 1) % world  # the same indices in both phases
+        buffer = torch.zeros_like(chunks[got])
+        if rank % 2 == 0:
+            dist.send(chunks[out], to)
+            dist.recv(buffer, source)
+        else:
+            dist.recv(buffer, source)
+            dist.send(chunks[out], to)
+        if step < world - 1:
+            chunks[got] += buffer
+        else:
+            chunks[got][:] = buffer
+
+
+def _gathered_whole(tensor):
+    """Gathers every rank's whole tensor and sums it locally; the reduce-scatter is made but its result unused."""
+    world = dist.get_world_size()
+    padded = torch.nn.functional.pad(tensor, (0, -len(tensor) % world))
+    dist.reduce_scatter_tensor(torch.empty(len(padded) // world), padded)
+    everything = torch.empty(world * len(tensor))
+    dist.all_gather_into_tensor(everything, tensor)
+    tensor.copy_(everything.view(world, -1).sum(0))
+
+
+def _two_halves_with_lists(tensor):
+    """Right: zeros concatenated as padding, the list forms of both halves."""
+    world = dist.get_world_size()
+    padded = torch.cat([tensor, tensor.new_zeros(-len(tensor) % world)])
+    share = torch.empty(len(padded) // world)
+    dist.reduce_scatter(share, list(padded.chunk(world)))
+    pieces = [torch.empty_like(share) for _ in range(world)]
+    dist.all_gather(pieces, share)
+    tensor[:] = torch.cat(pieces)[:len(tensor)]
+
+
+def _two_halves_into_a_new_buffer(tensor):
+    """Right: the padding written into a zeroed buffer, the sum named explicitly, the gather into a new tensor."""
+    world = dist.get_world_size()
+    padded = torch.zeros(-(-len(tensor) // world) * world)
+    padded[:len(tensor)] = tensor
+    share = torch.empty(len(padded) // world)
+    dist.reduce_scatter_tensor(share, padded, op=dist.ReduceOp.SUM)
+    gathered = torch.empty_like(padded)
+    dist.all_gather_into_tensor(gathered, share)
+    tensor.copy_(gathered[:len(tensor)])
+
+
 def test_an_unwritten_ring_is_measured_as_the_reference():
     def starter(tensor):
         return ____
@@ -106,7 +178,10 @@ def test_an_unwritten_ring_is_measured_as_the_reference():
     (_off_by_a_chunk, "off by a chunk"),
     (_deadlock, "deadlock in 2 processes: ranks 0, 1 each waited 5 s in a blocking dist.send"),
     (_new_tensor, "returned the sum but left the tensor unchanged"),
-], ids=["right", "collective", "parameter-server", "off-by-a-chunk", "deadlock", "not-in-place"])
+    (_direct_exchange, "not a ring: in 3 processes rank 0 sent to ranks [1, 2] and received from ranks [1, 2]"),
+    pytest.param(_ring_the_other_way, None, marks=pytest.mark.exhaustive),
+], ids=["right", "collective", "parameter-server", "off-by-a-chunk", "deadlock", "not-in-place", "direct-exchange",
+        "right-leftwards-blocking"])
 def test_q1_names_each_mistake(fn, words):
     result = q1.evaluate(fn)
     assert result.status == ("correct" if words is None else "incorrect"), result.message
@@ -120,7 +195,11 @@ def test_q1_names_each_mistake(fn, words):
     (_collective, "you called dist.all_reduce"),
     (_no_padding, "pad the tensor with zeros to a multiple of N"),
     (_shard_kept, "came back unchanged"),
-], ids=["right", "all-reduce", "no-padding", "not-copied-back"])
+    (_gathered_whole, "rank 0 all-gathered 32 bytes for a tensor of 32, then summed on its own"),
+    (_two_halves_with_lists, None),
+    pytest.param(_two_halves_into_a_new_buffer, None, marks=pytest.mark.exhaustive),
+], ids=["right", "all-reduce", "no-padding", "not-copied-back", "gathered-whole", "right-list-forms",
+        "right-new-buffer"])
 def test_q2_names_each_mistake(fn, words):
     result = q2.evaluate(fn)
     assert result.status == ("correct" if words is None else "incorrect"), result.message
@@ -153,3 +232,4 @@ def test_a_function_from_a_plain_script_is_judged(tmp_path, monkeypatch):
     assert _unimportable_module(ring_all_reduce) is None  # the workbook's own module: by reference
     result = q1.evaluate(module.ring_all_reduce)
     assert result.status == "correct", result.message
+

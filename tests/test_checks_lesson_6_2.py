@@ -2,8 +2,9 @@
 would write, each recognised with its own message. The wrong versions are built inside functions, so they
 travel to the workers by value, as a notebook's or a script's functions do.
 
-Each check is one launch (about 5 s on a quiet 2-core CPU): the default tier runs the right answer and one
-wrong version per exercise, the ``exhaustive`` tier every other wrong version."""
+Each check is one launch (about 5 s on a quiet 2-core CPU; q2's right answers two, in 2 and 3 processes): the
+default tier runs the right answer, one wrong version per exercise (q2: also the literal world size) and one right
+answer written another way for q1, the ``exhaustive`` tier every other version."""
 
 import subprocess
 import sys
@@ -48,16 +49,45 @@ def broadcasts():
             for p in model.parameters():
                 dist.broadcast(p, src=0)
 
+    def the_parameter_itself(model):  # also right: a collective writes a leaf that requires grad, no_grad or not
+        for p in model.parameters():
+            dist.broadcast(p, 0)
+
+    def as_one_vector(model):  # also right: one broadcast of every weight, flattened, then written back
+        vector = torch.nn.utils.parameters_to_vector(model.parameters())
+        dist.broadcast(vector, src=0)
+        torch.nn.utils.vector_to_parameters(vector, model.parameters())
+
     return locals()
 
 
 def averages():
+    import torch
     import torch.distributed as dist
 
     def right(model):
         for p in model.parameters():
             dist.all_reduce(p.grad)
             p.grad /= dist.get_world_size()
+
+    def divided_by_2(model):  # right in 2 processes only
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= 2
+
+    def divided_first(model):  # also right: each rank's share of the mean, then summed
+        world = dist.get_world_size()
+        for p in model.parameters():
+            p.grad.div_(world)
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+
+    def one_flat_bucket(model):  # also right: every gradient in one all-reduce, copied back
+        grads = [p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
 
     def not_divided(model):  # gradients N times too large
         for p in model.parameters():
@@ -137,6 +167,27 @@ def accumulations():
                 average(model)
                 optimizer.step()
 
+    def counted_by_hand(model, optimizer, micro_batches, k):  # also right: a counter, set_to_none=False
+        done = 0
+        for inputs, targets in micro_batches:
+            loss = loss_of(model, inputs, targets)
+            (loss * (1 / k)).backward()
+            done += 1
+            if done == k:
+                average(model)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=False)
+                done = 0
+
+    def in_groups_of_k(model, optimizer, micro_batches, k):  # also right: the micro-batches sliced k at a time
+        batches = list(micro_batches)
+        for start in range(0, len(batches), k):
+            for inputs, targets in batches[start:start + k]:
+                (loss_of(model, inputs, targets) / k).backward()
+            average(model)
+            optimizer.step()
+            optimizer.zero_grad()
+
     def never_synchronised(model, optimizer, micro_batches, k):
         for i, (inputs, targets) in enumerate(micro_batches):
             (loss_of(model, inputs, targets) / k).backward()
@@ -165,15 +216,37 @@ def test_q1_broadcast_parameters(name, expected):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", [
+    "the_parameter_itself",
+    pytest.param("under_no_grad", marks=EXHAUSTIVE),
+    pytest.param("as_one_vector", marks=EXHAUSTIVE),
+])
+def test_q1_right_written_another_way(name):
+    result = l62.q1.evaluate(broadcasts()[name])
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.slow
 @pytest.mark.exhaustive
-def test_q1_broadcast_under_no_grad_is_right_too():
-    assert l62.q1.evaluate(broadcasts()["under_no_grad"]).status == "correct"
+@pytest.mark.parametrize("name", ["divided_first", "one_flat_bucket"])
+def test_q2_right_written_another_way(name):
+    result = l62.q2.evaluate(averages()[name])
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", ["counted_by_hand", "in_groups_of_k"])
+def test_q3_right_written_another_way(name):
+    result = l62.q3.evaluate(accumulations()[name])
+    assert result.status == "correct", result.message
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [
     ("right", None),
     ("not_divided", "2 times too large"),
+    ("divided_by_2", "in 3 processes the summed gradients were divided by 2, not by 3"),
     pytest.param("not_synchronised", "no gradient left its rank", marks=EXHAUSTIVE),
     pytest.param("divided_only", "never exchanged it", marks=EXHAUSTIVE),
     pytest.param("reduced_to_rank_0", "rank(s) [1] did not get the averaged gradients", marks=EXHAUSTIVE),

@@ -6,10 +6,12 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from effitrain_helpers.teach.checks import lesson_6_3
 from effitrain_helpers.teach.checks.lesson_6_3 import q1, q2
 from effitrain_helpers.teach.exercises import ____
+from effitrain_helpers.training import zero
 from effitrain_helpers.training.zero import balanced_owners
 
 
@@ -22,8 +24,44 @@ def _halves(sizes, world_size):
     return [i // per for i in range(len(sizes))]
 
 
+def _in_the_order_given(sizes, world_size):
+    """Greedy, but not largest first."""
+    loads, owners = [0] * world_size, []
+    for size in sizes:
+        rank = loads.index(min(loads))
+        owners.append(rank)
+        loads[rank] += size
+    return owners
+
+
+def _largest_first(sizes, world_size):
+    """Right: the lesson's rule in a loop."""
+    loads, owners = [0] * world_size, [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True):
+        rank = loads.index(min(loads))
+        owners[i] = rank
+        loads[rank] += sizes[i]
+    return owners
+
+
+def _with_a_heap(sizes, world_size):
+    """Right, another way: a heap of (load, rank), the sizes sorted as (size, index) pairs."""
+    import heapq
+
+    heap, owners = [(0, r) for r in range(world_size)], [None] * len(sizes)
+    for size, i in sorted(((s, i) for i, s in enumerate(sizes)), reverse=True):
+        load, rank = heapq.heappop(heap)
+        owners[i] = rank
+        heapq.heappush(heap, (load + size, rank))
+    return owners
+
+
 @pytest.mark.parametrize("assign, words", [
-    (balanced_owners, None),
+    (_largest_first, None),
+    (_with_a_heap, None),
+    (balanced_owners, "hands the work to balanced_owners, the lesson's own assignment"),
+    (lambda sizes, world_size: balanced_owners(sizes, world_size), "hands the work to balanced_owners"),
+    (_in_the_order_given, "in the order the tensors come"),
     (_round_robin, "unbalanced"),
     (_halves, "unbalanced"),
     (lambda sizes, world_size: [0] * len(sizes), "owns nothing"),
@@ -55,7 +93,7 @@ class _Right:
         import torch.distributed as dist
 
         self.params = list(params)
-        self.owners = balanced_owners([p.numel() for p in self.params], dist.get_world_size())
+        self.owners = _largest_first([p.numel() for p in self.params], dist.get_world_size())
         mine = [p for p, o in zip(self.params, self.owners) if o == dist.get_rank()]
         self.optimizer = optimizer_class(mine, **defaults)
 
@@ -69,6 +107,113 @@ class _Right:
     def zero_grad(self):
         for p in self.params:
             p.grad = None
+
+
+class _SubclassesOptimizer(torch.optim.Optimizer):
+    """Right, another way: a torch.optim.Optimizer whose inner optimizer is not called self.optimizer, owners by
+    a heap, zero_grad inherited."""
+
+    def __init__(self, params, optimizer_class, **defaults):
+        import torch.distributed as dist
+
+        params = list(params)
+        super().__init__(params, defaults)
+        self.owners = _with_a_heap([p.numel() for p in params], dist.get_world_size())
+        self.inner = optimizer_class([p for p, o in zip(params, self.owners) if o == dist.get_rank()], **defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        import torch.distributed as dist
+
+        self.inner.step()
+        for p, owner in zip(self.param_groups[0]["params"], self.owners):
+            dist.broadcast(p, owner)
+
+
+class _FlatSlices:
+    """Right, another way: each rank owns one flat slice of all the values (a new parameter), stepped, then
+    every slice all-gathered and copied back."""
+
+    def __init__(self, params, optimizer_class, **defaults):
+        import torch.distributed as dist
+
+        self.params = list(params)
+        world, rank = dist.get_world_size(), dist.get_rank()
+        self.per = -(-sum(p.numel() for p in self.params) // world)
+        self.piece = torch.nn.Parameter(self._flat([p.detach() for p in self.params])[rank * self.per:][:self.per])
+        self.adam = optimizer_class([self.piece], **defaults)
+
+    def _flat(self, tensors):
+        import torch.distributed as dist
+
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        return torch.nn.functional.pad(flat, (0, self.per * dist.get_world_size() - len(flat))).clone()
+
+    def step(self):
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        self.piece.grad = self._flat([p.grad for p in self.params])[rank * self.per:][:self.per]
+        self.adam.step()
+        gathered = torch.empty(self.per * dist.get_world_size())
+        dist.all_gather_into_tensor(gathered, self.piece.detach())
+        with torch.no_grad():
+            sizes = [p.numel() for p in self.params]
+            for p, values in zip(self.params, gathered[:sum(sizes)].split(sizes)):
+                p.copy_(values.view_as(p))
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+
+class _DefaultsDropped(_Right):
+    def __init__(self, params, optimizer_class, **defaults):
+        super().__init__(params, optimizer_class, **defaults)
+        self.optimizer = optimizer_class(self.optimizer.param_groups[0]["params"])
+
+
+class _RoundRobin(_Right):
+    """Owners by position, whatever the sizes: on weights and biases that alternate, 2 ranks hold 94% / 6%."""
+
+    def __init__(self, params, optimizer_class, **defaults):
+        import torch.distributed as dist
+
+        self.params = list(params)
+        self.owners = [i % dist.get_world_size() for i in range(len(self.params))]
+        mine = [p for p, o in zip(self.params, self.owners) if o == dist.get_rank()]
+        self.optimizer = optimizer_class(mine, **defaults)
+
+
+class _BroadcastFromRank0(_Right):
+    def step(self):
+        import torch.distributed as dist
+
+        self.optimizer.step()
+        for p in self.params:
+            dist.broadcast(p.data, src=0)
+
+
+class _OwnersDifferBetweenRanks(_Right):
+    """Each rank turns the owners by its own rank: the ranks disagree on every src."""
+
+    def __init__(self, params, optimizer_class, **defaults):
+        import torch.distributed as dist
+
+        super().__init__(params, optimizer_class, **defaults)
+        self.owners = [(o + dist.get_rank()) % dist.get_world_size() for o in self.owners]
+
+
+class _AdamWWrittenIn(_Right):
+    """Ignores optimizer_class: AdamW written in."""
+
+    def __init__(self, params, optimizer_class, **defaults):
+        import torch.distributed as dist
+
+        self.params = list(params)
+        self.owners = _largest_first([p.numel() for p in self.params], dist.get_world_size())
+        mine = [p for p, o in zip(self.params, self.owners) if o == dist.get_rank()]
+        self.optimizer = torch.optim.AdamW(mine, **defaults)
 
 
 class _NoBroadcast(_Right):
@@ -96,7 +241,7 @@ class _Missing(_Right):
         import torch.distributed as dist
 
         self.params = list(params)
-        self.owners = balanced_owners([p.numel() for p in self.params], dist.get_world_size())
+        self.owners = _largest_first([p.numel() for p in self.params], dist.get_world_size())
         mine = [p for p, o in zip(self.params[1:], self.owners[1:]) if o == dist.get_rank()]
         self.optimizer = optimizer_class(mine, **defaults)
 
@@ -116,27 +261,43 @@ class _BroadcastOnlyOnOwner(_Right):
                 dist.broadcast(p.data, src=owner)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("cls, words", [
-    (_Right, None),
-    (_NoBroadcast, "weights differ after step 1"),
-    (_EveryoneStepsEverything, "no memory is saved"),
-    (_Overlap, "shares overlap"),
-    (_Missing, "in no rank's share"),
-    pytest.param(_ZeroGradOwnShare, "clear every parameter's gradient", marks=pytest.mark.exhaustive),
-])
-def test_q2_names_each_wrong_sharded_optimizer(cls, words):
-    result = q2.evaluate(cls)
-    assert result.status == ("correct" if words is None else "incorrect"), result.message
-    assert words is None or words in result.message, result.message
+SHARDED = {  # class -> None (right) or words of its message
+    _Right: None,
+    _SubclassesOptimizer: None,
+    _FlatSlices: None,
+    zero.ShardedOptimizer: None,  # the lesson's reference
+    _DefaultsDropped: "AdamW with its own default settings, not with lr=0.02, weight_decay=0.1",
+    _RoundRobin: "Balance the shares by size",
+    _BroadcastFromRank0: "never changed, although rank 1 stepped it",
+    _OwnersDifferBetweenRanks: "collective calls differ at call 11: rank 0: broadcast(src=0)",
+    _AdamWWrittenIn: "never built an optimizer from optimizer_class",
+    _NoBroadcast: "weights differ after step 1",
+    _EveryoneStepsEverything: "no memory is saved",
+    _Overlap: "shares overlap",
+    _Missing: "in no rank's share",
+    _ZeroGradOwnShare: "clear every parameter's gradient",
+    _BroadcastOnlyOnOwner: "collective calls differ at call 11",
+}
 
 
 @pytest.mark.slow
-def test_q2_names_the_stuck_ranks_of_a_broadcast_only_the_owner_calls(monkeypatch):
-    monkeypatch.setattr(lesson_6_3, "TIMEOUT", 20.0)
-    result = q2.evaluate(_BroadcastOnlyOnOwner)
-    assert result.status == "incorrect"
-    assert "still running: ranks [" in result.message and "every rank must call broadcast" in result.message
+def test_q2_judges_right_and_wrong_sharded_optimizers_by_what_they_do():
+    """Every class above judged in one launch of 2 processes (and the right ones in one of 3): right ones in
+    four forms accepted, each wrong one named."""
+    verdicts = lesson_6_3.judge_sharded_optimizers(list(SHARDED))
+    for (cls, words), verdict in zip(SHARDED.items(), verdicts):
+        if words is None:
+            assert verdict is None, (cls.__name__, verdict)
+        else:
+            assert verdict is not None and words in str(verdict), (cls.__name__, verdict)
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_q2_check_runs_one_class_in_2_and_3_processes():
+    assert q2.evaluate(_SubclassesOptimizer).status == "correct"
+    result = q2.evaluate(_RoundRobin)
+    assert result.status == "incorrect" and "in 2 processes the ranks keep" in result.message, result.message
 
 
 @pytest.mark.slow
@@ -192,3 +353,133 @@ def test_zero_stages_by_hand_hold_their_share_and_train_adamws_weights():
     assert comm["reduce_scatter"] == comm["all_gather"] >= 4 * sum(ranks[0]["tensor_values"])
     for stage in ("ZeRO-1 by hand", "ZeroRedundancyOptimizer"):  # every weight broadcast once, counted
         assert ranks[0]["results"][stage]["communication"]["broadcast"] == 4 * sum(ranks[0]["tensor_values"])
+
+
+class _Shards:
+    """q3's solution, as the notebook writes it."""
+
+    def __init__(self, model, bucket_bytes):
+        import torch.distributed as dist
+
+        from effitrain_helpers.training.zero import gradient_buckets
+
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.buckets = gradient_buckets(model.parameters(), bucket_bytes)
+        self.chunks = [-(-sum(p.numel() for p in b) // self.world) for b in self.buckets]
+        self.shards, self.arrived = [None] * len(self.buckets), [0] * len(self.buckets)
+        for b, bucket in enumerate(self.buckets):
+            for p in bucket:
+                p.register_post_accumulate_grad_hook(lambda p, b=b: self.arrive(b))
+
+    def arrive(self, b):
+        self.arrived[b] += 1
+        if self.arrived[b] < len(self.buckets[b]):
+            return
+        self.arrived[b] = 0
+        self.send(b)
+
+    def send(self, b):
+        import torch
+        import torch.distributed as dist
+
+        flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
+        padded = torch.zeros(self.world * self.chunks[b])
+        padded[:flat.numel()] = flat
+        mine = torch.empty(self.chunks[b])
+        dist.reduce_scatter_single(mine, padded)
+        self.shards[b] = self.scale(mine)
+        self.free(b)
+
+    def scale(self, mine):
+        return mine / self.world
+
+    def free(self, b):
+        for p in self.buckets[b]:
+            p.grad = None
+
+
+class _ShardsFromPieces(_Shards):
+    """Right, written another way (zero.py's): a reduce_scatter of a list of pieces, views of the gradients
+    where they can be, averaged in place."""
+
+    def send(self, b):
+        import torch
+
+        from effitrain_helpers.training.zero import _reduce_scatter_gradients
+
+        out = torch.empty(self.chunks[b])
+        _reduce_scatter_gradients(out, self.buckets[b], self.world)
+        self.shards[b] = out
+        self.free(b)
+
+
+class _NoFree(_Shards):
+    def free(self, b):
+        pass
+
+
+class _NoDivide(_Shards):
+    def scale(self, mine):
+        return mine
+
+
+class _AllReduce(_Shards):
+    def send(self, b):
+        import torch
+        import torch.distributed as dist
+
+        flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
+        dist.all_reduce(flat)
+        self.shards[b] = (flat / self.world)[self.rank * self.chunks[b]:(self.rank + 1) * self.chunks[b]]
+        self.free(b)
+
+
+class _NeverReset(_Shards):
+    def arrive(self, b):
+        self.arrived[b] += 1
+        if self.arrived[b] == len(self.buckets[b]):
+            self.send(b)
+
+
+class _FreedAtTheEnd(_Shards):
+    def free(self, b):
+        if b == len(self.buckets) - 1:  # the last bucket: only now every full gradient goes
+            for bucket in self.buckets:
+                for p in bucket:
+                    p.grad = None
+
+
+class _NoHooks(_Shards):
+    def __init__(self, model, bucket_bytes):
+        super().__init__(model, bucket_bytes)
+        self.arrive = lambda b: None  # the hooks call self.arrive: nothing is sent in backward
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls, words", [
+    (_Shards, None),
+    (_ShardsFromPieces, None),
+    (_NoFree, "still hold their full gradient"),
+    pytest.param(_NoDivide, "divide by the world size", marks=pytest.mark.exhaustive),
+    pytest.param(_AllReduce, "called all_reduce", marks=pytest.mark.exhaustive),
+    (_NeverReset, "start each bucket's count again"),
+    (_FreedAtTheEnd, "bytes of gradients during backward"),
+    pytest.param(_NoHooks, "from the hooks", marks=pytest.mark.exhaustive),
+])
+def test_q3_names_each_wrong_in_backward_reduce_scatter(cls, words):
+    from effitrain_helpers.teach.checks.lesson_6_3 import q3
+
+    result = q3.evaluate(cls)
+    assert result.status == ("correct" if words is None else "incorrect"), result.message
+    assert words is None or words in result.message, result.message
+
+
+def test_q3_starter_is_not_attempted():
+    from effitrain_helpers.teach.checks.lesson_6_3 import q3
+
+    class GradientShards:
+        def __init__(self, model, bucket_bytes):
+            ____
+
+    assert q3.evaluate(GradientShards).status == "not attempted"
+    assert "pass your class itself" in q3.evaluate(object()).message

@@ -35,9 +35,22 @@ def _split(first_rows, second_cols, bias=False, use_rank=True):
     return split
 
 
-def test_q1_the_house_split_and_a_hand_written_one_are_correct():
-    assert q1.evaluate(split_mlp).status == "correct"
+def _split_by_chunks(mlp, rank, world):
+    """Right, another way: new layers built around chunks of the weights, as nn.Parameter."""
+    up = nn.Linear(mlp[0].in_features, mlp[0].out_features // world)
+    down = nn.Linear(mlp[0].out_features // world, mlp[2].out_features, bias=False)
+    up.weight = nn.Parameter(mlp[0].weight.detach().chunk(world, dim=0)[rank].clone())
+    up.bias = nn.Parameter(mlp[0].bias.detach().chunk(world)[rank].clone())
+    down.weight = nn.Parameter(mlp[2].weight.detach().chunk(world, dim=1)[rank].clone())
+    return up, down
+
+
+def test_q1_hand_written_splits_are_correct_and_the_house_one_is_refused():
     assert q1.evaluate(_split(True, True)).status == "correct"
+    assert q1.evaluate(_split_by_chunks).status == "correct"
+    for handed_over in (split_mlp, lambda mlp, rank, world: split_mlp(mlp, rank, world)):
+        result = q1.evaluate(handed_over)
+        assert result.status == "incorrect" and "hands the work to split_mlp" in result.message, result.message
 
 
 @pytest.mark.parametrize("answer, words", [
@@ -55,8 +68,8 @@ def test_q1_names_each_wrong_split(answer, words):
 
 def test_q1_mismatched_rows_and_columns_do_not_add_up():
     def shifted(mlp, rank, world):
-        up, down = split_mlp(mlp, rank, world)
-        other, _ = split_mlp(mlp, (rank + 1) % world, world)
+        up, down = _split(True, True)(mlp, rank, world)
+        other, _ = _split(True, True)(mlp, (rank + 1) % world, world)
         return other, down
 
     assert "do not add up" in q1.evaluate(shifted).message
@@ -74,6 +87,66 @@ def test_starters_are_not_attempted():
 
     assert q2.evaluate(Starter).status == "not attempted"
     assert q4.evaluate(lambda stage, stages, m: ____).status == "not attempted"
+
+
+class CopyByHand(torch.autograd.Function):
+    """Right: the identity forward, the gradient summed over the ranks in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class CopyReturnsInput(torch.autograd.Function):
+    """Right, another way: forward returns its input itself, backward sums into a new tensor."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        total = torch.empty_like(grad).copy_(grad)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total
+
+
+class SumByHand(torch.autograd.Function):
+    """Right: the partial sums all-reduced in forward, the gradient passed through."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class SumIntoNewTensor(torch.autograd.Function):
+    """Right, another way: the sum into a fresh tensor, the gradient cloned in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = torch.zeros_like(x) + x
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.clone()
+
+
+class HouseSubclass(CopyToRanks):
+    """The lesson's own CopyToRanks under another name."""
 
 
 class CopyNoReduce(torch.autograd.Function):
@@ -116,20 +189,25 @@ class SumReducedTwice(torch.autograd.Function):
         return grad
 
 
-def test_q2_q3_refuse_what_is_not_an_autograd_function():
+def test_q2_q3_refuse_what_is_not_an_autograd_function_and_the_lessons_own():
     assert "torch.autograd.Function subclass" in q2.evaluate(lambda x: x).message
     assert "torch.autograd.Function subclass" in q3.evaluate(nn.Linear).message
+    assert "is the lesson's own (tensor_parallel.CopyToRanks)" in q2.evaluate(HouseSubclass).message
+    assert "is the lesson's own (tensor_parallel.SumFromRanks)" in q3.evaluate(SumFromRanks).message
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise, answer, words", [
-    (q2, CopyToRanks, None),
+    (q2, CopyByHand, None),
     (q2, CopyNoReduce, "the input gradient is partial on every rank"),
-    (q3, SumFromRanks, None),
+    (q3, SumByHand, None),
     (q3, SumNoReduce, "the outputs are partial sums"),
     pytest.param(q3, SumReducedTwice, "SumFromRanks.backward returns the gradient as it is",
                  marks=pytest.mark.exhaustive),
-], ids=["q2-right", "q2-no-backward-all-reduce", "q3-right", "q3-all-reduce-forgotten", "q3-reduced-twice"])
+    pytest.param(q2, CopyReturnsInput, None, marks=pytest.mark.exhaustive),
+    pytest.param(q3, SumIntoNewTensor, None, marks=pytest.mark.exhaustive),
+], ids=["q2-right", "q2-no-backward-all-reduce", "q3-right", "q3-all-reduce-forgotten", "q3-reduced-twice",
+        "q2-right-returns-input", "q3-right-new-tensor"])
 def test_q2_q3_run_the_pair_in_2_processes(exercise, answer, words):
     result = exercise.evaluate(answer)
     if words is None:
@@ -147,6 +225,36 @@ def warm_by_stage(stage, stages, m):
     return order + [("B", i) for i in range(m - warm, m)]
 
 
+def no_pipelining(stage, stages, m):
+    return [op for i in range(m) for op in (("F", i), ("B", i))]
+
+
+def warm_up_one_short(stage, stages, m):
+    warm = max(min(stages - 2 - stage, m), 0)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i), ("B", i)]
+    return order + [("B", i) for i in range(m - warm, m)]
+
+
+def backward_first_after_warm_up(stage, stages, m):
+    """Right, another way: stages - stage forwards, then a backward and a forward in turn (the same order)."""
+    warm = min(stages - stage, m)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m):
+        order.append(("B", i))
+        if warm + i < m:
+            order.append(("F", warm + i))
+    return order
+
+
+def as_a_comprehension(stage, stages, m):
+    """Right, another way: the steady part as a comprehension."""
+    w = min(stages - 1 - stage, m)
+    steady = [op for i in range(m - w) for op in (("F", w + i), ("B", i))]
+    return [("F", i) for i in range(w)] + steady + [("B", i) for i in range(m - w, m)]
+
+
 def test_q4_static_mistakes_need_no_process():
     assert "exactly one forward" in q4.evaluate(lambda s, p, m: [("F", 0), ("B", 0)]).message
     backwards_first = lambda s, p, m: [("B", i) for i in range(m)] + [("F", i) for i in range(m)]  # noqa: E731
@@ -154,25 +262,42 @@ def test_q4_static_mistakes_need_no_process():
     assert "list of (\"F\", i)" in q4.evaluate(lambda s, p, m: 3).message
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
-    (pipeline.one_f_one_b, None),
-    pytest.param(pipeline.all_forward_all_backward, "That is all-forward-all-backward",
-                 marks=pytest.mark.exhaustive),
-])
-def test_q4_runs_the_order_in_3_processes(answer, words):
+    (no_pipelining, "no pipelining: every stage runs F0 B0 F1 B1 F2 B2 F3 B3"),
+    (warm_up_one_short, "stage 0 of 3 runs 2 forward(s) before its first backward (F0 F1 B0"),
+    (warm_by_stage, "stage 0 of 3 runs 1 forward(s) before its first backward (F0 B0"),
+    (pipeline.all_forward_all_backward, "That is all-forward-all-backward"),
+    (pipeline.one_f_one_b, "hands the work to pipeline.one_f_one_b"),
+    (lambda stage, stages, m: pipeline.SCHEDULES["1F1B"](stage, stages, m), "hands the work to"),
+], ids=["no-pipelining", "warm-up-one-short", "warm-up-reversed", "all-forward-all-backward", "the-lessons-own",
+        "the-lessons-own-by-its-table"])
+def test_q4_refuses_what_is_not_exactly_1f1b_without_a_process(answer, words):
     result = q4.evaluate(answer)
-    if words is None:
-        assert result.status == "correct", result.message
-    else:
-        assert result.status == "incorrect" and words in result.message, result.message
+    assert result.status == "incorrect" and words in result.message, result.message
 
 
 @pytest.mark.slow
-def test_q4_a_deadlock_is_named_with_the_waiting_ranks():
-    result = q4.evaluate(warm_by_stage, timeout=20)
+@pytest.mark.parametrize("answer", [
+    backward_first_after_warm_up,
+    pytest.param(as_a_comprehension, marks=pytest.mark.exhaustive),
+])
+def test_q4_runs_a_right_order_in_3_processes(answer):
+    result = q4.evaluate(answer)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_q4_a_run_that_hangs_is_named_with_the_waiting_ranks():
+    """An order that is 1F1B where the checker calls it but not in the processes (it depends on being in a
+    group) hangs there: the time limit ends it and names what each stage waited for."""
+
+    def varies(stage, stages, m):
+        return (warm_by_stage if dist.is_initialized() else backward_first_after_warm_up)(stage, stages, m)
+
+    result = q4.evaluate(varies, timeout=20)
     assert result.status == "incorrect", result.message
-    assert "deadlock" in result.message and "ranks 0, 1, 2 still waiting" in result.message, result.message
+    assert "does it return the same order" in result.message and "ranks 0, 1, 2 still waiting" in result.message
     assert "stage 0 waits for the gradient of micro-batch 0 from stage 1" in result.message, result.message
 
 

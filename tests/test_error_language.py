@@ -5,6 +5,7 @@ internal, with the reason no learner reads it. A message passed on from elsewher
 ``raise X(why)``) is translated where it is written."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ def _written_here(node: ast.AST) -> bool:
     return isinstance(node, ast.BinOp) and (_written_here(node.left) or _written_here(node.right))
 
 
+@functools.cache  # two tests read it: the helpers are parsed once
 def unrouted_raises() -> list[tuple[str, str, str, int]]:
     """(module, exception, message source, line) of each raise whose message is written in the code without tr."""
     found = []

@@ -5,6 +5,7 @@ restored, and runs each submission in a bubblewrap sandbox."""
 
 import csv
 import hashlib
+import html
 import os
 import time
 
@@ -79,9 +80,10 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
            "os.kill(os.getppid(), signal.SIGTERM)\nmatrix_bytes = ____")
     before = _hashes(subs)
     children = {p.pid for p in psutil.Process().children()}
-    out = tmp_path / "grades.csv"
+    out, feedback = tmp_path / "grades.csv", tmp_path / "feedback"
     start = time.monotonic()
-    assert main(["grade", str(subs), "--out", str(out), "--source", str(source), "--timeout", str(LIMIT)]) == 0
+    assert main(["grade", str(subs), "--out", str(out), "--source", str(source), "--timeout", str(LIMIT),
+                 "--feedback", str(feedback)]) == 0
     elapsed = time.monotonic() - start
     got = _rows(out)
     assert ("honest", "q1", "correct") in got and ("honest", "q2", "correct") in got
@@ -92,6 +94,12 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     for name, exercise in FLAGGED.items():
         assert (name, exercise, REVIEW) in got, name
     assert ("f5_context", "q2", "incorrect") in got  # judged with the lesson's own model, not the forged one
+    details = {(r["student"], r["exercise"]): r["detail"] for r in csv.DictReader(out.open())}
+    assert "replace ____ with your answer" in details["blank", "q1"]  # the checker's message reaches the student
+    assert details["wrong_q1", "q1"] and details["f5_context", "q2"]
+    page = (feedback / "wrong_q1.html").read_text()
+    assert html.escape(details["wrong_q1", "q1"]) in page and "Total: 1 of 2 points" in page
+    assert sorted(p.name for p in feedback.iterdir()) == sorted(f"{s}.html" for s in {r[0] for r in got})
     assert _hashes(subs) == before, "a submission was changed"
     assert [p for p in psutil.process_iter(["cmdline"]) if MARKER in (p.info["cmdline"] or [])] == []
     assert [p for p in psutil.Process().children() if p.pid not in children] == []

@@ -378,3 +378,20 @@ def test_the_start_row_the_model_s_source_and_the_student_edition_s_blank_speak_
     student = editions.make_edition(nbformat.read(ROOT / "notebooks" / LANG / name, as_version=4), name, "student")
     code = "\n".join(c.source for c in student.cells if c.cell_type == "code")
     assert "import ____  # a lacuna com que os exercícios começam" in code and editions.BLANK_IMPORT not in code
+
+
+def test_the_table_of_6_1_names_its_columns_in_portuguese(portuguese):
+    """Issue 46 saw 6.1's pivot headed socket_bytes, theory_bytes and numel (the lesson's cell c61-19)."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+    from effitrain_helpers.measure.all_reduce_cost import METHODS, TABLE_TERMS
+
+    rows = [{"numel": 1000, "method": m, "rank": r, "socket_bytes": 5912, "theory_bytes": 5333, "ms": 1.25}
+            for m in METHODS for r in (0, 1)]
+    pivot = pd.DataFrame(rows).pivot_table(index=["numel", "method"], columns="rank",
+                                           values=["socket_bytes", "theory_bytes", "ms"])
+    shown = " | ".join(_cells(styled(pivot, precision=2, terms=TABLE_TERMS)))
+    assert english_in(shown) == [] and "socket_bytes" not in shown and "numel" not in shown, shown
+    for pt in ("bytes nos sockets", "bytes na teoria", "valores", "método", "5.912,00", "1,25"):
+        assert pt in shown, (pt, shown)

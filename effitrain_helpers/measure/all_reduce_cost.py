@@ -23,6 +23,8 @@ from typing import Callable
 from effitrain_helpers.core.language import msg, number, tr
 
 METHODS = (msg("ring"), "gloo all_reduce", msg("parameter server"))  # keys; language.term shows them translated
+# What the lesson's table of the rows is labelled with (language.styled shows them in the learner's language)
+TABLE_TERMS = (*METHODS, msg("method"), msg("numel"), msg("socket_bytes"), msg("theory_bytes"))
 NEEDS_A_GROUP = msg(": an all-reduce needs at least 2 processes")
 MAX_NUMEL = 100_000_000  # 400 MB per tensor and rank, copied a few times: plenty for a laptop
 TOLERANCE = 1e-5  # largest |difference| from gloo's sum accepted, relative to the sum's largest |value|

@@ -69,6 +69,7 @@ STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 FORMULAS = {"DDP": "p·Ψ + g·Ψ + K·Ψ", "ZeRO-1": "p·Ψ + g·Ψ + K·Ψ/N", "ZeRO-2": "p·Ψ + (g + K)·Ψ/N",
             "ZeRO-3": "(p + g + K)·Ψ/N"}
 ACTIVATION_FORMULA = "L·s·b·h·(34 + 5·a·s/h)"
+RECOMPUTE = ("none", "selective", "full")  # activation recomputation: what a layer keeps for backward
 KINDS = (msg("parameters"), msg("gradients"), msg("optimizer state"), msg("total"))  # keys, shown translated
 WITH_ACTIVATIONS = (msg("activations"), msg("total with activations"))
 
@@ -112,10 +113,31 @@ def stage_bytes(parameters, devices: int, stage: str, optimizer: str = "mixed") 
 def activation_bytes(layers: int, hidden: int, heads: int, sequence: int, micro_batch: int) -> float:
     """Activation bytes one device keeps for backward (Korthikanti et al. 2022, see the module docstring):
     ``layers · sequence · micro_batch · hidden · (34 + 5 · heads · sequence / hidden)``."""
-    for name, value in (("layers", layers), ("hidden", hidden), ("heads", heads), ("sequence", sequence),
-                        ("micro_batch", micro_batch)):
-        positive_int(name, value, maximum=MAX_SHAPE[name], example=f"--{name.replace('_', '-')} 1")
-    return layers * sequence * micro_batch * hidden * (34 + 5 * heads * sequence / hidden)
+    positive_int("layers", layers, maximum=MAX_SHAPE["layers"], example="--layers 1")
+    return layers * layer_activation_bytes(hidden, heads, sequence, micro_batch)
+
+
+def layer_activation_bytes(hidden: int, heads: int, sequence: int, micro_batch: int, tp: int = 1, cp: int = 1,
+                           recompute: str = "none", sequence_parallel: bool = True) -> float:
+    """Bytes one transformer layer keeps for backward for one micro-batch, 16-bit, after Korthikanti et al. 2022
+    (sections 4-5): ``s·b·h·(34 + 5·a·s/h)`` divided by ``tp`` (tensor parallelism with sequence parallelism) and
+    by ``cp`` (context parallelism: ``s/cp`` tokens per rank, their scores against every key); ``recompute``
+    ``"selective"`` drops the attention's ``5·a·s/h`` term (scores, softmax, dropout recomputed), ``"full"`` keeps
+    only the layer's input, ``2·s·b·h``. ``sequence_parallel=False`` is tensor parallelism alone, whose layer
+    norms, dropouts and residuals stay whole on every rank: ``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` (equation 2)."""
+    for name, value in (("hidden", hidden), ("heads", heads), ("sequence", sequence), ("micro_batch", micro_batch),
+                        ("tp", tp), ("cp", cp)):
+        positive_int(name, value, maximum=MAX_SHAPE.get(name), example=f"--{name.replace('_', '-')} 1")
+    if recompute not in RECOMPUTE:
+        raise ValueError(tr("recompute={value!r} is not one of {allowed}. Fix: e.g. --recompute selective.",
+                            value=recompute, allowed=", ".join(RECOMPUTE)))
+    s, b, h = sequence / cp, micro_batch, hidden
+    scores = 0 if recompute == "selective" else 5 * heads * sequence / h
+    if recompute == "full":
+        return 2 * s * b * h / (tp if sequence_parallel else 1)
+    if sequence_parallel:
+        return s * b * h * (34 + scores) / tp
+    return s * b * h * (10 + 24 / tp + scores / tp)
 
 
 def will_it_fit(parameters, devices: int, optimizer: str = "mixed", shape: dict | None = None) -> dict:

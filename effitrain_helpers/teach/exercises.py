@@ -32,7 +32,8 @@ from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.verdicts import grading, record
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
-_ICONS = {CORRECT: msg("✅ Correct"), INCORRECT: msg("❌ Incorrect"), NOT_ATTEMPTED: msg("⏳ Not attempted")}
+# each verdict as a learner sees it
+VERDICT_LABELS = {CORRECT: msg("✅ Correct"), INCORRECT: msg("❌ Incorrect"), NOT_ATTEMPTED: msg("⏳ Not attempted")}
 
 
 class Blank:
@@ -97,12 +98,12 @@ class CheckResult:
         return self.status == CORRECT
 
     def __repr__(self) -> str:
-        return f"{tr(_ICONS[self.status])} ({self.exercise})" + (f": {self.message}" if self.message else "")
+        return f"{tr(VERDICT_LABELS[self.status])} ({self.exercise})" + (f": {self.message}" if self.message else "")
 
     def _repr_markdown_(self) -> str:
         color = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#9a6700"}[self.status]
         text = f" {self.message}" if self.message else ""
-        return f'<span style="color:{color}">**{tr(_ICONS[self.status])}** ({self.exercise}).</span>{text}'
+        return f'<span style="color:{color}">**{tr(VERDICT_LABELS[self.status])}** ({self.exercise}).</span>{text}'
 
 
 def as_number(answer: Any) -> float:
@@ -174,6 +175,34 @@ def _unfinished(value: Any, depth: int = 0) -> str | None:
     return None
 
 
+def hands_over_to(fn: Any, reference: Any) -> bool:
+    """Whether the learner's ``fn`` is the workbook's own ``reference`` answer or calls it, under whatever name
+    leads there (a global, an alias, a module's attribute, a closure's variable), in its own code or in a
+    function or lambda defined inside it: the checkers whose lesson hands ``reference`` over (lessons 6.3,
+    6.4) refuse such an answer. A learner's function that shares the reference's name is its own."""
+    if fn is reference:
+        return True
+    code = getattr(fn, "__code__", None)
+    names, codes = set(), [code]
+    while codes:
+        here = codes.pop()
+        if here is not None:
+            names |= set(here.co_names)
+            codes += [c for c in here.co_consts if isinstance(c, types.CodeType)]
+    found = [getattr(fn, "__globals__", {}).get(name) for name in names]
+    found += [cell.cell_contents for cell in getattr(fn, "__closure__", None) or () if _filled(cell)]
+    return any(v is reference or (isinstance(v, types.ModuleType) and any(getattr(v, n, None) is reference
+                                                                         for n in names)) for v in found)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure variable not yet assigned
+        return False
+    return True
+
+
 EDITION_FILE = "effitrain-edition.json"  # what `effitrain editions` writes into an edition's folder
 _OFF = {"0", "off", "no", "false"}
 _ON = {"", "1", "on", "yes", "true"}
@@ -215,6 +244,7 @@ class Exercise:
     solution_code: str = ""
     api: bool = False  # the learner writes the lesson's library API, run for real (else: a number or a prediction)
     checked: str = ""  # what a Correct verdict checked, in one line (shown after "Correct")
+    points: float = 1  # what a Correct verdict is worth in the gradebook (effitrain grade); no partial credit
     _hints_shown: int = 0
 
     def __post_init__(self) -> None:
@@ -246,7 +276,7 @@ class Exercise:
         """Show Correct / Incorrect / Not attempted for ``answers``, and record it on this machine (see
         :mod:`effitrain_helpers.teach.verdicts`: ``effitrain progress`` counts these records)."""
         result = self.evaluate(*answers, **context)
-        record(self, result.status)
+        record(self, result.status, result.message)
         _show(result)
 
     def answer_or(self, answer: Any, reference: Any) -> Any:
@@ -256,7 +286,7 @@ class Exercise:
         the learner's ``build_optimizer``): until the exercise is Correct they run on the lesson's own version,
         so a student edition still runs to the end. Nothing is recorded (``check`` does that)."""
         result = self.evaluate(answer)
-        verdict = f"{tr(_ICONS[result.status])} ({result.exercise})"
+        verdict = f"{tr(VERDICT_LABELS[result.status])} ({result.exercise})"
         if result:
             _show(tr("{verdict}: this cell uses your answer.", verdict=verdict))
             return answer

@@ -1,7 +1,7 @@
 """The gradebook: every submission graded by the grader itself, one CSV row per student and exercise.
 
-``effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S] [--source DIR] [--roster CSV] [--resume |
---merge | --replace] [--unsafe]``:
+``effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--timeout S] [--source DIR] [--roster CSV]
+[--resume | --merge | --replace] [--unsafe]``:
 
 - **Who and what.** Every regular ``.ipynb`` file under the folder is a submission (checkpoints skipped; links,
   FIFOs and files over :data:`MAX_NOTEBOOK_BYTES` get an ``invalid notebook`` row and are never opened for
@@ -19,7 +19,8 @@
   gradebook, the instructor's notebooks or this command; every process it starts ends with it. Without
   bubblewrap grade refuses, unless ``--unsafe``.
 - **Rows**: per exercise the verdict (``correct``, ``incorrect``, ``not attempted``, ``not checked``, ``flagged
-  for review``); one more row when the notebook is not a readable notebook, a cell raised (``error``), it ran
+  for review``) and in ``detail`` the checker's message, in the class's language; one more row when the notebook
+  is not a readable notebook, one per cell that raised (``error``, the error's first line), it ran
   past ``S`` seconds (``timeout``), matches no lesson (``no exercises``) or is a ``duplicate``. Cells a
   spreadsheet would read as a formula (starting ``= + - @``) are written with a leading ``'``.
 - **Never loses a row**: the rows of each notebook are appended to ``--out`` as soon as it is graded; an
@@ -53,6 +54,7 @@ INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES, DUPLICATE = (
     msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"), msg("duplicate"))
 MAX_TIMEOUT = 24 * 3600.0  # seconds per notebook: a day
 MAX_NOTEBOOK_BYTES = 64 * 2**20  # a submission larger than this is not read
+MAX_MESSAGE = 1000  # characters of a checker's message kept in ``detail``
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
 
 
@@ -162,19 +164,21 @@ def find_submissions(folder: Path, sources: dict, roster: dict | None = None) ->
     return found
 
 
-def _first_error(nb) -> str | None:
-    """``"cell 4 raised NameError: ..."`` for the first cell of an executed notebook that raised (+ how many)."""
-    raised = [(i, out) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-              for out in cell.get("outputs", []) if out.get("output_type") == "error"]
-    if not raised:
-        return None
-    i, out = raised[0]
-    more = f" (and {len(raised) - 1} more cells)" if len(raised) > 1 else ""
-    return f"cell {i} raised {out.get('ename')}: {out.get('evalue', '')}"[:300] + more
+def _errors(nb) -> list[str]:
+    """``"cell 4 raised NameError: ..."`` (the error's first line) for every cell of an executed notebook that
+    raised, in order: one ``error`` row each, so the feedback lists every failed cell."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if out.get("output_type") == "error":
+                first = (str(out.get("evalue", "")).splitlines() or [""])[0]
+                found.append(f"cell {i} raised {out.get('ename')}: {first}"[:300])
+    return found
 
 
 def _verdicts(cell, next_cell, exercises) -> dict:
-    """``{(lesson, exercise): status}``: the last verdicts a check cell showed, for the exercises it checks only,
+    """``{(lesson, exercise): (status, message)}``: the last verdicts a check cell showed (with the checker's message,
+    at most :data:`MAX_MESSAGE` characters), for the exercises it checks only,
     and only when it ran to its end (no error in it, the grader's cell after it ran): an answer called by the
     checker that shows a verdict of its own and then stops the kernel gets none."""
     outputs = cell.get("outputs", [])
@@ -185,7 +189,8 @@ def _verdicts(cell, next_cell, exercises) -> dict:
         rec = out.get("data", {}).get(verdicts.VERDICT_MIME) if out.get("output_type") == "display_data" else None
         if isinstance(rec, dict) and (rec.get("lesson"), rec.get("exercise")) in exercises \
                 and rec.get("status") in ("correct", "incorrect", "not attempted"):
-            found[rec["lesson"], rec["exercise"]] = rec["status"]
+            message = rec.get("message") if isinstance(rec.get("message"), str) else ""
+            found[rec["lesson"], rec["exercise"]] = rec["status"], message[:MAX_MESSAGE]
     return found
 
 
@@ -219,15 +224,16 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
         rows.append(row(status=TIMEOUT, detail=result["detail"] or f"ran past the limit of {limit:g} s"))
     elif result["outcome"] == "error":
         rows.append(row(status=ERROR, detail=result["detail"]))
-    elif ran is not None and (error := _first_error(ran)):
-        rows.append(row(status=ERROR, detail=error))
+    elif ran is not None:
+        rows += [row(status=ERROR, detail=error) for error in _errors(ran)]
     for check in graded.checks:
         found = _verdicts(ran.cells[check.cell], ran.cells[check.cell + 1], check.exercises) if ran else {}
         for exercise in check.exercises:
             if check.flag:
                 rows.append(row(*exercise, REVIEW, check.flag))
             else:
-                rows.append(row(*exercise, found.get(exercise, NOT_CHECKED), check.note))
+                status, message = found.get(exercise, (NOT_CHECKED, ""))
+                rows.append(row(*exercise, status, "; ".join(t for t in (check.note, message) if t)))
     if not graded.checks:
         rows.append(row(status=NO_EXERCISES, detail=f"its lesson {sub.source} has no marked exercises"))
     return rows
@@ -342,19 +348,36 @@ def _terminated(signum, frame):
     raise SystemExit(128 + signum)  # unwinds like Ctrl-C: the running notebook's processes and folders go
 
 
-def hidden_paths(submissions: Path, out: Path, sources_folder: Path, roster) -> list[Path]:
+def hidden_paths(submissions: Path, out: Path, sources_folder: Path, roster,
+                 feedback: Path | None = None) -> list[Path]:
     """What a sandboxed submission must not see: the other submissions, the gradebook, the instructor's notebooks
-    (and the workbook's own), the roster."""
+    (and the workbook's own), the roster, the feedback folder."""
     from effitrain_helpers.teach.editions import default_source
 
-    return [p for p in (submissions, out, sources_folder, default_source(), roster and Path(roster)) if p]
+    return [p for p in (submissions, out, sources_folder, default_source(), roster and Path(roster),
+                        feedback and feedback.exists() and feedback) if p]
+
+
+def check_feedback(path, submissions: Path) -> Path:
+    """``path`` as the feedback folder (created if missing, outside ``submissions``); ValueError, one line."""
+    from effitrain_helpers.core.outputs import check_output_folder
+
+    folder = check_output_folder(path, "--feedback")
+    resolved = folder.resolve()
+    if resolved == submissions.resolve() or submissions.resolve() in resolved.parents:
+        raise ValueError(tr("--feedback {path!r} is inside SUBMISSIONS_DIR {folder!r}, which grade never writes to. "
+                            "Fix: write the feedback outside it, e.g. --feedback feedback.", path=str(path),
+                            folder=str(submissions)))
+    return folder
 
 
 def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: bool = True, *,
           source: str | Path | None = None, roster: str | Path | None = None, mode: str | None = None,
-          unsafe: bool = False) -> list[Row]:
+          unsafe: bool = False, feedback: str | Path | None = None) -> list[Row]:
     """Grade every notebook in ``folder`` into the CSV file ``out`` (module docstring); return this run's rows.
-    Every argument is checked before the first notebook runs; SIGTERM ends the run as Ctrl-C does."""
+    With ``feedback``, a folder, write there each student's feedback page from every row of ``out`` once all are
+    graded (:mod:`~effitrain_helpers.teach.reports`). Every argument is checked before the first notebook runs;
+    SIGTERM ends the run as Ctrl-C does."""
     from effitrain_helpers.teach.editions import default_source, source_notebooks
 
     limit = check_timeout(limit)
@@ -365,12 +388,14 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
         raise ValueError(tr("SUBMISSIONS_DIR is empty. Fix: pass the folder of the submitted notebooks."))
     submissions_folder = Path(folder).expanduser()
     out = check_gradebook(out, submissions_folder)
+    feedback_folder = check_feedback(feedback, submissions_folder) if feedback is not None else None
     why = None if unsafe else sandbox.unavailable()
     if why:
         raise ValueError(tr("grade refuses to run submissions outside a sandbox: {why}.", why=why))
     sources = source_notebooks(source)
     subs = find_submissions(submissions_folder, sources, read_roster(roster) if roster else None)
-    hide = hidden_paths(submissions_folder, out, Path(source).expanduser() if source else default_source(), roster)
+    hide = hidden_paths(submissions_folder, out, Path(source).expanduser() if source else default_source(), roster,
+                        feedback_folder)
     kept, done = start_gradebook(out, {s.notebook for s in subs}, mode)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main else None
@@ -386,4 +411,8 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+    if feedback_folder is not None:
+        from effitrain_helpers.teach.reports import write_feedback
+
+        write_feedback(read_gradebook(out), feedback_folder)
     return rows

@@ -990,6 +990,31 @@ globals().update({name: _numbers_in_language(plot) for name, plot in list(global
                   if name.startswith("plot_") and callable(plot)})
 
 
+# ---- chapter 6, lesson 6.1: the latency-bandwidth model -----------------------------------------------------------
+def plot_alpha_beta(alpha: float, beta: float, message_bytes: tuple[int, ...] = (2**10, 2**27),
+                    worlds: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)) -> "Figure":
+    """The alpha-beta model's all-reduce time against N (lesson 6.1), one panel per message size, one line per
+    algorithm of ``measure.latency_bandwidth.ALGORITHMS``, from the ``alpha`` (s) and ``beta`` (s/byte)
+    measured here."""
+    import matplotlib.pyplot as plt
+
+    from effitrain_helpers.measure.latency_bandwidth import ALGORITHMS, model_seconds
+
+    fig, axes = plt.subplots(1, len(message_bytes), figsize=(11, 4.5), sharey=False)
+    for ax, nbytes in zip(axes, message_bytes):
+        for algorithm, style in zip(ALGORITHMS, ("-o", "-s", "--")):
+            ax.plot(worlds, [model_seconds(algorithm, nbytes, n, alpha, beta) * 1e3 for n in worlds], style,
+                    label=tr(algorithm))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(tr("processes N"), fontsize=FONT - 1)
+        ax.set_ylabel(tr("model time (ms)"), fontsize=FONT - 1)
+        ax.set_title(tr("all-reduce of {size} KiB", size=number(nbytes / 2**10, ",.0f")), fontsize=FONT)
+        ax.legend(fontsize=FONT - 3)
+    fig.suptitle(tr("alpha-beta model, alpha = {alpha} µs, bandwidth 1/beta = {bandwidth} GB/s (gloo, here)",
+                    alpha=number(alpha * 1e6, ".1f"), bandwidth=number(1 / beta / 1e9, ".2f")), fontsize=FONT)
+
+
 # ---- chapter 8, lesson 8.1: attention that fits ------------------------------------------------------------------
 _ATTENTION_WAYS = {"plain": msg("plain attention (by hand)"), "sdpa math": msg("SDPA, math kernel"),
                    "sdpa flash": msg("SDPA, CPU flash kernel"), "hand flash": msg("FlashAttention by hand")}

@@ -47,12 +47,13 @@ def passed(exercises) -> bool:
     return all(_LAST.get(tuple(e)) == "correct" for e in exercises)
 
 
-def _show_to_grader(lesson: str, name: str, status: str) -> None:
-    """The verdict as an output of the running cell (under grade), where the grader reads it."""
+def _show_to_grader(lesson: str, name: str, status: str, message: str) -> None:
+    """The verdict and the checker's message as an output of the running cell (under grade), where the grader
+    reads it."""
     from IPython.display import display
 
     _LAST[lesson, name] = status
-    display({VERDICT_MIME: {"lesson": lesson, "exercise": name, "status": status}}, raw=True)
+    display({VERDICT_MIME: {"lesson": lesson, "exercise": name, "status": status, "message": message}}, raw=True)
 
 
 def verdicts_file() -> Path:
@@ -79,15 +80,16 @@ def _key(exercise: Any) -> tuple[str | None, str | None]:
     return lesson_of(module), next((n for n, v in names.items() if v is exercise), None)
 
 
-def record(exercise: Any, status: str) -> None:
+def record(exercise: Any, status: str, message: str = "") -> None:
     """Append one verdict of ``exercise`` (an :class:`~effitrain_helpers.teach.exercises.Exercise`) to
-    :func:`verdicts_file`; an exercise that is not a lesson's (a test's own) is not recorded. Never raises."""
+    :func:`verdicts_file`; an exercise that is not a lesson's (a test's own) is not recorded. Under grade the
+    checker's ``message`` goes with the verdict (the student's feedback). Never raises."""
     try:
         lesson, name = _key(exercise)
         if lesson is None or name is None:
             return
         if grading():
-            _show_to_grader(lesson, name, status)
+            _show_to_grader(lesson, name, status, str(message))
             return
         line = json.dumps({"lesson": lesson, "exercise": name, "name": exercise.name, "status": status,
                            "time": datetime.now(timezone.utc).isoformat(timespec="seconds")})

@@ -5,7 +5,8 @@ AdamW, in the same N processes, trained six ways, each with torch's own tool whe
 
 - **DP**: ``DistributedDataParallel``; each rank a 1/N share of the batch;
 - **ZeRO-1**: DDP with ``torch.distributed.optim.ZeroRedundancyOptimizer`` around AdamW;
-- **ZeRO-2**: ``fully_shard(..., reshard_after_forward=False)`` per block (gathered once per step);
+- **FSDP, reshard_after_forward=False**: ``fully_shard(..., reshard_after_forward=False)`` per block (gathered
+  once per step; "ZeRO-2-like": sharded between steps, every block whole from its forward to its backward);
 - **ZeRO-3**: ``fully_shard(...)`` per block (gathered in forward and again in backward);
 - **TP**: every block split Megatron-style (:mod:`~effitrain_helpers.training.tensor_parallel`), each rank
   the whole batch;
@@ -25,7 +26,8 @@ from typing import Any
 
 import torch
 
-STRATEGIES = ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "TP", "PP")
+KEPT_GATHERED = "FSDP, reshard_after_forward=False"  # "ZeRO-2-like", not ZeRO-2: blocks whole during the step
+STRATEGIES = ("DP", "ZeRO-1", KEPT_GATHERED, "ZeRO-3", "TP", "PP")
 SHAPE = {"width": 128, "hidden": 512, "blocks_per_stage": 2}
 
 
@@ -61,7 +63,7 @@ def _wrapped(strategy: str, rank: int, world: int):
     model = pipeline_model(world, **SHAPE)
     if strategy in ("DP", "ZeRO-1"):
         model = DistributedDataParallel(model)
-    elif strategy in ("ZeRO-2", "ZeRO-3"):
+    elif strategy in (KEPT_GATHERED, "ZeRO-3"):
         for stage in model:
             for block in stage:
                 fully_shard(block, reshard_after_forward=strategy == "ZeRO-3")
@@ -138,13 +140,13 @@ def theory(world: int, rows: int = 64, m: int = 4) -> dict[str, dict[str, Any]]:
     stage = total // world
     holds = {"DP": (total, total, 2 * total + 4 * tensors),
              "ZeRO-1": (total, total, (2 * total + 4 * tensors) // world),  # about: whole tensors per rank
-             "ZeRO-2": (total // world, total // world, 2 * total // world + 4 * tensors),
+             KEPT_GATHERED: (total // world, total // world, 2 * total // world + 4 * tensors),  # between steps
              "ZeRO-3": (total // world, total // world, 2 * total // world + 4 * tensors),
              "TP": (tp, tp, 2 * tp + 4 * tensors),
              "PP": (stage, stage, 2 * stage)}
     activations = rows * width * 4
     sends = {"DP": {"all_reduce": total}, "ZeRO-1": {"all_reduce": total, "broadcast": total},
-             "ZeRO-2": {"all_gather_single": total, "reduce_scatter_single": total},
+             KEPT_GATHERED: {"all_gather_single": total, "reduce_scatter_single": total},
              "ZeRO-3": {"all_gather_single": 2 * total, "reduce_scatter_single": total},
              # one all-reduce per block in forward, one in backward, but the first block's backward one
              # is skipped: the model's input needs no gradient

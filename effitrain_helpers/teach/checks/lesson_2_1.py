@@ -10,7 +10,7 @@ from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
 
-EPOCHS, BATCH, PAIRS = 2, 8, 32  # q1's run: 2 epochs of 4 steps
+EPOCHS, BATCH, PAIRS, LEARNING_RATE = 2, 8, 32, 1e-3  # q1's run: 2 epochs of 4 steps
 
 
 def _check_make_trainer(fn) -> None:
@@ -37,11 +37,15 @@ def _check_make_trainer(fn) -> None:
     short, long = lengths.index(min(lengths)), lengths.index(max(lengths))
     features = [{k: data["train"][i][k] for k in ("input_ids", "attention_mask", "labels")} for i in (short, long)]
     start = [p.detach().clone() for p in model.parameters()]
+    batches = []  # the rows of every training forward pass
+    model.register_forward_hook(lambda module, args, kwargs, output: batches.append(
+        len(kwargs["input_ids"])) if module.training else None, with_kwargs=True)
     with tempfile.TemporaryDirectory() as out:
         trainer = fn(model, tokenizer, data["train"], data["validation"], out)
         if not isinstance(trainer, Trainer):
             raise Incorrect(tr("return the Trainer you built; your function returned {kind}.",
                                kind=type(trainer).__name__))
+        _judge_arguments(trainer.args, out)
         try:
             padded = trainer.data_collator(features)["input_ids"]
         except (ValueError, TypeError, RuntimeError) as err:
@@ -60,6 +64,16 @@ def _check_make_trainer(fn) -> None:
         raise Incorrect(tr("{pairs} pairs took {steps} optimizer steps; {epochs} epochs in batches of "
                            "{batch} per device take {expected}.", pairs=PAIRS, steps=trainer.state.global_step,
                            epochs=EPOCHS, batch=BATCH, expected=EPOCHS * PAIRS // BATCH))
+    if max(batches, default=0) != BATCH:
+        raise Incorrect(tr("the training batches held up to {rows} rows; the exercise asks for {batch} per "
+                           "device (per_device_train_batch_size).", rows=max(batches, default=0), batch=BATCH))
+    if not math.isclose(trainer.lr_scheduler.base_lrs[0], LEARNING_RATE):
+        raise Incorrect(tr("the Trainer trained at learning rate {got:g}; the exercise asks for {want:g} "
+                           "(learning_rate).", got=trainer.lr_scheduler.base_lrs[0], want=LEARNING_RATE))
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    if len(logged) != EPOCHS:
+        raise Incorrect(tr("the Trainer logged the training loss {count} time(s) in {epochs} epochs: log at every "
+                           "epoch (logging_strategy).", count=len(logged), epochs=EPOCHS))
     if len(evals) != EPOCHS:
         raise Incorrect(tr("the Trainer evaluated {count} time(s) in {epochs} epochs: evaluate at every "
                            "epoch.", count=len(evals), epochs=EPOCHS))
@@ -69,6 +83,23 @@ def _check_make_trainer(fn) -> None:
     if all(torch.equal(a, b) for a, b in zip(start, model.parameters())):
         raise Incorrect(tr("the weights did not change: was the learning rate 0, or the model not the one passed "
                            "in?"))
+
+
+def _judge_arguments(args, out: str) -> None:
+    """What the run cannot show in 8 steps on this machine: where the Trainer writes, that it saves no
+    checkpoint (the default saves every 500 steps) and that it keeps to the CPU on a machine with a GPU."""
+    import os
+
+    if os.path.abspath(args.output_dir) != os.path.abspath(out):
+        raise Incorrect(tr("the Trainer writes into {got!r}, not the output_dir your function was given: pass it "
+                           "on (output_dir=output_dir).", got=args.output_dir))
+    if args.save_strategy != "no":
+        raise Incorrect(tr("this Trainer saves checkpoints (save_strategy {strategy!r}: every {steps} steps by "
+                           "default); the exercise asks for none.", strategy=str(args.save_strategy.value),
+                           steps=args.save_steps))
+    if not args.use_cpu:
+        raise Incorrect(tr("on a machine with a GPU this Trainer would train there; the exercise asks for the "
+                           "CPU (use_cpu)."))
 
 
 PER_DEVICE, GLOBAL, PROCESSES, STEPS = 4, 16, 2, 2  # q4: micro-batches of 4, global batches of 16, 2 steps

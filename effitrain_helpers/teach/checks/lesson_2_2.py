@@ -36,10 +36,13 @@ def _tiny_parts(batch_size: int = BATCH):
             super().__init__()
             self.linear = torch.nn.Linear(6, 2)
             self.seen: list[int] = []  # sample indices this process trained on
+            self.in_eval_mode = 0  # forward passes run in eval mode (dropout off)
 
         def forward(self, inputs, labels, index):
             if self.training:
                 self.seen += index.tolist()
+            else:
+                self.in_eval_mode += 1
             logits = self.linear(inputs)
             return Output(loss=F.cross_entropy(logits, labels), logits=logits)
 
@@ -61,6 +64,7 @@ def _run_learner_training(fn) -> dict:
     from accelerate.state import PartialState
 
     model, optimizer, loader, scheduler = _tiny_parts()
+    model.eval()  # as from_pretrained returns it: training mode is the learner's to turn on
     original, calls = Accelerator.backward, []
 
     def counted(self, loss, **kwargs):
@@ -76,6 +80,7 @@ def _run_learner_training(fn) -> dict:
         "world": PartialState().num_processes if PartialState._shared_state else None,
         "wrapped": isinstance(returned, torch.nn.parallel.DistributedDataParallel),
         "returned": type(returned).__name__, "seen": sorted(model.seen), "backward_calls": len(calls),
+        "in_eval_mode": model.in_eval_mode,
         "lr": optimizer.param_groups[0]["lr"], "weights": [p.detach().cpu().clone() for p in model.parameters()],
     }
 
@@ -104,6 +109,9 @@ def _check_training_fn(fn) -> None:
     if not first["wrapped"]:
         raise Incorrect(tr("your function returned a {returned}, not the model wrapped for DDP: pass the model "
                            "to accelerator.prepare and return what prepare gave back.", returned=first['returned']))
+    if first["in_eval_mode"] and not first["seen"]:
+        raise Incorrect(tr("the model trained in eval mode (dropout off): from_pretrained returns a model in eval "
+                           "mode, and so does this check; call model.train() before the training loop."))
     per_rank = [len(r["seen"]) for r in runs]
     if sorted(runs[0]["seen"] + runs[1]["seen"]) != sorted(list(range(SAMPLES)) * EPOCHS):
         raise Incorrect(tr("the ranks trained on {per_rank} samples for {samples} samples x {epochs} epochs: "
@@ -158,12 +166,14 @@ def _run_learner_schedule(fn) -> dict:
         return original(self, *args, **kwargs)
 
     AcceleratedScheduler.step = counted
+    before = [p.detach().clone() for p in model.parameters()]
     try:
         fn(accelerator, model, prepared_optimizer, loader, Q2_EPOCHS)
     finally:
         AcceleratedScheduler.step = original
+    trained = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     return {"used": used, "final": optimizer.param_groups[0]["lr"], "prepared_calls": len(calls),
-            "per_epoch": len(loader), "world": accelerator.num_processes}
+            "per_epoch": len(loader), "world": accelerator.num_processes, "trained": trained}
 
 
 def _check_schedule(fn) -> None:
@@ -174,6 +184,9 @@ def _check_schedule(fn) -> None:
         raise Incorrect(tr("the optimizer stepped {steps} times, not {want} ({epochs} epochs of {per_epoch} "
                            "batches in each process): keep one optimizer.step() per batch.", steps=steps,
                            want=Q2_EPOCHS * per_epoch, epochs=Q2_EPOCHS, per_epoch=per_epoch))
+    if not first["trained"]:
+        raise Incorrect(tr("the weights never changed: the optimizer stepped with no gradients. Each batch's loss "
+                           "must go backward first, with accelerator.backward(loss)."))
     changes = [i for i in range(1, steps) if not math.isclose(used[i], used[i - 1])]
     if not changes and math.isclose(final, used[0]):
         raise Incorrect(tr("the learning rate never changed (it stayed at {lr:.3g}): call scheduler.step() "

@@ -28,27 +28,28 @@ def ring_or_reference(ring):
 
 
 def _run_in_ranks(fn, lengths: tuple, folder: str, wait_limit: float) -> dict:
-    """In each rank: ``fn(tensor)`` on a float32 tensor of each length, watched; gloo's sum of the same tensor."""
+    """In each rank: ``fn(tensor)`` on a float32 tensor of each length, watched (bytes, messages and peers of
+    the sends and receives, collectives and the bytes put into each); gloo's sum of the same tensor."""
     import torch
     import torch.distributed as dist
 
     from effitrain_helpers.measure.traffic import PointToPointCounter
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    counter = PointToPointCounter(wait_limit=wait_limit, waiting_folder=folder)
-    runs = []
+    runs, collectives = [], set()
     for numel in lengths:
         data = torch.randn(numel, generator=torch.Generator().manual_seed(7919 * rank + numel))
         want = data.clone()
         dist.all_reduce(want)  # the reference, before the counter watches
-        work, sent = data.clone(), counter.bytes_sent
-        with counter:
+        work = data.clone()
+        with PointToPointCounter(wait_limit=wait_limit, waiting_folder=folder) as counter:
             returned = fn(work)
+        collectives |= set(counter.collectives)
         runs.append({"numel": numel, "input": data, "result": work, "want": want,
                      "returned": returned.detach().clone() if isinstance(returned, torch.Tensor) else None,
-                     "sent": counter.bytes_sent - sent})
-    return {"rank": rank, "world": world, "runs": runs, "collectives": sorted(set(counter.collectives)),
-            "sent_to": dict(counter.sent_to)}
+                     "sent": counter.bytes_sent, "messages": counter.sends, "to": sorted(counter.sent_to),
+                     "from": sorted(counter.received_from), "collective_bytes": counter.collective_bytes})
+    return {"rank": rank, "world": world, "runs": runs, "collectives": sorted(collectives)}
 
 
 def _launch(fn, processes: int) -> list[dict]:
@@ -152,9 +153,37 @@ def _check_ring_bytes(ranks: list[dict]) -> None:
                                    want=ring * size))
 
 
+def _check_ring_pattern(ranks: list[dict]) -> None:
+    """Every rank sends only to one neighbour and receives only from the other (either way round the ring; a
+    receive from any rank counts as from the other), one chunk per step: 2(N-1) messages. A direct exchange (rank r sends chunk j to rank j) moves the same
+    bytes, but to every rank."""
+    world = ranks[0]["world"]
+    for r in ranks:
+        rank = r["rank"]
+        right, left = (rank + 1) % world, (rank - 1) % world
+        for run in r["runs"]:
+            side = {right: left, left: right}.get(run["to"][0]) if len(run["to"]) == 1 else None
+            # a receive from any rank (None) can only get the other neighbour's chunk, the one rank sending here
+            if side is None or not set(run["from"]) <= {side, None}:
+                raise Incorrect(tr("not a ring: in {world} processes rank {rank} sent to ranks {to} and received "
+                                   "from ranks {got}. In a ring every rank sends only to its neighbour on one "
+                                   "side, (rank + 1) % N = {right}, and receives only from the other, (rank - 1) "
+                                   "% N = {left}: each chunk travels around the ring.", world=world, rank=rank,
+                                   to=run["to"], got=run["from"], right=right, left=left))
+            if run["messages"] != 2 * (world - 1):
+                raise Incorrect(tr("in {world} processes rank {rank} sent {n} messages for a tensor of {numel} "
+                                   "values; a ring takes 2(N-1) = {steps} steps, one chunk passed to the "
+                                   "neighbour at each (N-1 to sum, N-1 to share the sums).", world=world,
+                                   rank=rank, n=run["messages"], numel=run["numel"], steps=2 * (world - 1)))
+
+
 def _check_ring(fn) -> None:
+    """Sums and bytes in 2, then 3 processes; then the ring's pattern in both (so that a parameter server, whose
+    pattern in 2 processes is also wrong, is named by its bytes in 3)."""
+    runs = []
     for processes in (2, 3):
         ranks = _launch(fn, processes)
+        runs.append(ranks)
         used = sorted({c for r in ranks for c in r["collectives"]})
         if used:
             raise Incorrect(tr("your ring called {names}: a ring uses only dist.send, dist.recv, dist.isend "
@@ -165,6 +194,33 @@ def _check_ring(fn) -> None:
                                "rank with them (called as dist.send(...), so the checker sees them)."))
         _check_sums(ranks)
         _check_ring_bytes(ranks)
+    for ranks in runs:
+        _check_ring_pattern(ranks)
+
+
+HALVES = {"reduce_scatter_tensor": ("reduce_scatter_tensor", "reduce_scatter"),
+          "all_gather_into_tensor": ("all_gather_into_tensor", "all_gather")}  # each half, in either form
+
+
+def _check_halves_bytes(ranks: list[dict]) -> None:
+    """Every rank reduce-scatters its whole (padded) tensor and all-gathers only its 1/N share of the sum, not
+    the whole tensor to sum locally (the same result, N times the bytes gathered)."""
+    world = ranks[0]["world"]
+    for r in ranks:
+        for run in r["runs"]:
+            size, share = run["numel"] * 4, -(-run["numel"] // world) * 4
+            scattered = sum(b for name, b in run["collective_bytes"] if name in HALVES["reduce_scatter_tensor"])
+            gathered = sum(b for name, b in run["collective_bytes"] if name in HALVES["all_gather_into_tensor"])
+            if scattered < size:
+                raise Incorrect(tr("rank {rank}'s reduce-scatter was given {got} bytes for a tensor of {size}: "
+                                   "hand it the whole tensor (padded), so that each rank gets the sum of its "
+                                   "share.", rank=r["rank"], got=scattered, size=size))
+            if gathered > 1.5 * share:
+                raise Incorrect(tr("rank {rank} all-gathered {got} bytes for a tensor of {size}, then summed on "
+                                   "its own: that is gathering whole tensors, N times the traffic. The "
+                                   "reduce-scatter already summed this rank's share: all-gather only that share "
+                                   "({share} bytes from each rank).", rank=r["rank"], got=gathered, size=size,
+                                   share=share))
 
 
 def _check_two_halves(fn) -> None:
@@ -173,11 +229,12 @@ def _check_two_halves(fn) -> None:
     if "all_reduce" in used:
         raise Incorrect(tr("you called dist.all_reduce: build it from its two halves, "
                            "dist.reduce_scatter_tensor then dist.all_gather_into_tensor."))
-    missing = [c for c in ("reduce_scatter_tensor", "all_gather_into_tensor") if c not in used]
+    missing = [half for half, forms in HALVES.items() if not set(forms) & set(used)]
     if missing:
         raise Incorrect(tr("your function never called {names}: the exercise is the two halves, "
                            "dist.reduce_scatter_tensor then dist.all_gather_into_tensor.",
                            names=", ".join(f"dist.{c}" for c in missing)))
+    _check_halves_bytes(ranks)
     _check_sums(ranks)
 
 
@@ -199,7 +256,8 @@ q1 = Exercise(
     usage="q1.check(ring_all_reduce)",
     api=True,
     checked=("checked in 2 and 3 processes: only send and receive used, every rank's tensor equal "
-             "to gloo's sum, and every rank sent 2(N-1)/N of the tensor."),
+             "to gloo's sum, every rank sent 2(N-1)/N of the tensor in 2(N-1) messages, only to one "
+             "neighbour, and received only from the other."),
     hints=["Cut the tensor into N chunks, one per rank. Phase 1 (reduce-scatter), N-1 steps: every rank passes "
            "one chunk to its right neighbour and adds the chunk arriving from its left into its own copy of that "
            "chunk; afterwards each rank holds the full sum of one chunk. Phase 2 (all-gather), N-1 more steps: "
@@ -248,8 +306,8 @@ q2 = Exercise(
     usage="q2.check(all_reduce_in_two)",
     api=True,
     checked=("checked in 3 processes: reduce_scatter_tensor and all_gather_into_tensor called, no "
-             "all_reduce, and every rank's tensor equal to gloo's sum, for lengths not divisible "
-             "by 3."),
+             "all_reduce, the whole tensor reduce-scattered and only a 1/N share all-gathered, and "
+             "every rank's tensor equal to gloo's sum, for lengths not divisible by 3."),
     hints=["An all-reduce is its two halves: after a reduce-scatter each rank holds the sum of its 1/N share; an "
            "all-gather then gives every rank every share. Both need a length that N divides.",
            "dist.reduce_scatter_tensor(output, input) sums input over the ranks and leaves rank r's share in "

@@ -1,4 +1,5 @@
-"""Exercises of lesson 6.2 (data parallelism by hand), each judged in 2 real processes against torch's DDP.
+"""Exercises of lesson 6.2 (data parallelism by hand), each judged in real processes against torch's DDP: 2 of
+them, and q2 (whose answer divides by the world size) in 2 and then 3, so that a literal 2 fails.
 
 Every checker runs the learner's function through :func:`~effitrain_helpers.teach.exercises.run_learner_in_processes`
 (a time limit; a rank that raises is named) and names the bug it recognises from what each rank recorded
@@ -13,6 +14,7 @@ from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, run_learner_in_processes
 
 PROCESSES, STEPS, K, TIMEOUT = 2, 3, 4, 90  # 2 ranks, 3 SGD steps (q3: 2 steps of K micro-batches), seconds
+AVERAGE_WORLDS = (2, 3)  # q2 runs in 2, then in 3 processes
 TOLERANCE = 1e-6  # largest allowed gap between the learner's final weights and DDP's
 
 
@@ -46,16 +48,16 @@ def _accumulated_and_ddp(train, steps, k):
     return train_accumulated_by_hand(train, steps, k), train_with_ddp(steps, k)
 
 
-def _run(worker, fn, *args) -> tuple[list, list]:
-    """The learner's ``fn`` in :data:`PROCESSES` processes: (each rank's record, each rank's DDP weights)."""
+def _run(worker, fn, *args, processes: int = PROCESSES) -> tuple[list, list]:
+    """The learner's ``fn`` in ``processes`` processes: (each rank's record, each rank's DDP weights)."""
     try:
-        ranks = run_learner_in_processes(worker, fn, *args, processes=PROCESSES, timeout=TIMEOUT)
+        ranks = run_learner_in_processes(worker, fn, *args, processes=processes, timeout=TIMEOUT)
     except TimeoutError as err:
         waiting = str(err).split("still running: ranks ", 1)[-1].split(")", 1)[0]
         raise Incorrect(tr("the {processes} processes were still waiting after {timeout} s (ranks {waiting}): a "
                            "collective that not every rank called, or called with a different src/dst, waits "
                            "forever. Every rank must make the same calls in the same order.",
-                           processes=PROCESSES, timeout=TIMEOUT, waiting=waiting)) from None
+                           processes=processes, timeout=TIMEOUT, waiting=waiting)) from None
     return [r[0] for r in ranks], [r[1] for r in ranks]
 
 
@@ -128,7 +130,12 @@ def _check_broadcast(broadcast_parameters) -> None:
 
 # ---------------------------------------------------------------- q2: average_gradients
 def _check_average(average_gradients) -> None:
-    records, ddp = _run(_by_hand_and_ddp, _reference_broadcast, average_gradients, STEPS)
+    for processes in AVERAGE_WORLDS:
+        _check_average_in(average_gradients, processes)
+
+
+def _check_average_in(average_gradients, processes: int) -> None:
+    records, ddp = _run(_by_hand_and_ddp, _reference_broadcast, average_gradients, STEPS, processes=processes)
     world = len(records)
     local = [r.local_grads for r in records]
     synced = [r.synced_grads for r in records]
@@ -146,6 +153,11 @@ def _check_average(average_gradients) -> None:
     if all(_close(s, mean * world) for s in synced):
         raise Incorrect(tr("the gradients are {n} times too large: all_reduce SUMS the {n} ranks' gradients; "
                            "divide by the world size to get their average.", n=world))
+    divisor = _divisor(synced[0], mean * world)
+    if divisor not in (None, world) and all(_close(s, mean * world / divisor) for s in synced):
+        raise Incorrect(tr("in {n} processes the summed gradients were divided by {divisor:g}, not by {n}: divide "
+                           "by the number of ranks this run has, dist.get_world_size(), never by a number "
+                           "written in.", n=world, divisor=divisor))
     off = [r for r, s in enumerate(synced) if not _close(s, mean)]
     if off and len(off) < world:
         via = (tr(" dist.reduce leaves the result on its dst rank only; all_reduce gives it to every rank.")
@@ -157,6 +169,15 @@ def _check_average(average_gradients) -> None:
         raise Incorrect(tr("the gradients of {names} are not the average over the ranks: average every "
                            "parameter's gradient.", names=", ".join(_parameter_names(wrong))))
     _compare_with_ddp(records, ddp, "the first step's gradients were right; are later steps synchronised too?")
+
+
+def _divisor(got, total) -> float | None:
+    """The whole number ``d`` with ``got == total / d`` (a learner's literal divisor), else None."""
+    big = int(total.abs().argmax())
+    if float(got[big]) == 0:
+        return None
+    ratio = float(total[big] / got[big])
+    return round(ratio) if round(ratio) > 0 and abs(ratio - round(ratio)) < 1e-4 else None
 
 
 # ---------------------------------------------------------------- q3: accumulation, one sync per k
@@ -220,10 +241,10 @@ q1 = Exercise(
     hints=["Each rank built its model from its own seed. Before the first step, copy one rank's values into "
            "every other rank's parameters, in place, so that all replicas start equal.",
            "torch.distributed.broadcast(tensor, src=...) overwrites `tensor` on every rank with the source "
-           "rank's values (PyTorch docs: 'Distributed communication package', collective functions). Call it "
-           "on each tensor that model.parameters() yields; a parameter that requires grad cannot be written "
-           "in place outside torch.no_grad(), so hand the collective its storage.",
-           "for ____ in model.____():\n    dist.broadcast(____, src=____)"],
+           "rank's values (PyTorch docs: 'Distributed communication package', collective functions). A "
+           "collective writes into the tensor you pass it, outside autograd: pass the parameters themselves "
+           "(or their .data), never copies.",
+           "for ____ in model.____():\n    ____  # one collective: which tensor, and from which rank?"],
     solution_code=("def broadcast_parameters(model):\n    for p in model.parameters():\n"
                    "        dist.broadcast(p.data, src=0)\n\nq1.check(broadcast_parameters)"),
 )
@@ -232,13 +253,15 @@ q2 = Exercise(
     _check_average,
     usage="q2.check(average_gradients)",
     api=True,
-    checked="checked: in 2 processes on their own shards, your gradients trained DDP's weights (within 1e-6).",
+    checked=("checked: in 2 and in 3 processes on their own shards, your gradients trained DDP's weights "
+             "(within 1e-6)."),
     hints=["After loss.backward() each rank holds the gradient of its own shard. Data parallelism replaces it, "
            "on every rank, by the mean over the ranks, so that every replica takes the same step.",
            "torch.distributed.all_reduce(tensor) sums `tensor` over the ranks, in place, and leaves the sum on "
            "every rank (PyTorch docs: 'Distributed communication package'); dist.get_world_size() is the number "
-           "of ranks. Do it for the .grad of each parameter.",
-           "for ____ in model.____():\n    dist.____(____)\n    ____ /= ____"],
+           "of ranks in this run, whatever it is.",
+           "for ____ in model.____():\n    ____  # every rank's gradient summed into this rank's, in place\n"
+           "    ____  # the sum turned into the mean"],
     solution_code=("def average_gradients(model):\n    for p in model.parameters():\n        dist.all_reduce(p.grad)\n"
                    "        p.grad /= dist.get_world_size()\n\nq2.check(average_gradients)"),
 )

@@ -2,8 +2,10 @@
 
 q1 judges the learner's ``split_mlp`` in this process (each rank's share is plain arithmetic); q2 and q3 run
 the learner's autograd functions (``CopyToRanks``, ``SumFromRanks``), each with the house's other one, in 2
-real processes against the unsplit MLP; q4 runs the learner's 1F1B order in 3 real processes, where a wrong order of receives is a deadlock that ``launch``'s time limit ends
-and names. Each function or class may come from a notebook or a script.
+real processes against the unsplit MLP; q4 checks the learner's order for each of 3 stages against 1F1B's exact
+structure (warm-up, one forward and one backward in turn, the backwards left), then runs it in 3 real processes
+against the unsplit model. The lesson's own ``split_mlp``, ``CopyToRanks``, ``SumFromRanks`` and
+``pipeline.one_f_one_b`` are refused as answers. Each function or class may come from a notebook or a script.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import re
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, run_learner_in_processes
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, hands_over_to, run_learner_in_processes
 
 WIDTH, HIDDEN, TOLERANCE = 64, 256, 1e-5
 TP_PROCESSES, PP_STAGES, PP_MICRO_BATCHES = 2, 3, 4
@@ -64,10 +66,14 @@ def _check_shapes(up, down, world: int) -> None:
 def _check_split(split_mlp) -> None:
     import torch
 
+    from effitrain_helpers.training import tensor_parallel
     from effitrain_helpers.training.tensor_parallel import mlp_block, tokens
 
     if not callable(split_mlp):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=split_mlp))
+    if hands_over_to(split_mlp, tensor_parallel.split_mlp):
+        raise Incorrect(tr("your function hands the work to {name}, the lesson's own split: write the slicing "
+                           "yourself (the exercise is what that function does).", name="split_mlp"))
     mlp, x = mlp_block(WIDTH, HIDDEN), tokens(16, WIDTH)
     want = mlp(x).detach()
     for world in (2, 4):
@@ -92,15 +98,25 @@ def _tp_run(copy, total):
 
 
 def _check_copy(CopyToRanks) -> None:
-    from effitrain_helpers.training.tensor_parallel import SumFromRanks
+    from effitrain_helpers.training import tensor_parallel
 
-    _check_pair(CopyToRanks, SumFromRanks, "CopyToRanks", CopyToRanks)
+    _refuse_the_house(CopyToRanks, tensor_parallel.CopyToRanks, "CopyToRanks")
+    _check_pair(CopyToRanks, tensor_parallel.SumFromRanks, "CopyToRanks", CopyToRanks)
 
 
 def _check_sum(SumFromRanks) -> None:
-    from effitrain_helpers.training.tensor_parallel import CopyToRanks
+    from effitrain_helpers.training import tensor_parallel
 
-    _check_pair(CopyToRanks, SumFromRanks, "SumFromRanks", SumFromRanks)
+    _refuse_the_house(SumFromRanks, tensor_parallel.SumFromRanks, "SumFromRanks")
+    _check_pair(tensor_parallel.CopyToRanks, SumFromRanks, "SumFromRanks", SumFromRanks)
+
+
+def _refuse_the_house(answer, house: type, name: str) -> None:
+    """The lesson's own ``house`` class (or a subclass that inherits its methods) is not the learner's answer."""
+    if isinstance(answer, type) and issubclass(answer, house) and all(
+            getattr(answer, f) is getattr(house, f) for f in ("forward", "backward")):
+        raise Incorrect(tr("your {name} is the lesson's own (tensor_parallel.{name}): write its forward and "
+                           "backward yourself (the exercise is what they do).", name=name))
 
 
 def _check_pair(copy, total, name: str, answer) -> None:
@@ -173,6 +189,33 @@ def _check_order(order, stage: int) -> list[tuple]:
     return ops
 
 
+def _check_structure(ops: list[tuple], stage: int) -> None:
+    """``ops`` is exactly 1F1B for ``stage``: ``stages - 1 - stage`` forwards (the warm-up), then one forward and
+    one backward in turn, then the backwards left, micro-batches in order. A bound on the micro-batches in
+    flight alone lets through no pipelining at all (``F0 B0 F1 B1 ...``) and a warm-up one forward short."""
+    from effitrain_helpers.training.pipeline import one_f_one_b
+
+    m, want = PP_MICRO_BATCHES, min(PP_STAGES - 1 - stage, PP_MICRO_BATCHES)
+    if ops == one_f_one_b(stage, PP_STAGES, m):
+        return
+    warm = next(k for k, (kind, _) in enumerate(ops) if kind == "B")  # forwards before the first backward
+    first = min(want + 1, m)  # 1F1B's: the warm-up, then the forward of the first pair
+    shown = " ".join(f"{kind}{i}" for kind, i in ops)
+    if warm == m > first:
+        raise Incorrect(tr("stage {stage} runs all {m} forwards before any backward, so it holds the activations "
+                           "of {m} micro-batches at once. That is all-forward-all-backward: every forward before "
+                           "any backward. 1F1B starts the backwards after stages - 1 - stage = {want} warm-up "
+                           "forward(s) and one more.", stage=stage, m=m, want=want))
+    if warm != first:
+        raise Incorrect(tr("stage {stage} of {stages} runs {warm} forward(s) before its first backward ({order}); "
+                           "1F1B runs {first}: a warm-up of stages - 1 - stage = {want} forward(s) to fill the "
+                           "pipe, then the first forward-backward pair.", stage=stage, stages=PP_STAGES,
+                           warm=warm, order=shown, first=first, want=want))
+    raise Incorrect(tr("after its {want} warm-up forward(s), stage {stage} should run one forward and one backward "
+                       "in turn, micro-batches in order, then the backwards left; it runs {order}.", want=want,
+                       stage=stage, order=shown))
+
+
 def _waiting(message: str) -> str:
     """The ranks still running and what each last said it waited for, from ``launch``'s TimeoutError."""
     ranks = re.search(r"still running: ranks \[([^\]]*)\]", message)
@@ -185,18 +228,30 @@ def _waiting(message: str) -> str:
 
 
 def _check_one_f_one_b(one_f_one_b, timeout: float = 60.0) -> None:
-    from effitrain_helpers.training.pipeline import unsplit_loss
+    from effitrain_helpers.training import pipeline
 
     if not callable(one_f_one_b):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=one_f_one_b))
-    orders = [_check_order(one_f_one_b, s) for s in range(PP_STAGES)]
+    if hands_over_to(one_f_one_b, pipeline.one_f_one_b) or hands_over_to(one_f_one_b, pipeline.SCHEDULES):
+        raise Incorrect(tr("your function hands the work to {name}, the lesson's own schedule: write the order "
+                           "yourself (the exercise is what that function does).", name="pipeline.one_f_one_b"))
+    orders = [_check_order(one_f_one_b, stage) for stage in range(PP_STAGES)]
+    one_by_one = [op for i in range(PP_MICRO_BATCHES) for op in (("F", i), ("B", i))]
+    if all(ops == one_by_one for ops in orders):
+        raise Incorrect(tr("no pipelining: every stage runs {order}, each micro-batch through the whole pipe "
+                           "before the next one starts, so only one stage works at a time. Let each stage first "
+                           "run stages - 1 - stage forwards (stage 0: {want}) to fill the pipe.",
+                           order=" ".join(f"{kind}{i}" for kind, i in one_by_one), want=PP_STAGES - 1))
+    for stage, ops in enumerate(orders):
+        _check_structure(ops, stage)
     try:
         ranks = run_learner_in_processes(_pp_run, one_f_one_b, processes=PP_STAGES, timeout=timeout)
     except TimeoutError as err:
-        raise Incorrect(tr("deadlock: after {timeout:g} s, {waiting}. A stage may only wait for a message its "
-                           "neighbour sends before waiting itself: fill the pipe with stages - 1 - stage "
-                           "forwards first.", timeout=timeout, waiting=_waiting(str(err)))) from None
-    loss, grads = unsplit_loss(PP_MICRO_BATCHES, PP_STAGES, **PP_SHAPE)
+        raise Incorrect(tr("the {stages} stages did not finish within {timeout:g} s ({waiting}), although the "
+                           "orders your function returned here are 1F1B: does it return the same order each "
+                           "time it is called? Each process calls it again.", stages=PP_STAGES,
+                           timeout=timeout, waiting=_waiting(str(err)))) from None
+    loss, grads = pipeline.unsplit_loss(PP_MICRO_BATCHES, PP_STAGES, **PP_SHAPE)
     got = ranks[-1]["loss"]
     if abs(got - loss) > TOLERANCE:
         raise Incorrect(tr("the pipeline's loss {got:.6f} differs from the unsplit model's {want:.6f}.",
@@ -204,14 +259,6 @@ def _check_one_f_one_b(one_f_one_b, timeout: float = 60.0) -> None:
     mine = [g for r in ranks for g in r["grads"]]
     if max(_gap(a, b) for a, b in zip(mine, grads)) > TOLERANCE:
         raise Incorrect(tr("the loss is right but the gradients differ from the unsplit model's."))
-    for r, ops in zip(ranks, orders):
-        bound = PP_STAGES - r["stage"]
-        if r["in_flight"] > bound:
-            kind = (" " + tr("That is all-forward-all-backward: every forward before any backward.")
-                    if ops[:PP_MICRO_BATCHES] == [("F", i) for i in range(PP_MICRO_BATCHES)] else "")
-            raise Incorrect(tr("right loss, but stage {stage} held the activations of {held} micro-batches at "
-                               "once; 1F1B holds at most stages - stage = {bound}.{kind}", stage=r["stage"],
-                               held=r["in_flight"], bound=bound, kind=kind))
 
 
 q1 = Exercise(
@@ -289,9 +336,9 @@ q4 = Exercise(
     _check_one_f_one_b,
     usage="q4.check(one_f_one_b)",
     api=True,
-    checked=("checked in 3 processes: each micro-batch's forward before its backward, loss and "
-             "gradients equal to the unsplit model's, and no stage holding more activations than "
-             "1F1B allows."),
+    checked=("checked for each of 3 stages: stages - 1 - stage forwards first, then one forward and one "
+             "backward in turn, then the backwards left; then run in 3 processes, loss and gradients "
+             "equal to the unsplit model's."),
     hints=["Stage s cannot run a backward until the gradient comes back from the last stage, which first needs "
            "the forwards of the stages after s. So the stages nearer the start fill the pipe with a few forwards, "
            "then alternate one forward and one backward, then finish the backwards left.",

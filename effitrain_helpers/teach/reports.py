@@ -1,0 +1,118 @@
+"""What reaches each student from the gradebook: points per exercise and one feedback page per student.
+
+Built only from the gradebook's rows (:class:`~effitrain_helpers.teach.grade.Row`, made in one place,
+``grade_notebook``), never from a submission:
+
+- **Points**: an exercise is worth its ``Exercise.points`` (default 1, set where the instructor defines the
+  exercise, e.g. ``Exercise(..., points=2)``), read from the installed checks module, never from a graded kernel.
+  A Correct verdict earns them all, any other none: no checker has parts, so there is no partial credit.
+- **Feedback** (``effitrain grade ... --feedback DIR``): ``DIR/<student>.html`` per student, a page that reads
+  offline (no script, no link out; every text escaped): per notebook, each exercise's verdict, the checker's
+  message and the points, every cell that failed with its error's first line, and the total.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+import re
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+from effitrain_helpers.core.language import number, tr
+from effitrain_helpers.teach.exercises import VERDICT_LABELS
+from effitrain_helpers.teach.verdicts import CHECKS_PACKAGE, START
+
+CORRECT = "correct"
+
+
+@lru_cache(maxsize=None)
+def points_of(lesson: str, exercise: str) -> float:
+    """What exercise ``exercise`` (``"q2"``) of ``lesson`` (``"1.1"``, ``"start"``) is worth: its
+    ``Exercise.points``, 1 when the module or the exercise is not found."""
+    leaf = "start_here" if lesson == START else "lesson_" + lesson.replace(".", "_")
+    try:
+        module = importlib.import_module(f"{CHECKS_PACKAGE}.{leaf}")
+    except ImportError:
+        return 1.0
+    return float(getattr(getattr(module, exercise, None), "points", 1))
+
+
+def earned(row) -> float:
+    """The points a gradebook row earns: all of its exercise's for Correct, none otherwise (and none for a row
+    about a whole notebook)."""
+    return points_of(row.lesson, row.exercise) if row.exercise and row.status == CORRECT else 0.0
+
+
+def feedback_name(student: str) -> str:
+    """The feedback file of ``student``, relative to the feedback folder: ``section2/uma`` -> ``section2/uma.html``,
+    each part made of letters, digits, ``. _ -`` only (``..`` and the like become ``_``)."""
+    parts = [re.sub(r"[^\w.-]", "_", part) for part in student.split("/") if part]
+    parts = [part if part.strip(".") else "_" for part in parts] or ["_"]
+    return "/".join(parts) + ".html"
+
+
+def _label(status: str) -> str:
+    """A row's status as the learner sees a verdict (``✅ Correct``), in the class's language."""
+    return tr(VERDICT_LABELS[status]) if status in VERDICT_LABELS else tr(status)
+
+
+def _esc(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def feedback_page(student: str, rows: list) -> str:
+    """The HTML feedback page of one student from their gradebook rows (module docstring)."""
+    by_notebook: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_notebook[r.notebook].append(r)
+    title = tr("Feedback for {student}", student=student)
+    parts = ['<!DOCTYPE html>\n<html><head><meta charset="utf-8">', f"<title>{_esc(title)}</title>",
+             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #999;padding:.3em .6em;text-align:left;vertical-align:top}"
+             ".correct{color:#1a7f37}.incorrect{color:#cf222e}</style></head><body>", f"<h1>{_esc(title)}</h1>"]
+    total = out_of = 0.0
+    for notebook, mine in by_notebook.items():
+        lesson = next((r.lesson for r in mine if r.lesson), "")
+        parts.append(f"<h2>{_esc(notebook)}" + (f" ({_esc(tr('lesson {lesson}', lesson=lesson))})" if lesson else "")
+                     + "</h2>")
+        problems = [r for r in mine if not r.exercise]
+        if problems:
+            parts.append("<ul>" + "".join(f"<li><b>{_esc(tr(r.status))}</b>: {_esc(r.detail)}</li>" for r in problems)
+                         + "</ul>")
+        exercises = [r for r in mine if r.exercise]
+        if exercises:
+            parts.append(f"<table><tr><th>{_esc(tr('exercise'))}</th><th>{_esc(tr('verdict'))}</th>"
+                         f"<th>{_esc(tr('points'))}</th><th>{_esc(tr('message'))}</th></tr>")
+            for r in exercises:
+                worth, got = points_of(r.lesson, r.exercise), earned(r)
+                total, out_of = total + got, out_of + worth
+                status_class = re.sub(r"\W", "-", r.status)
+                parts.append(f"<tr><td>{_esc(r.exercise)}</td><td class=\"{_esc(status_class)}\">{_esc(_label(r.status))}"
+                             f"</td><td>{_esc(number(got, 'g'))} / {_esc(number(worth, 'g'))}</td>"
+                             f"<td>{_esc(r.detail)}</td></tr>")
+            parts.append("</table>")
+    summary = tr("Total: {earned} of {points} points", earned=number(total, "g"), points=number(out_of, "g"))
+    parts.append(f"<p><b>{_esc(summary)}</b></p></body></html>\n")
+    return "\n".join(parts)
+
+
+def write_feedback(rows: list, folder: Path) -> list[Path]:
+    """One feedback page per student of ``rows`` in ``folder`` (created if missing); returns the files written.
+    Two students whose names give one file name get ``-2``, ``-3``... after the second."""
+    by_student: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_student[r.student].append(r)
+    written, taken = [], set()
+    for student in sorted(by_student):
+        name = feedback_name(student)
+        stem, n = name.removesuffix(".html"), 2
+        while name.lower() in taken:
+            name, n = f"{stem}-{n}.html", n + 1
+        taken.add(name.lower())
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(feedback_page(student, by_student[student]), encoding="utf-8")
+        written.append(path)
+    return written
