@@ -1013,6 +1013,8 @@ def plot_alpha_beta(alpha: float, beta: float, message_bytes: tuple[int, ...] = 
         ax.legend(fontsize=FONT - 3)
     fig.suptitle(tr("alpha-beta model, alpha = {alpha} µs, bandwidth 1/beta = {bandwidth} GB/s (gloo, here)",
                     alpha=number(alpha * 1e6, ".1f"), bandwidth=number(1 / beta / 1e9, ".2f")), fontsize=FONT)
+    fig.tight_layout()
+    return fig
 
 
 # ---- chapter 8, lesson 8.1: attention that fits ------------------------------------------------------------------
