@@ -299,6 +299,8 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
      "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
     ("7_3_", "lesson_7_3", "q2", ""),
     ("7_3_", "lesson_7_3", "q3", "from effitrain_helpers.measure.planner import Cluster, Model, plan"),
+    pytest.param("8_1_", "lesson_8_1", "q1", "import torch", marks=pytest.mark.slow),  # ten small attentions
+    ("8_1_", "lesson_8_1", "q2", ""),
 ]
 
 
