@@ -25,7 +25,7 @@
     effitrain prefetch [--dir DIR] [--check] [--json]
     effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain progress [--json]
-    effitrain grade SUBMISSIONS_DIR --out grades.csv [--timeout S] [--resume | --merge | --replace]
+    effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--wide FILE.csv] [--deadline TIME] [--summary] [--timeout S] [--resume | --merge | --replace]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -617,11 +617,18 @@ def _grade(args) -> int:
 
     mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
     rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
-                 unsafe=args.unsafe, feedback=args.feedback)
+                 unsafe=args.unsafe, feedback=args.feedback, wide=args.wide, deadline=args.deadline)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
              counts=", ".join(tr("{n} {status}", n=n, status=tr(status)) for status, n in sorted(counts.items()))))
+    if args.summary:
+        from pathlib import Path
+
+        from effitrain_helpers.teach.grade import read_gradebook
+        from effitrain_helpers.teach.reports import summary_table
+
+        print(summary_table(read_gradebook(Path(args.out).expanduser())))
     return 0
 
 
@@ -638,6 +645,17 @@ def _grade_seconds(text: str) -> float:
         return check_timeout(value)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _deadline(text: str) -> str:
+    """``--deadline`` of ``grade``: refused at once unless it reads as an ISO 8601 time."""
+    from effitrain_helpers.teach.grade import check_deadline
+
+    try:
+        check_deadline(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def _language(text: str) -> str:
@@ -682,10 +700,18 @@ def add_learner_commands(sub) -> None:
     p.add_argument("submissions", metavar="SUBMISSIONS_DIR", type=not_empty("SUBMISSIONS_DIR"),
                    help="folder of submissions: NAME.ipynb per student, or one folder per student")
     p.add_argument("--out", required=True, type=not_empty("--out"), help="the CSV file to write (student, notebook, lesson, exercise, "
-                                                "status, detail)")
+                                                "status, detail, submitted, late)")
     p.add_argument("--feedback", metavar="DIR", type=not_empty("--feedback"), default=None,
                    help="also write DIR/STUDENT.html per student: each exercise's verdict, message and points, "
                         "each failed cell (offline HTML)")
+    p.add_argument("--wide", metavar="FILE.csv", type=not_empty("--wide"), default=None,
+                   help="also write one row per student: a column per exercise (e.g. '1.1 q2'), per lesson total, "
+                        "total, late; for Canvas, Moodle, Gradescope")
+    p.add_argument("--deadline", type=_deadline, default=None,
+                   help="ISO 8601 time (e.g. 2026-12-01T23:59, this machine's zone when none): rows of notebooks "
+                        "handed in later (timestamp.txt beside it, else the file's time) are marked late")
+    p.add_argument("--summary", action="store_true",
+                   help="print per exercise how many students were correct, incorrect, did not attempt it")
     p.add_argument("--timeout", type=_grade_seconds, default=300.0,
                    help="seconds each notebook may run before its kernel and everything it started are stopped: "
                         "a number > 0 (fractions allowed), at most 86400 (default 300)")

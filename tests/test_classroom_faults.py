@@ -80,7 +80,7 @@ def graded(monkeypatch):
     """grade_notebook stubbed: records what it was asked to grade (no kernel), one row per notebook."""
     calls = []
 
-    def fake(sub, limit, sources, hide=(), safe=True):
+    def fake(sub, limit, sources, hide=(), safe=True, deadline=None):
         calls.append((sub.student, sub.notebook, limit))
         return [Row(sub.student, sub.notebook, "", "", NO_EXERCISES, "stub")]
 

@@ -8,6 +8,7 @@ import hashlib
 import html
 import os
 import time
+from collections import Counter
 
 import nbformat
 import psutil
@@ -78,12 +79,14 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     submit(edition, subs / "vandal.ipynb", f"import os, signal\nfor root, _, files in os.walk({str(subs)!r}):\n"
            "    for f in files:\n        open(os.path.join(root, f), 'w').write('gone')\n"
            "os.kill(os.getppid(), signal.SIGTERM)\nmatrix_bytes = ____")
+    os.utime(subs / "honest.ipynb", (1_700_000_000, 1_700_000_000))  # handed in 2023, before the deadline
     before = _hashes(subs)
     children = {p.pid for p in psutil.Process().children()}
-    out, feedback = tmp_path / "grades.csv", tmp_path / "feedback"
+    out, feedback, wide = tmp_path / "grades.csv", tmp_path / "feedback", tmp_path / "wide.csv"
     start = time.monotonic()
     assert main(["grade", str(subs), "--out", str(out), "--source", str(source), "--timeout", str(LIMIT),
-                 "--feedback", str(feedback)]) == 0
+                 "--feedback", str(feedback), "--wide", str(wide), "--deadline", "2026-01-01T00:00+00:00",
+                 "--summary"]) == 0
     elapsed = time.monotonic() - start
     got = _rows(out)
     assert ("honest", "q1", "correct") in got and ("honest", "q2", "correct") in got
@@ -100,10 +103,20 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     page = (feedback / "wrong_q1.html").read_text()
     assert html.escape(details["wrong_q1", "q1"]) in page and "Total: 1 of 2 points" in page
     assert sorted(p.name for p in feedback.iterdir()) == sorted(f"{s}.html" for s in {r[0] for r in got})
+    table = {r["student"]: r for r in csv.DictReader(wide.open())}
+    assert list(table["honest"])[:5] == ["student", "id", "start q1", "1.1 q2", "start total"]
+    assert (table["honest"]["total"], table["wrong_q1"]["total"], table["blank"]["total"]) == ("2", "1", "0")
+    assert table["honest"]["late"] == "" and table["wrong_q1"]["late"] == "start 1.1"
+    lates = {r["student"]: r["late"] for r in csv.DictReader(out.open())}
+    assert lates["honest"] == "no" and lates["blank"] == "yes"
+    captured = capsys.readouterr()
+    counts = Counter(status for _, exercise, status in got if exercise == "q1")  # the summary's line for start q1
+    line = next(line.split() for line in captured.out.splitlines() if line.split()[:2] == ["start", "q1"])
+    assert line[2:5] == [str(counts[s]) for s in ("correct", "incorrect", "not attempted")]
     assert _hashes(subs) == before, "a submission was changed"
     assert [p for p in psutil.process_iter(["cmdline"]) if MARKER in (p.info["cmdline"] or [])] == []
     assert [p for p in psutil.Process().children() if p.pid not in children] == []
-    assert "Traceback" not in capsys.readouterr().err and list(temp.iterdir()) == []
+    assert "Traceback" not in captured.err and list(temp.iterdir()) == []
     print(f"graded {len(before)} notebooks in {elapsed:.0f} s (busy machine)")
 
 
@@ -163,11 +176,18 @@ def _exit_code(argv) -> int:
     (["EMPTY", "--out", "nowhere/g.csv"], "does not exist"),
     (["EMPTY", "--out", "g.csv", "--timeout", "-3"], "--timeout=-3.0 must be a positive number"),
     (["EMPTY", "--out", "g.csv", "--roster", "nothere.csv"], "--roster 'nothere.csv' cannot be read"),
+    (["EMPTY", "--out", "g.csv", "--deadline", "Friday"], "--deadline 'Friday' is not an ISO 8601 time"),
+    (["EMPTY", "--out", "g.csv", "--wide", "g.csv"], "--wide 'g.csv' is inside SUBMISSIONS_DIR or is --out"),
+    (["EMPTY", "--out", "g.csv", "--wide", "EMPTY/w.csv"], "is inside SUBMISSIONS_DIR"),
+    (["EMPTY", "--out", "g.csv", "--feedback", "EMPTY/fb"], "--feedback 'EMPTY/fb' is inside SUBMISSIONS_DIR"),
+    (["EMPTY", "--out", "g.csv", "--wide", "notes.csv"], "--wide 'notes.csv' exists and is not a table this command"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, says):
     (tmp_path / "EMPTY").mkdir()
+    (tmp_path / "notes.csv").write_text("my own notes\n")
     monkeypatch.chdir(tmp_path)
     assert _exit_code(["grade", *args, "--unsafe"]) == 2
+    assert (tmp_path / "notes.csv").read_text() == "my own notes\n"
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
 

@@ -2,13 +2,16 @@
 checker's message in ``detail``, every failed cell, points, and an offline, escaped feedback page per student.
 Fast: the rows and executed cells are built by hand, no notebook runs (test_grade.py runs a class end to end)."""
 
+import os
 import re
+from datetime import datetime, timezone
 
 import nbformat
 import pytest
 
 from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.teach import grade, reports, verdicts
+from effitrain_helpers.teach.answers import REVIEW
 from effitrain_helpers.teach.checks import lesson_1_1
 from effitrain_helpers.teach.grade import Row
 
@@ -77,3 +80,82 @@ def test_the_feedback_page_speaks_the_class_language(tmp_path, monkeypatch):
     monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
     page = reports.feedback_page("ana", _rows("ana"))
     assert "Devolutiva para ana" in page and "Total: 1 de 3 pontos" in page and "Correto" in page
+
+
+def _class_rows():
+    ana = [Row("ana", "ana/0.ipynb", "start", "q1", "correct", late="no"),
+           Row("ana", "ana/1.ipynb", "1.1", "q2", "correct", late="yes"),
+           Row("ana", "ana/1.ipynb", "1.1", "q10", "incorrect", late="yes")]
+    bob = [Row("=bob", "bob.ipynb", "1.1", "q2", "not attempted"), Row("=bob", "bob.ipynb", "1.1", "q10", REVIEW)]
+    late = [Row("ana", "ana/x.ipynb", "", "", "no exercises", late="yes")]  # late, and no lesson: its path
+    return ana + bob + late
+
+
+def test_the_wide_table_has_a_column_per_exercise_lesson_totals_total_and_late(tmp_path, monkeypatch):
+    reports.points_of.cache_clear()
+    monkeypatch.setattr(lesson_1_1.q2, "points", 2.5)
+    try:
+        header, records = reports.wide_table(_class_rows(), {"ana": "A17"})
+    finally:
+        reports.points_of.cache_clear()
+    assert header == ["student", "id", "start q1", "1.1 q2", "1.1 q10", "start total", "1.1 total", "total", "late"]
+    bob, ana = records  # "=bob" sorts first
+    assert ana == {"student": "ana", "id": "A17", "start q1": "1", "1.1 q2": "2.5", "1.1 q10": "0", "start total": "1",
+                   "1.1 total": "2.5", "total": "3.5", "late": "1.1 ana/x.ipynb"}
+    assert bob["start q1"] == "" and bob["total"] == "0" and bob["id"] == "" and bob["late"] == ""
+    out = tmp_path / "wide.csv"
+    grade.write_table(header, records, out)
+    assert out.read_text().splitlines()[0] == ",".join(header) and "\n'=bob," in out.read_text()  # no formula
+
+
+def test_the_summary_counts_each_exercise_in_the_class_language(monkeypatch):
+    table = reports.summary_table(_class_rows()).splitlines()
+    assert table[0].split() == ["exercise", "correct", "incorrect", "not", "attempted", "other"]
+    assert [line.split() for line in table[1:]] == [
+        ["start", "q1", "1", "0", "0", "0"], ["1.1", "q2", "1", "0", "1", "0"], ["1.1", "q10", "0", "1", "0", "1"]]
+    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    assert reports.summary_table(_class_rows()).split()[:3] == ["exercício", "corretos", "incorretos"]
+
+
+def test_the_submission_time_is_nbgraders_timestamp_else_the_files_time(tmp_path):
+    nb = tmp_path / "ana" / "1_1.ipynb"
+    nb.parent.mkdir()
+    nb.write_text("{}")
+    os.utime(nb, (1_700_000_000, 1_700_000_000))
+    assert grade.submission_time(nb, tmp_path) == datetime.fromtimestamp(1_700_000_000, timezone.utc)
+    (nb.parent / "timestamp.txt").write_text("2026-12-01 13:04:22.123456 UTC\n")
+    assert grade.submission_time(nb, tmp_path) == datetime(2026, 12, 1, 13, 4, 22, 123456, timezone.utc)
+    (nb.parent / "timestamp.txt").write_text("yesterday")  # unreadable: the file's time
+    assert grade.submission_time(nb, tmp_path).year == 2023
+    flat = tmp_path / "bob.ipynb"  # a timestamp.txt in SUBMISSIONS_DIR itself is no one's
+    flat.write_text("{}")
+    os.utime(flat, (1_700_000_000, 1_700_000_000))
+    (tmp_path / "timestamp.txt").write_text("2026-12-01 13:04:22 UTC")
+    assert grade.submission_time(flat, tmp_path).year == 2023
+
+
+def test_a_deadline_marks_every_row_of_a_later_submission_late(tmp_path):
+    due = grade.check_deadline("2026-12-01T12:00+00:00")
+    sub = grade.Submission("ana", "ana.ipynb", tmp_path / "ana.ipynb", problem="not JSON",
+                           submitted=datetime(2026, 12, 1, 13, 0, tzinfo=timezone.utc))
+    [row] = grade.grade_notebook(sub, 10, {}, deadline=due)
+    assert (row.submitted, row.late) == ("2026-12-01T13:00:00+00:00", "yes")
+    sub.submitted = datetime(2026, 12, 1, 11, 0, tzinfo=timezone.utc)
+    assert grade.grade_notebook(sub, 10, {}, deadline=due)[0].late == "no"
+    assert grade.grade_notebook(sub, 10, {})[0].late == ""
+    with pytest.raises(ValueError, match="--deadline 'Friday' is not an ISO 8601 time"):
+        grade.check_deadline("Friday")
+
+
+def test_a_gradebook_written_before_submission_times_is_still_read(tmp_path):
+    old = tmp_path / "g.csv"
+    old.write_text("student,notebook,lesson,exercise,status,detail\nana,ana.ipynb,1.1,q2,correct,\n")
+    assert grade._is_gradebook(old)
+    assert grade.read_gradebook(old) == [Row("ana", "ana.ipynb", "1.1", "q2", "correct", "", "", "")]
+
+
+def test_the_roster_gives_lms_ids(tmp_path):
+    roster = tmp_path / "r.csv"
+    roster.write_text("file,student,id\nana.ipynb,Ana Lima,A17\nbob.ipynb,Bob,\n")
+    assert grade.roster_ids(roster) == {"Ana Lima": "A17"}
+    assert grade.read_roster(roster) == {"ana.ipynb": "Ana Lima", "bob.ipynb": "Bob"}

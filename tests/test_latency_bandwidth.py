@@ -54,7 +54,7 @@ def test_the_fit_goes_through_the_smallest_and_largest_message_and_names_bad_inp
 def test_ping_pong_in_two_processes_gives_a_positive_latency_and_bandwidth():
     from effitrain_helpers.processes.launch import launch
 
-    times, rest = launch(lb.ping_pong, [8, 2**20], 5, num_processes=2, cpu=True, quiet=True, timeout=120)
-    assert rest == {} and set(times) == {8, 2**20}
+    times, rest = launch(lb.ping_pong, [8, 2**22], 20, num_processes=2, cpu=True, quiet=True, timeout=120)
+    assert rest == {} and set(times) == {8, 2**22}  # 4 MB: far above the latency, even on a busy machine
     alpha, beta = lb.fit_alpha_beta(times)
     assert alpha > 0 and beta > 0

@@ -36,7 +36,7 @@ DEVICE_CHOICES = ("cpu", "cuda", "mps", "all")
 MAX_SIZE = 32768
 MOST_REPEATS = 1000  # timed repeats per measurement: more adds time, not precision
 TARGET_REPEAT_S = 0.1  # each repeat runs the product enough times to last about this long
-WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least twice)
+WARMUP_S = 0.05  # warm-up runs the product at least this long (and at least three times)
 SAY_S = 30.0  # a run estimated to take longer says so before it starts ...
 BUDGET_S = 600.0  # ... and one estimated above this is refused (smaller sizes or fewer repeats measure the same)
 PROBE_SIZE = 1024  # the product timed once to estimate larger ones (time grows as size³)
@@ -44,6 +44,8 @@ SPREAD_MAX = 0.10  # IQR / median of the repeats above this: the run is unreliab
 IDLE_MARGIN = 0.5  # busy when fewer than (threads - IDLE_MARGIN) cores were idle just before measuring
 LOAD_WINDOW_S = 0.25  # how long the CPU load is sampled before a run
 AGREE_RANGE = (0.8, 1.25)  # workbook time / torch.utils.benchmark time counted as agreeing
+MIN_ROUNDS = 2  # a measurement cut short by its time budget still keeps this many repeats
+LOOP_STEP = 4  # each repeat re-sizes its loop towards TARGET_REPEAT_S by at most this factor
 
 # Dense peaks (GFLOP/s, no sparsity; SXM boards where there are several) of common GPUs, from their makers'
 # data sheets. float32 is the plain (non-tensor-core) rate. A missing dtype means no fast path for it.
@@ -225,12 +227,15 @@ def unreliable_reason(times: Iterable[float], busy: str = "") -> str:
     Two signs: ``busy`` (a reason from :func:`busy_reason`), and the repeats spreading more than
     :data:`SPREAD_MAX` (IQR / median), which happens when another program takes the CPU during the run.
     """
-    reasons = [busy] if busy else []
-    spread = relative_iqr(times)
+    return "; ".join(filter(None, [busy, spread_reason(relative_iqr(times))]))
+
+
+def spread_reason(spread: float) -> str:
+    """Why repeats whose IQR / median is ``spread`` cannot be trusted (above :data:`SPREAD_MAX`), or ""."""
     if spread > SPREAD_MAX:
-        reasons.append(tr("repeats spread by {spread:.0%} of the median (IQR; above {most:.0%})",
-                          spread=spread, most=SPREAD_MAX))
-    return "; ".join(reasons)
+        return tr("repeats spread by {spread:.0%} of the median (IQR), above {most:.0%}", spread=spread,
+                  most=SPREAD_MAX)
+    return ""
 
 
 UNRELIABLE_ADVICE = msg("close other programs and re-run")
@@ -239,6 +244,57 @@ UNRELIABLE_ADVICE = msg("close other programs and re-run")
 def unreliable_advice() -> str:
     """:data:`UNRELIABLE_ADVICE` in the learner's language (what a verdict on a disturbed run advises)."""
     return tr(UNRELIABLE_ADVICE)
+
+
+def unreliable_note(rows: dict[str, str]) -> str:
+    """What a table of timings says under it: which rows are unreliable and why, and what a spread is, in a
+    learner's words; "" when every row is reliable.
+
+    ``rows`` maps each row's label to its reason ("" for a reliable row; several reasons joined by "; ", as
+    :func:`unreliable_reason` joins them). Each reason is said once, with the rows it applies to ("every row"
+    when it applies to all)."""
+    by_reason: dict[str, list[str]] = {}
+    for label, why in rows.items():
+        for part in filter(None, why.split("; ")):
+            by_reason.setdefault(part, []).append(label)
+    if not by_reason:
+        return ""
+    parts = "; ".join(tr("{rows}: {why}", why=why, rows=tr("every row") if len(labels) == len(rows) > 1
+                         else ", ".join(labels)) for why, labels in by_reason.items())
+    return tr("UNRELIABLE rows, no conclusion drawn from their times: {parts}. A row's spread is how much its "
+              "repeated timings disagree: the width of their middle half (the IQR) over their median. Above "
+              "{most:.0%}, or with fewer idle cores than threads, other programs took the CPU during the run, so "
+              "those times say more about the machine than about what was timed; {advice}.", parts=parts,
+              most=SPREAD_MAX, advice=unreliable_advice())
+
+
+def saving_text(what: str, before_ms: float, after_ms: float, whole_ms: float, doubt: str = "") -> str:
+    """What ``what`` saved per step, going from ``before_ms`` to ``after_ms`` milliseconds, next to
+    ``whole_ms``, the most it could save; said as no saving when it saved nothing, and as no conclusion when
+    ``doubt`` (why the timings cannot be trusted) is not empty."""
+    fields = dict(what=what, before=before_ms, after=after_ms, whole=whole_ms)
+    if doubt:
+        return tr("{what}: {before:.1f} ms per step without it, {after:.1f} ms with it, at most {whole:.1f} ms to "
+                  "hide: UNRELIABLE, so no conclusion on a saving ({why})", why=doubt, **fields)
+    saved = before_ms - after_ms
+    if saved <= 0:
+        return tr("{what} saved no time in this run: {before:.1f} ms per step without it, {after:.1f} ms with it "
+                  "(at most {whole:.1f} ms to hide)", **fields)
+    if whole_ms <= 0:
+        return tr("{what} saved {saved:.1f} ms per step ({before:.1f} ms to {after:.1f} ms)", saved=saved, **fields)
+    return tr("{what} saved {saved:.1f} ms per step ({before:.1f} ms to {after:.1f} ms), {share:.0%} of the "
+              "{whole:.1f} ms it could hide", saved=saved, share=saved / whole_ms, **fields)
+
+
+def time_budget_note(cut: dict[str, tuple[int, int]], budget_s: float) -> str:
+    """The line a timing cell prints when its time budget cut repeats: which measurements kept how many of
+    the repeats asked for (``cut`` maps a label to (kept, asked)); "" when nothing was cut."""
+    if not cut:
+        return ""
+    rows = ", ".join(tr("{label} ({kept} of {asked})", label=label, kept=kept, asked=asked)
+                     for label, (kept, asked) in cut.items())
+    return tr("the machine ran slower than expected, so the repeats were cut to keep this cell within its budget "
+              "of {budget:.0f} s: {rows}; fewer repeats give a rougher median", budget=budget_s, rows=rows)
 
 
 # ---------------------------------------------------------------- measuring
@@ -291,11 +347,11 @@ def _warm_product(size: int, dtype: str, device: str) -> tuple[Callable[[], obje
     def product() -> None:
         torch.mm(a, b, out=out)
 
-    first, spent, calls = float("inf"), 0.0, 0  # warm-up: kernels chosen, caches and clocks settled
-    while calls < 2 or spent < WARMUP_S:
-        took = _time_loop(product, device, 1)
-        first, spent, calls = min(first, took), spent + took, calls + 1
-    return product, max(1, math.ceil(TARGET_REPEAT_S / max(first, 1e-7)))
+    calls: list[float] = []  # warm-up: kernels chosen, caches and clocks settled
+    while len(calls) < 3 or sum(calls) < WARMUP_S:
+        calls.append(_time_loop(product, device, 1))
+    # the median call, not the fastest: on a busy machine one lucky call would make every repeat last seconds
+    return product, max(1, math.ceil(TARGET_REPEAT_S / max(statistics.median(calls), 1e-7)))
 
 
 def _result(device: str, dtype: str, size: int, number: int, times: list[float], busy: str) -> MatmulResult:
@@ -307,15 +363,27 @@ def _result(device: str, dtype: str, size: int, number: int, times: list[float],
     )
 
 
-def _interleaved(size: int, dtypes: list[str], device: str, repeats: int, busy: str) -> list[MatmulResult]:
+def _interleaved(size: int, dtypes: list[str], device: str, repeats: int, busy: str,
+                 deadline: float = math.inf) -> list[MatmulResult]:
     """One result per dtype at ``size``, measured in interleaved rounds (each round times every dtype once),
-    so a disturbance hits all dtypes of a round alike and shows up as rounds that disagree."""
+    so a disturbance hits all dtypes of a round alike and shows up as rounds that disagree.
+
+    Each repeat re-sizes its loop towards ``TARGET_REPEAT_S`` (by at most ``LOOP_STEP``): a warm-up slowed by
+    a busy moment neither makes every repeat last seconds nor leaves repeats so short that one interruption
+    dominates them. After ``MIN_ROUNDS`` rounds, no new round starts past ``deadline`` (``time.perf_counter``
+    seconds): the result then has fewer ``repeats`` than asked."""
     ready = [_warm_product(size, dt, device) for dt in dtypes]
+    loops = [n for _, n in ready]
     times: list[list[float]] = [[] for _ in dtypes]
-    for _ in range(repeats):
-        for (product, loops), series in zip(ready, times):
-            series.append(_time_loop(product, device, loops) / loops)
-    return [_result(device, dt, size, loops, series, busy) for dt, (_, loops), series in zip(dtypes, ready, times)]
+    for round_ in range(repeats):
+        if round_ >= MIN_ROUNDS and time.perf_counter() > deadline:
+            break
+        for i, ((product, _), series) in enumerate(zip(ready, times)):
+            took = _time_loop(product, device, loops[i])
+            series.append(took / loops[i])
+            scale = min(LOOP_STEP, max(1 / LOOP_STEP, TARGET_REPEAT_S / max(took, 1e-9)))
+            loops[i] = max(1, round(loops[i] * scale))
+    return [_result(device, dt, size, n, series, busy) for dt, (_, n), series in zip(dtypes, ready, times)]
 
 
 def time_matmul(size: int, dtype: str = "float32", device: str = "cpu", repeats: int = 5,
@@ -369,26 +437,11 @@ def estimated_seconds(groups: dict[tuple[str, int], list[str]], repeats: int) ->
     return total
 
 
-def run_benchmark(
-    sizes: str | Iterable[int] | None = None,
-    dtypes: str | Iterable[str] = ("float32",),
-    device: str = "all",
-    repeats: int = 5,
-    progress: bool = False,
-    check_load: bool = True,
-) -> tuple[list[MatmulResult], list[str]]:
-    """Measure every size x dtype x device; return the results and notes (missing hardware, skips, a busy CPU).
-
-    ``sizes=None`` uses each device's ``default_sizes`` for the current ``SETTINGS.size``. A dtype the
-    device cannot run is an error when a single device was asked for, and a reported skip when ``device='all'``.
-    The dtypes of one device and size are timed in interleaved rounds (see :func:`dtype_ratio`). With
-    ``check_load`` the CPU load is sampled for ``LOAD_WINDOW_S`` first and kept in each CPU result's ``busy``.
-    """
-    from effitrain_helpers.core.settings import SETTINGS
-
+def _plan(sizes, dtypes, device: str) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """What :func:`run_benchmark` will measure, as (device, dtype, size) in the order of its results, and
+    notes (missing hardware, skipped dtypes). Raises as :func:`run_benchmark` documents."""
     dtypes = parse_dtypes(dtypes)
     fixed = None if sizes is None else parse_sizes(sizes)
-    _check_repeats(repeats)
     devices, notes = resolve_devices(device)
     plan = []
     for dev in devices:
@@ -402,6 +455,56 @@ def run_benchmark(
                     tr("dtype {dt!r} is not supported on {dev}; allowed there: {allowed}. Fix: pick one of those.",
                        dt=dt, dev=dev, allowed=', '.join(d for d in DTYPES if dtype_supported(dev, d)))
                 )
+    return plan, notes
+
+
+def estimate_seconds(sizes: str | Iterable[int] | None = None, dtypes: str | Iterable[str] = ("float32",),
+                     device: str = "all", repeats: int = 5) -> float:
+    """About how long :func:`run_benchmark` takes with these arguments on a quiet machine: the load sample,
+    then per measurement a warm-up and ``repeats`` repeats of about ``TARGET_REPEAT_S`` each."""
+    _check_repeats(repeats)
+    plan, _ = _plan(sizes, dtypes, device)
+    groups: dict[tuple[str, int], list[str]] = {}
+    for dev, dt, n in plan:
+        groups.setdefault((dev, n), []).append(dt)
+    return LOAD_WINDOW_S + estimated_seconds(groups, repeats)
+
+
+def announce(sizes: str | Iterable[int] | None = None, dtypes: str | Iterable[str] = ("float32",),
+             device: str = "all", repeats: int = 5, budget_s: float | None = None) -> str:
+    """The line a timing cell prints before it runs :func:`run_benchmark`: about how long it takes at this
+    size and, with ``budget_s``, that a busy machine gets fewer repeats instead of a longer wait."""
+    seconds = estimate_seconds(sizes, dtypes, device, repeats)
+    if budget_s is None:
+        return tr("measuring: about {seconds:.0f} s at this size on a quiet machine", seconds=max(1, seconds))
+    return tr("measuring: about {seconds:.0f} s at this size on a quiet machine; on a busy one the repeats are "
+              "cut to keep within {budget:.0f} s, and the notes say so", seconds=max(1, seconds), budget=budget_s)
+
+
+def run_benchmark(
+    sizes: str | Iterable[int] | None = None,
+    dtypes: str | Iterable[str] = ("float32",),
+    device: str = "all",
+    repeats: int = 5,
+    progress: bool = False,
+    check_load: bool = True,
+    budget_s: float | None = None,
+) -> tuple[list[MatmulResult], list[str]]:
+    """Measure every size x dtype x device; return the results and notes (missing hardware, skips, a busy CPU,
+    repeats cut by the budget).
+
+    ``sizes=None`` uses each device's ``default_sizes`` for the current ``SETTINGS.size``. A dtype the
+    device cannot run is an error when a single device was asked for, and a reported skip when ``device='all'``.
+    The dtypes of one device and size are timed in interleaved rounds (see :func:`dtype_ratio`). With
+    ``check_load`` the CPU load is sampled for ``LOAD_WINDOW_S`` first and kept in each CPU result's ``busy``.
+    With ``budget_s`` (seconds), a measurement whose turn comes after its share of the budget is spent keeps
+    ``MIN_ROUNDS`` repeats instead of ``repeats``, and a note names it (:func:`time_budget_note`).
+    """
+    _check_repeats(repeats)
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
+        raise ValueError(tr("budget_s={budget!r} is not allowed: give a positive number of seconds, e.g. 20, or None "
+                            "for no budget.", budget=budget_s))
+    plan, notes = _plan(sizes, dtypes, device)
     groups: dict[tuple[str, int], list[str]] = {}  # the dtypes of one device and size run interleaved
     for dev, dt, n in plan:
         groups.setdefault((dev, n), []).append(dt)
@@ -416,20 +519,33 @@ def run_benchmark(
         if seconds > SAY_S and progress:
             print(tr("measuring for about {seconds:,.0f} s (Ctrl-C stops it)", seconds=seconds), file=sys.stderr,
                   flush=True)
+    started = time.perf_counter()
     busy = busy_reason() if check_load else ""
     items = list(groups.items())
     if progress:
         from tqdm.auto import tqdm
 
         items = tqdm(items, desc=tr("matmul benchmark"), leave=False)
-    # a busy CPU slows CPU products; GPU timings (CUDA events) are judged by their own spread
-    results = [r for (dev, n), dts in items for r in _interleaved(n, dts, dev, repeats, busy if dev == "cpu" else "")]
+    results, done = [], 0
+    for (dev, n), dts in items:
+        done += len(dts)  # each group's deadline: its share of the budget, so early groups cannot spend it all
+        deadline = math.inf if budget_s is None else started + budget_s * done / len(plan)
+        # a busy CPU slows CPU products; GPU timings (CUDA events) are judged by their own spread
+        results += _interleaved(n, dts, dev, repeats, busy if dev == "cpu" else "", deadline)
     order = {key: i for i, key in enumerate(plan)}
     results.sort(key=lambda r: order[(r.device, r.dtype, r.size)])
+    cut = {f"{r.device} {r.dtype} n={r.size}": (r.repeats, repeats) for r in results if r.repeats < repeats}
+    if cut:
+        notes.append(time_budget_note(cut, budget_s))
     if busy:
         notes.append(tr("the machine looks busy ({busy}): timings may be unreliable; {advice}", busy=busy,
                         advice=unreliable_advice()))
     return results, notes
+
+
+def results_note(results: list[MatmulResult]) -> str:
+    """:func:`unreliable_note` for a table of results (its rows named by device, dtype and size)."""
+    return unreliable_note({f"{r.device} {r.dtype} n={r.size}": r.unreliable for r in results})
 
 
 def speedups(results: list[MatmulResult]) -> list[dict]:
@@ -592,12 +708,14 @@ def theoretical_peak_gflops(device: str, dtype: str) -> tuple[float | None, str]
 
 
 def best_achievable(
-    device: str = "cpu", dtype: str = "float32", sizes: Iterable[int] | None = None, repeats: int = 3
+    device: str = "cpu", dtype: str = "float32", sizes: Iterable[int] | None = None, repeats: int = 3,
+    budget_s: float | None = None,
 ) -> SweepResult:
-    """Sweep square sizes and report the best and median GFLOP/s reached (mamf-finder style)."""
+    """Sweep square sizes and report the best and median GFLOP/s reached (mamf-finder style); ``budget_s``
+    as in :func:`run_benchmark`."""
     if sizes is None:
         sizes = range(256, 1281, 256) if device == "cpu" else range(1024, 8193, 1024)
-    results, _ = run_benchmark(list(sizes), [dtype], device, repeats)
+    results, _ = run_benchmark(list(sizes), [dtype], device, repeats, budget_s=budget_s)
     best = max(results, key=lambda r: r.gflops)
     peak, source = theoretical_peak_gflops(best.device, dtype)
     return SweepResult(

@@ -1,7 +1,8 @@
 """The gradebook: every submission graded by the grader itself, one CSV row per student and exercise.
 
-``effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--timeout S] [--source DIR] [--roster CSV]
-[--resume | --merge | --replace] [--unsafe]``:
+``effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--wide FILE.csv] [--deadline TIME]
+[--summary] [--timeout S] [--source DIR] [--roster CSV] [--resume | --merge | --replace] [--unsafe]``
+(what is built from the rows, feedback pages, the wide table, the summary: :mod:`~effitrain_helpers.teach.reports`):
 
 - **Who and what.** Every regular ``.ipynb`` file under the folder is a submission (checkpoints skipped; links,
   FIFOs and files over :data:`MAX_NOTEBOOK_BYTES` get an ``invalid notebook`` row and are never opened for
@@ -23,6 +24,8 @@
   is not a readable notebook, one per cell that raised (``error``, the error's first line), it ran
   past ``S`` seconds (``timeout``), matches no lesson (``no exercises``) or is a ``duplicate``. Cells a
   spreadsheet would read as a formula (starting ``= + - @``) are written with a leading ``'``.
+- **When**: each row has ``submitted`` (:func:`submission_time`: nbgrader's ``timestamp.txt`` beside the notebook,
+  else the file's time) and, after a ``--deadline``, ``late`` (``yes``/``no``).
 - **Never loses a row**: the rows of each notebook are appended to ``--out`` as soon as it is graded; an
   ``--out`` that already holds rows is refused unless ``--resume`` (grade only the notebooks it lacks),
   ``--merge`` (keep its rows of other notebooks, replace those graded now) or ``--replace``. SIGTERM ends the
@@ -40,6 +43,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from effitrain_helpers.core import files
@@ -49,7 +53,8 @@ from effitrain_helpers.core.validate import positive_number
 from effitrain_helpers.teach import sandbox, verdicts
 from effitrain_helpers.teach.answers import REVIEW, graded_notebook, lesson_name, match_source
 
-COLUMNS = ("student", "notebook", "lesson", "exercise", "status", "detail")
+COLUMNS = ("student", "notebook", "lesson", "exercise", "status", "detail", "submitted", "late")
+FIRST_COLUMNS = COLUMNS[:6]  # a gradebook written before submission times were kept has only these
 INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES, DUPLICATE = (
     msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"), msg("duplicate"))
 MAX_TIMEOUT = 24 * 3600.0  # seconds per notebook: a day
@@ -68,6 +73,8 @@ class Row:
     exercise: str
     status: str
     detail: str = ""
+    submitted: str = ""  # when it was handed in, ISO 8601 UTC (timestamp.txt or the file's time)
+    late: str = ""  # "yes" or "no" after a --deadline, else empty
 
 
 @dataclass
@@ -81,6 +88,7 @@ class Submission:
     problem: str = ""  # why it cannot be read as a notebook
     source: str | None = None  # the lesson notebook it is a copy of
     duplicate_of: str = ""
+    submitted: datetime | None = None  # when it was handed in (:func:`submission_time`)
 
 
 def read_notebook(path: Path):
@@ -107,8 +115,8 @@ def read_notebook(path: Path):
     return nb
 
 
-def read_roster(path) -> dict[str, str]:
-    """``{file under the submissions folder: student}`` from a CSV with columns ``file`` and ``student``."""
+def _roster_rows(path) -> list[dict]:
+    """The lines of a ``--roster`` CSV (columns ``file``, ``student``, optionally ``id``); ValueError, one line."""
     try:
         with open(Path(path).expanduser(), encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
@@ -119,7 +127,47 @@ def read_roster(path) -> dict[str, str]:
         raise ValueError(tr("--roster {path!r} has no columns file and student. Fix: a CSV whose first line is "
                             "file,student and one line per submission, e.g. section2/uma.ipynb,Uma Lima.",
                             path=str(path)))
-    return {r["file"].strip(): r["student"].strip() for r in rows if r["file"] and r["student"]}
+    return [r for r in rows if r["file"] and r["student"]]
+
+
+def read_roster(path) -> dict[str, str]:
+    """``{file under the submissions folder: student}`` from a CSV with columns ``file`` and ``student``."""
+    return {r["file"].strip(): r["student"].strip() for r in _roster_rows(path)}
+
+
+def roster_ids(path) -> dict[str, str]:
+    """``{student: id}`` from a roster's optional ``id`` column (the id an LMS knows the student by)."""
+    return {r["student"].strip(): (r.get("id") or "").strip() for r in _roster_rows(path) if (r.get("id") or "").strip()}
+
+
+TIMESTAMP_FILE = "timestamp.txt"  # nbgrader's: the submission time, beside the notebook
+
+
+def submission_time(path: Path, folder: Path) -> datetime:
+    """When the notebook at ``path`` was handed in (UTC): the ``timestamp.txt`` beside it, as nbgrader writes it
+    (``2026-12-01 13:04:22.123456 UTC``; no zone is UTC), when the notebook is in a folder of its own under
+    ``folder`` and the file reads as a time; else the notebook's modification time."""
+    stamp = path.parent / TIMESTAMP_FILE
+    if path.parent != folder and not stamp.is_symlink():
+        try:
+            text = files.read_bytes(stamp, limit=200).decode("utf-8").strip().removesuffix(" UTC")
+            when = datetime.fromisoformat(text)
+            return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+        except (OSError, ValueError):  # UnicodeDecodeError included: no usable timestamp, the file's time then
+            pass
+    return datetime.fromtimestamp(path.stat(follow_symlinks=False).st_mtime, timezone.utc)
+
+
+def check_deadline(value) -> datetime:
+    """``value`` (ISO 8601, e.g. ``2026-12-01T23:59``; no zone is this machine's local time) as a time; ValueError
+    naming it otherwise."""
+    try:
+        when = datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        raise ValueError(tr("--deadline {value!r} is not an ISO 8601 time. Fix: e.g. --deadline 2026-12-01T23:59 "
+                            "(this machine's time zone) or --deadline 2026-12-01T23:59-03:00.",
+                            value=str(value))) from None
+    return when.astimezone() if when.tzinfo is None else when
 
 
 def student_of(notebook: str, sources: dict) -> str:
@@ -146,6 +194,7 @@ def find_submissions(folder: Path, sources: dict, roster: dict | None = None) ->
             continue
         notebook = rel.as_posix()
         sub = Submission((roster or {}).get(notebook) or student_of(notebook, sources), notebook, path)
+        sub.submitted = submission_time(path, folder)
         try:
             sub.nb = read_notebook(path)
             sub.source = match_source(sub.nb, path.name, sources)
@@ -194,13 +243,18 @@ def _verdicts(cell, next_cell, exercises) -> dict:
     return found
 
 
-def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: bool = True) -> list[Row]:
-    """The rows of one submission (module docstring); never raises for a bad notebook. The one place rows are
-    made: a feedback file or a wide table is built from these."""
+def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: bool = True,
+                   deadline: datetime | None = None) -> list[Row]:
+    """The rows of one submission (module docstring), each with its submission time and, after a ``deadline``,
+    whether it is late; never raises for a bad notebook. The one place rows are made: a feedback file or a wide
+    table is built from these."""
     import nbformat
 
+    submitted = sub.submitted.isoformat(timespec="seconds") if sub.submitted else ""
+    late = ("yes" if sub.submitted > deadline else "no") if deadline and sub.submitted else ""
+
     def row(lesson="", exercise="", status="", detail=""):
-        return Row(sub.student, sub.notebook, lesson, exercise, status, detail)
+        return Row(sub.student, sub.notebook, lesson, exercise, status, detail, submitted, late)
 
     if sub.problem:
         return [row(status=INVALID, detail=sub.problem)]
@@ -252,7 +306,7 @@ def _is_gradebook(path: Path) -> bool:
     """Whether ``path`` starts with the gradebook's header line (a CSV this command wrote)."""
     try:
         with open(path, encoding="utf-8", newline="") as f:
-            return f.readline().rstrip("\r\n") == ",".join(COLUMNS)
+            return f.readline().rstrip("\r\n") in (",".join(COLUMNS), ",".join(FIRST_COLUMNS))
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -291,19 +345,25 @@ def read_gradebook(path: Path) -> list[Row]:
         text = text[:text.rfind("\n") + 1]
     rows = []
     for rec in csv.DictReader(text.splitlines(keepends=True)):
-        if all(isinstance(rec.get(c), str) for c in COLUMNS):
-            rows.append(Row(*(_uncell(rec[c]) for c in COLUMNS)))
+        if all(isinstance(rec.get(c), str) for c in FIRST_COLUMNS):
+            rows.append(Row(*(_uncell(rec.get(c) or "") for c in COLUMNS)))
     return rows
 
 
 def _write_csv(rows: list[Row], out: Path) -> None:
     """The gradebook written beside ``out`` and moved over it in one step (an interruption leaves the old one)."""
+    write_table(COLUMNS, [asdict(r) for r in rows], out)
+
+
+def write_table(header, records: list[dict], out: Path) -> None:
+    """A CSV file of ``records`` (dicts keyed by ``header``), each cell as text a spreadsheet shows as it is,
+    written beside ``out`` and moved over it in one step (an interruption leaves the old one)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
         with open(fd, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=list(header))
             writer.writeheader()
-            writer.writerows({k: _cell(v) for k, v in asdict(r).items()} for r in rows)
+            writer.writerows({k: _cell(str(v)) for k, v in r.items()} for r in records)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -348,14 +408,34 @@ def _terminated(signum, frame):
     raise SystemExit(128 + signum)  # unwinds like Ctrl-C: the running notebook's processes and folders go
 
 
-def hidden_paths(submissions: Path, out: Path, sources_folder: Path, roster,
-                 feedback: Path | None = None) -> list[Path]:
+def hidden_paths(submissions: Path, out: Path, sources_folder: Path, roster, feedback: Path | None = None,
+                 wide: Path | None = None) -> list[Path]:
     """What a sandboxed submission must not see: the other submissions, the gradebook, the instructor's notebooks
-    (and the workbook's own), the roster, the feedback folder."""
+    (and the workbook's own), the roster, the feedback folder and the wide table (those that exist already)."""
     from effitrain_helpers.teach.editions import default_source
 
     return [p for p in (submissions, out, sources_folder, default_source(), roster and Path(roster),
-                        feedback and feedback.exists() and feedback) if p]
+                        feedback and feedback.exists() and feedback, wide and wide.exists() and wide) if p]
+
+
+def check_wide(path, submissions: Path, out: Path) -> Path:
+    """``path`` as the wide CSV to write: a ``.csv`` outside ``submissions``, not ``out``, and, when it exists, one
+    this command wrote (its first line starts ``student,id,``); ValueError, one line."""
+    wide = check_output_file(path, "--wide", (".csv",))
+    resolved = wide.resolve()
+    if resolved == submissions.resolve() or submissions.resolve() in resolved.parents or resolved == out.resolve():
+        raise ValueError(tr("--wide {path!r} is inside SUBMISSIONS_DIR or is --out. Fix: name another file, e.g. "
+                            "--wide grades-wide.csv.", path=str(path)))
+    if wide.exists():
+        try:
+            with open(wide, encoding="utf-8", newline="") as f:
+                ours = wide.is_file() and f.readline().startswith("student,id,")
+        except (OSError, UnicodeDecodeError):
+            ours = False
+        if not ours:
+            raise ValueError(tr("--wide {path!r} exists and is not a table this command wrote; it is left as it is. "
+                                "Fix: choose a new file name, e.g. --wide grades-wide.csv.", path=str(path)))
+    return wide
 
 
 def check_feedback(path, submissions: Path) -> Path:
@@ -373,11 +453,13 @@ def check_feedback(path, submissions: Path) -> Path:
 
 def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: bool = True, *,
           source: str | Path | None = None, roster: str | Path | None = None, mode: str | None = None,
-          unsafe: bool = False, feedback: str | Path | None = None) -> list[Row]:
+          unsafe: bool = False, feedback: str | Path | None = None, wide: str | Path | None = None,
+          deadline: str | None = None) -> list[Row]:
     """Grade every notebook in ``folder`` into the CSV file ``out`` (module docstring); return this run's rows.
-    With ``feedback``, a folder, write there each student's feedback page from every row of ``out`` once all are
-    graded (:mod:`~effitrain_helpers.teach.reports`). Every argument is checked before the first notebook runs;
-    SIGTERM ends the run as Ctrl-C does."""
+    Once all are graded, from every row of ``out`` (:mod:`~effitrain_helpers.teach.reports`): with ``feedback``, a
+    folder, each student's feedback page there; with ``wide``, a CSV file, the one-row-per-student table an LMS
+    imports. A ``deadline`` (ISO 8601) marks the rows of later submissions late. Every argument is checked before
+    the first notebook runs; SIGTERM ends the run as Ctrl-C does."""
     from effitrain_helpers.teach.editions import default_source, source_notebooks
 
     limit = check_timeout(limit)
@@ -389,13 +471,15 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     submissions_folder = Path(folder).expanduser()
     out = check_gradebook(out, submissions_folder)
     feedback_folder = check_feedback(feedback, submissions_folder) if feedback is not None else None
+    wide_file = check_wide(wide, submissions_folder, out) if wide is not None else None
+    due = check_deadline(deadline) if deadline is not None else None
     why = None if unsafe else sandbox.unavailable()
     if why:
         raise ValueError(tr("grade refuses to run submissions outside a sandbox: {why}.", why=why))
     sources = source_notebooks(source)
     subs = find_submissions(submissions_folder, sources, read_roster(roster) if roster else None)
     hide = hidden_paths(submissions_folder, out, Path(source).expanduser() if source else default_source(), roster,
-                        feedback_folder)
+                        feedback_folder, wide_file)
     kept, done = start_gradebook(out, {s.notebook for s in subs}, mode)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main else None
@@ -405,14 +489,16 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
         for i, sub in enumerate(todo, 1):
             if progress:
                 print(f"[{i}/{len(todo)}] {sub.student}: {sub.notebook}", file=sys.stderr, flush=True)
-            mine = grade_notebook(sub, limit, sources, hide, safe=not unsafe)
+            mine = grade_notebook(sub, limit, sources, hide, safe=not unsafe, deadline=due)
             _append(mine, out)
             rows += mine
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
-    if feedback_folder is not None:
-        from effitrain_helpers.teach.reports import write_feedback
+    from effitrain_helpers.teach.reports import wide_table, write_feedback
 
+    if feedback_folder is not None:
         write_feedback(read_gradebook(out), feedback_folder)
+    if wide_file is not None:
+        write_table(*wide_table(read_gradebook(out), roster_ids(roster) if roster else {}), wide_file)
     return rows

@@ -332,7 +332,8 @@ def plot_local_sgd(summary: dict) -> "Figure":
 
 def plot_precision(runs: dict) -> "Figure":
     """Loss per step (left) and seconds per step (right), one per precision (lesson 3.3; ``{precision:
-    TechniquesRun}`` from ``precision.measure_precision``)."""
+    TechniquesRun}`` from ``precision.measure_precision``). A precision that ran as another (fp16 on a CPU runs
+    as fp32) has a loss curve but no speed bar: its time would be the other's; an unreliable time is marked."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -346,8 +347,10 @@ def plot_precision(runs: dict) -> "Figure":
     left.set_ylabel(tr("training loss"), fontsize=FONT - 1)
     left.set_title(tr("Loss curves"), fontsize=FONT)
     left.legend(fontsize=FONT - 3)
-    bars = right.bar(labels, [r.seconds_per_step * 1e3 for r in runs.values()], color="#8c564b")
-    right.bar_label(bars, [f"{r.seconds_per_step * 1e3:.0f} ms" for r in runs.values()], fontsize=FONT - 3)
+    timed = {name: run for name, run in runs.items() if run.precision_effective == name}  # ran as asked
+    bars = right.bar(list(timed), [r.seconds_per_step * 1e3 for r in timed.values()], color="#8c564b")
+    right.bar_label(bars, [f"{r.seconds_per_step * 1e3:.0f} ms" + (f"\n({tr('unreliable')})" if r.time_doubt else "")
+                           for r in timed.values()], fontsize=FONT - 3)
     right.set_ylabel(tr("milliseconds per step"), fontsize=FONT - 1)
     right.set_title(tr("Speed"), fontsize=FONT)
     fig.tight_layout()

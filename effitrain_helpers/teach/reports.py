@@ -6,6 +6,12 @@ Built only from the gradebook's rows (:class:`~effitrain_helpers.teach.grade.Row
 - **Points**: an exercise is worth its ``Exercise.points`` (default 1, set where the instructor defines the
   exercise, e.g. ``Exercise(..., points=2)``), read from the installed checks module, never from a graded kernel.
   A Correct verdict earns them all, any other none: no checker has parts, so there is no partial credit.
+- **Wide table** (``--wide FILE.csv``), the one an LMS (Canvas, Moodle, Gradescope) imports: one row per student,
+  columns ``student``, ``id`` (the roster's ``id`` column, else empty), one per exercise named ``LESSON EXERCISE``
+  (``start q1``, ``1.1 q2``: the points earned, empty when the student handed in no notebook of that lesson), one
+  ``LESSON total`` per lesson, ``total`` (the sum) and ``late`` (the lessons handed in after ``--deadline``).
+- **Summary** (``--summary``): per exercise, how many students were correct, incorrect, did not attempt it, or got
+  another status (not checked, flagged for review).
 - **Feedback** (``effitrain grade ... --feedback DIR``): ``DIR/<student>.html`` per student, a page that reads
   offline (no script, no link out; every text escaped): per notebook, each exercise's verdict, the checker's
   message and the points, every cell that failed with its error's first line, and the total.
@@ -43,6 +49,65 @@ def earned(row) -> float:
     """The points a gradebook row earns: all of its exercise's for Correct, none otherwise (and none for a row
     about a whole notebook)."""
     return points_of(row.lesson, row.exercise) if row.exercise and row.status == CORRECT else 0.0
+
+
+def _natural(text: str) -> list[tuple]:
+    """A sort key comparing the numbers in ``text`` as numbers: ``q2 < q10``, ``1.2 < 10.1``."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text)]
+
+
+def _lesson_key(lesson: str) -> tuple:
+    """``start`` first, then ``1.1 < 1.2 < 2.1 < 10.1``, then anything else (a notebook's path) by name."""
+    return lesson != START, _natural(lesson)
+
+
+def _exercise_key(key: tuple[str, str]) -> tuple:
+    lesson, exercise = key
+    return _lesson_key(lesson), _natural(exercise)
+
+
+def _g(value: float) -> str:
+    """Points as an LMS reads them: ``2``, ``1.5`` (a dot, whatever the class's language)."""
+    return format(value, "g")
+
+
+def wide_table(rows: list, ids: dict[str, str] | None = None) -> tuple[list[str], list[dict]]:
+    """``(header, records)`` of the wide table (module docstring) from the gradebook's ``rows``; ``ids`` maps a
+    student to the id an LMS knows."""
+    exercises = sorted({(r.lesson, r.exercise) for r in rows if r.exercise}, key=_exercise_key)
+    lessons = sorted({lesson for lesson, _ in exercises}, key=_lesson_key)
+    header = ["student", "id", *(f"{lesson} {exercise}" for lesson, exercise in exercises),
+              *(f"{lesson} total" for lesson in lessons), "total", "late"]
+    records = []
+    for student in sorted({r.student for r in rows}):
+        mine = [r for r in rows if r.student == student]
+        got: dict[tuple[str, str], float] = {}
+        for r in mine:
+            if r.exercise:
+                got[r.lesson, r.exercise] = max(got.get((r.lesson, r.exercise), 0.0), earned(r))
+        record = {"student": student, "id": (ids or {}).get(student, "")}
+        record.update({f"{lesson} {exercise}": _g(got[lesson, exercise]) if (lesson, exercise) in got else ""
+                       for lesson, exercise in exercises})
+        record.update({f"{lesson} total": _g(sum(v for (le, _), v in got.items() if le == lesson)) for lesson in lessons})
+        record["total"] = _g(sum(got.values()))
+        record["late"] = " ".join(sorted({r.lesson or r.notebook for r in mine if r.late == "yes"}, key=_lesson_key))
+        records.append(record)
+    return header, records
+
+
+def summary_table(rows: list) -> str:
+    """The class table of ``--summary`` (module docstring), in the class's language."""
+    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        if r.exercise:
+            counts[r.lesson, r.exercise][r.status if r.status in VERDICT_LABELS else "other"] += 1
+    head = [tr("exercise"), tr("correct"), tr("incorrect"), tr("not attempted"), tr("other")]
+    lines = [[f"{lesson} {exercise}", *(number(counts[lesson, exercise][s]) for s in
+                                        ("correct", "incorrect", "not attempted", "other"))]
+             for lesson, exercise in sorted(counts, key=_exercise_key)]
+    widths = [max(len(line[i]) for line in [head, *lines]) for i in range(len(head))]
+    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                               enumerate(zip(line, widths))) for line in [head, *lines])
 
 
 def feedback_name(student: str) -> str:

@@ -25,6 +25,7 @@ class AccumulationMeasurement:
     activation_bytes_full_batch: int
     seconds_full_batch: float
     seconds_accumulated: float
+    time_spread: float = 0.0  # IQR / median of the per-round time ratios (accumulated / full batch)
 
     @property
     def activation_ratio(self) -> float:
@@ -55,5 +56,8 @@ def measure_accumulation(micro_batch: int = 4, accumulation_steps: int = 4, seq_
                 (model(**batch).loss / len(batches)).backward()
             model.zero_grad(set_to_none=True)
             times[name].append(time.perf_counter() - start)
+    from effitrain_helpers.measure.bench import relative_iqr
+
+    rounds = [a / f for a, f in zip(times["accumulated"][1:], times["full_batch"][1:])]
     return AccumulationMeasurement(micro_batch, k, small, large, statistics.median(times["full_batch"][1:]),
-                                   statistics.median(times["accumulated"][1:]))
+                                   statistics.median(times["accumulated"][1:]), relative_iqr(rounds))

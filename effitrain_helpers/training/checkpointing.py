@@ -32,9 +32,10 @@ def _step(model, batch) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def checkpointing_step_seconds(model, batch: dict, repeats: int = 3) -> dict[bool, float]:
-    """Median seconds of one forward + backward on ``batch`` without (False) and with (True) checkpointing,
-    timed alternately after a warm-up of each, so that a busy moment of a shared machine hits both alike."""
+def checkpointing_step_times(model, batch: dict, repeats: int = 3) -> dict[bool, list[float]]:
+    """Seconds of each of ``repeats`` forward + backward passes on ``batch`` without (False) and with (True)
+    checkpointing, timed alternately after a warm-up of each, so that a busy moment of a shared machine hits
+    both alike."""
     from effitrain_helpers.measure.bench import synchronize
 
     device = next(model.parameters()).device.type
@@ -46,7 +47,7 @@ def checkpointing_step_seconds(model, batch: dict, repeats: int = 3) -> dict[boo
         synchronize(device)
         times[enabled].append(time.perf_counter() - start)
     set_checkpointing(model, False)
-    return {enabled: statistics.median(values[1:]) for enabled, values in times.items()}
+    return {enabled: values[1:] for enabled, values in times.items()}
 
 
 def peak_step_bytes(model, batch: dict) -> int | None:
@@ -79,6 +80,7 @@ class CheckpointingRow:
     step_seconds_on: float
     peak_bytes_off: int | None = None
     peak_bytes_on: int | None = None
+    time_spread: float = 0.0  # IQR / median of the per-round time ratios (on / off)
 
     @property
     def memory_saved(self) -> float:
@@ -105,6 +107,7 @@ def measure_checkpointing(seq_lens: tuple[int, ...] = (32, 64, 128), batch_size:
     with it; and the peak memory of a step where it can be measured."""
     import torch
 
+    from effitrain_helpers.measure.bench import relative_iqr
     from effitrain_helpers.measure.saved_memory import checkpointable_layers, saved_bytes
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -117,8 +120,9 @@ def measure_checkpointing(seq_lens: tuple[int, ...] = (32, 64, 128), batch_size:
         off, peak_off = saved_bytes(model, batch), peak_step_bytes(model, batch)
         set_checkpointing(model, True)
         on, peak_on = saved_bytes(model, batch), peak_step_bytes(model, batch)
-        seconds = checkpointing_step_seconds(model, batch, repeats)
+        times = checkpointing_step_times(model, batch, repeats)
         expected = off.activation_bytes - off.inside_layer_bytes + layers * batch_size * seq_len * width * item
         rows.append(CheckpointingRow(seq_len, batch_size, off.activation_bytes, on.activation_bytes, expected,
-                                     seconds[False], seconds[True], peak_off, peak_on))
+                                     statistics.median(times[False]), statistics.median(times[True]), peak_off,
+                                     peak_on, relative_iqr([b / a for a, b in zip(times[False], times[True])])))
     return rows

@@ -46,10 +46,18 @@ def check_options(accumulation_steps: int, local_sgd_steps: int, steps: int) -> 
                             "their parameters. Fix: --local-sgd-steps at most {steps}, e.g. 4.", k=local_sgd_steps,
                             steps=steps))
 
+FIGURES = {"memory": msg("memory"), "time": msg("time"), "synchronisations": msg("synchronisations")}
+
+
 @dataclass
 class ChapterRow:
     """One technique: measured ratios "technique on / off" (lower is better) next to theory, and a verdict.
-    Memory is the activation bytes saved for backward; synchronisations count the steps that exchanged data."""
+    Memory is the activation bytes saved for backward; synchronisations count the steps that exchanged data.
+
+    ``judged`` names the figures (keys of :data:`FIGURES`) the verdict compared with theory; the others are
+    shown for reference and the verdict says they are not judged. ``unmeasured`` names the figures that are
+    1.0 by construction (nothing measured: the table shows a dash). ``time_doubt`` says why the time figure
+    cannot be trusted ("" when it can): the machine was busy, or the repeats spread."""
 
     technique: str
     memory_ratio: float
@@ -60,15 +68,44 @@ class ChapterRow:
     sync_expected: float
     detail: str
     verdict: str = ""
+    judged: tuple[str, ...] = ()
+    unmeasured: tuple[str, ...] = ()
+    time_doubt: str = ""
 
     def to_dict(self) -> dict:
         """The row as a plain dict (one record of ``effitrain efficiency --json``: :func:`chapter_records`)."""
         return asdict(self)
 
 
-def _verdict(ok: bool, yes: str, no: str) -> str:
-    """The verdict line in the learner's language (``yes`` and ``no`` already translated)."""
-    return tr("as expected: {why}", why=yes) if ok else tr("differs from theory: {why}", why=no)
+def _figures(names) -> str:
+    """Figure names (keys of :data:`FIGURES`) in the learner's language, joined with "and"."""
+    names = [tr(FIGURES[n]) for n in names]
+    return names[0] if len(names) == 1 else tr("{first} and {last}", first=", ".join(names[:-1]), last=names[-1])
+
+
+def _verdict(row: ChapterRow, ok: bool, yes: str, no: str, not_judged: str) -> str:
+    """The row's verdict in the learner's language, one part per kind of figure: the judged figures as expected
+    or not (``yes`` and ``no`` say why, already translated), a judged time that is unreliable as no conclusion,
+    and the measured figures not judged as such (``not_judged`` says why)."""
+    judged = [f for f in row.judged if not (f == "time" and row.time_doubt)]
+    parts = []
+    if judged:
+        parts.append(tr("{figures}: as expected ({why})", figures=_figures(judged), why=yes) if ok else
+                     tr("{figures}: differs from theory ({why})", figures=_figures(judged), why=no))
+    if "time" in row.judged and row.time_doubt:
+        parts.append(tr("time: UNRELIABLE, no conclusion ({why})", why=row.time_doubt))
+    rest = [f for f in FIGURES if f not in row.judged and f not in row.unmeasured]
+    if rest:
+        parts.append(tr("{figures}: not judged ({why})", figures=_figures(rest), why=not_judged))
+    return "; ".join(parts)
+
+
+def _time_doubt(busy: str, spread: float) -> str:
+    """Why a time ratio of interleaved repeats cannot be trusted: the machine was ``busy``, or the per-round
+    ratios ``spread`` too much (:func:`~effitrain_helpers.measure.bench.spread_reason`); "" when it can."""
+    from effitrain_helpers.measure.bench import spread_reason
+
+    return "; ".join(filter(None, [busy, spread_reason(spread)]))
 
 
 def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, TechniquesRun] | None = None,
@@ -78,63 +115,75 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
     Accumulation and checkpointing are measured in this process with plain forward and backward passes (no
     Accelerator, so it works in a notebook whatever Accelerator exists there); local SGD and the precisions
     run in fresh processes; ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and
-    :func:`low_precision`) instead of measuring again.
+    :func:`low_precision`) instead of measuring again. Each row's time carries its doubt (the load seen before
+    the measurements, the spread of its repeats).
     """
     import torch
 
-    from effitrain_helpers.measure.bench import time_matmul
+    from effitrain_helpers.measure.bench import busy_reason, run_benchmark
     from effitrain_helpers.processes.launch import resolve_num_processes
 
     n = resolve_num_processes(num_processes, minimum=2, why=LOCAL_SGD_NEEDS)
     check_steps("accumulation_steps", accumulation_steps)
     Techniques(accumulation_steps=accumulation_steps, local_sgd_steps=local_sgd_steps, steps=steps,
                batch_size=8 * accumulation_steps)  # the runs' checks, here (accumulation cuts 8 * k rows into k)
+    busy = busy_reason()
     acc = measure_accumulation(micro_batch=4, accumulation_steps=accumulation_steps, seq_len=64)
     ckpt = measure_checkpointing((64,), batch_size=8, repeats=3)[0]
     parallel = measure_local_sgd(local_sgd_steps, steps, n, batch_size=8, accumulation_steps=accumulation_steps)
     low = low_precision()
     precision = precision_runs or measure_precision(("fp32", low), steps=4)
-    matmul = {d: time_matmul(256, d, "cuda" if torch.cuda.is_available() else "cpu").gflops
-              for d in ("float32", TORCH_NAME[low])}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results, _ = run_benchmark([256], ("float32", TORCH_NAME[low]), device, check_load=False)  # interleaved
+    matmul = {r.dtype: r for r in results}
     dp, ls, quiet, ga = (parallel[w] for w in ("data_parallel", "local_sgd", "no_communication", "accumulation"))
     k, kl = accumulation_steps, local_sgd_steps
     comm = max(0.0, dp.seconds_per_step - quiet.seconds_per_step)
     fp32, half = precision["fp32"], precision[low]
+    series = {"fp32": fp32.time_doubt, low: half.time_doubt, **{f"matmul {d}": m.unreliable for d, m in matmul.items()}}
+    precision_doubt = "; ".join([busy] * bool(busy) + [f"{name}: {why}" for name, why in series.items() if why])
     rows = [
         ChapterRow(f"gradient accumulation (k={k})", 1 / acc.activation_ratio, 1 / k,
                    acc.seconds_accumulated / acc.seconds_full_batch, 1.0,
                    ga.synchronisations / dp.synchronisations, 1.0,
                    tr("{syncs} synchronisations in {steps} optimizer steps of {k} micro-batches",
-                      syncs=ga.synchronisations, steps=ga.steps, k=k)),
+                      syncs=ga.synchronisations, steps=ga.steps, k=k),
+                   judged=("memory", "synchronisations"), time_doubt=_time_doubt(busy, acc.time_spread)),
         ChapterRow("gradient checkpointing", 1 - ckpt.memory_saved,
                    ckpt.activation_bytes_on_expected / ckpt.activation_bytes_off, 1 + ckpt.time_added, 4 / 3,
-                   1.0, 1.0, tr("sequence length {length}, batch {batch}", length=ckpt.seq_len, batch=ckpt.batch_size)),
+                   1.0, 1.0, tr("sequence length {length}, batch {batch}", length=ckpt.seq_len, batch=ckpt.batch_size),
+                   judged=("memory", "time"), unmeasured=("synchronisations",),
+                   time_doubt=_time_doubt(busy, ckpt.time_spread)),
         ChapterRow(f"local SGD (k={kl}, {n} processes)", 1.0, 1.0, ls.seconds_per_step / dp.seconds_per_step,
                    (quiet.seconds_per_step + comm / kl) / dp.seconds_per_step if dp.seconds_per_step else 1.0,
                    ls.synchronisations / dp.synchronisations, (dp.steps // kl) / dp.steps,
                    tr("{every} vs {local} synchronisations in {steps} steps", every=dp.synchronisations,
-                      local=ls.synchronisations, steps=dp.steps)),
+                      local=ls.synchronisations, steps=dp.steps),
+                   judged=("synchronisations",), unmeasured=("memory",), time_doubt=busy),
         ChapterRow(f"mixed precision ({low})", half.activation_bytes / fp32.activation_bytes,
                    low_precision_memory_ratio(fp32), half.seconds_per_step / fp32.seconds_per_step,
-                   matmul["float32"] / matmul[TORCH_NAME[low]], 1.0, 1.0,
-                   tr("matmul {fp32:.3g} GFLOP/s fp32, {half:.3g} GFLOP/s {low} here", fp32=matmul["float32"],
-                      half=matmul[TORCH_NAME[low]], low=low)),
+                   matmul[TORCH_NAME[low]].seconds / matmul["float32"].seconds, 1.0, 1.0,
+                   tr("matmul {fp32:.3g} GFLOP/s fp32, {half:.3g} GFLOP/s {low} here", fp32=matmul["float32"].gflops,
+                      half=matmul[TORCH_NAME[low]].gflops, low=low),
+                   judged=("time",), unmeasured=("synchronisations",), time_doubt=precision_doubt),
     ]
-    verdicts = [
-        _verdict(abs(rows[0].memory_ratio - 1 / k) < 0.05 / k and rows[0].sync_ratio == 1,
-                 tr("1/k of the activation memory, one synchronisation per optimizer step"),
-                 tr("memory or synchronisations off")),
-        _verdict(abs(rows[1].memory_ratio - rows[1].memory_expected) < 0.1 and rows[1].time_ratio > 1,
-                 tr("only the layer inputs kept, paid in recomputation"), tr("memory or time off")),
-        _verdict(rows[2].sync_ratio == rows[2].sync_expected, tr("{k}x fewer synchronisations", k=kl),
-                 tr("synchronisation count off")),
-        _verdict((rows[3].time_ratio < 1) == (rows[3].time_expected < 1),
-                 tr("faster") if rows[3].time_expected < 1 else tr("slower, as this hardware's {low} matmuls are",
-                                                                   low=low),
-                 tr("speed goes the other way than the matmul benchmark")),
-    ]
-    for row, verdict in zip(rows, verdicts):
-        row.verdict = verdict
+    acc_row, ckpt_row, sgd_row, mp_row = rows
+    acc_row.verdict = _verdict(acc_row, abs(acc_row.memory_ratio - 1 / k) < 0.05 / k and acc_row.sync_ratio == 1,
+                               tr("1/k of the activation memory, one synchronisation per optimizer step"),
+                               tr("memory or synchronisations off"),
+                               tr("the same arithmetic in k smaller pieces; how much slower small pieces run "
+                                  "depends on the hardware"))
+    ckpt_row.verdict = _verdict(ckpt_row, abs(ckpt_row.memory_ratio - ckpt_row.memory_expected) < 0.1 and (
+        ckpt_row.time_doubt != "" or ckpt_row.time_ratio > 1),
+        tr("only the layer inputs kept, paid in recomputation"), tr("memory or time off"), "")
+    sgd_row.verdict = _verdict(sgd_row, sgd_row.sync_ratio == sgd_row.sync_expected,
+                               tr("{k}x fewer synchronisations", k=kl), tr("synchronisation count off"),
+                               tr("theory fixes the count; the time saved depends on this machine's network"))
+    mp_row.verdict = _verdict(mp_row, (mp_row.time_ratio < 1) == (mp_row.time_expected < 1),
+                              tr("faster") if mp_row.time_expected < 1 else
+                              tr("slower, as this hardware's {low} matmuls are", low=low),
+                              tr("speed goes the other way than the matmul benchmark"),
+                              tr("activations halve, but backward keeps a 16-bit copy of each weight"))
     return rows
 
 
@@ -156,26 +205,44 @@ def technique_label(technique: str) -> str:
     return technique
 
 
+def _cell(row: ChapterRow, figure: str, measured: float, theory: float) -> str:
+    """One figure of the table: "measured / theory", a dash when nothing was measured, marked *not judged*
+    when the verdict did not compare it and *unreliable* when it is a time that cannot be trusted."""
+    if figure in row.unmeasured:
+        return "—"
+    marks = [] if figure in row.judged else [tr("not judged")]
+    if figure == "time" and row.time_doubt:
+        marks.append(tr("unreliable"))
+    pair = f"{number(measured, '.2f')}x / {number(theory, '.2f')}x"
+    return f"{pair} ({', '.join(marks)})" if marks else pair
+
+
 def chapter_table(rows: list[ChapterRow]) -> str:
     """The rows as a Markdown table (ratios are technique on / off; lower is better), headings, technique names
     and numbers in the learner's language (the verdicts and details are translated when measured; the rows keep
-    the English technique names as keys, :func:`technique_label` translates them for display)."""
+    the English technique names as keys, :func:`technique_label` translates them for display). Each figure says
+    whether the verdict judged it, a time whether it is reliable, and a paragraph under the table names the
+    rows whose time is unreliable and why (:func:`~effitrain_helpers.measure.bench.unreliable_note`)."""
+    from effitrain_helpers.measure.bench import unreliable_note
+
     lines = [tr("| technique | memory (measured / theory) | time per step (measured / theory) | "
                 "synchronisations (measured / theory) | verdict |"), "|---|---|---|---|---|"]
     for r in rows:
-        pairs = [f"{number(a, '.2f')}x / {number(b, '.2f')}x" for a, b in
-                 ((r.memory_ratio, r.memory_expected), (r.time_ratio, r.time_expected),
-                  (r.sync_ratio, r.sync_expected))]
-        lines.append(f"| {technique_label(r.technique)} | {' | '.join(pairs)} | {r.verdict} ({r.detail}) |")
-    return "\n".join(lines)
+        cells = [_cell(r, figure, a, b) for figure, a, b in
+                 (("memory", r.memory_ratio, r.memory_expected), ("time", r.time_ratio, r.time_expected),
+                  ("synchronisations", r.sync_ratio, r.sync_expected))]
+        lines.append(f"| {technique_label(r.technique)} | {' | '.join(cells)} | {r.verdict} ({r.detail}) |")
+    note = unreliable_note({technique_label(r.technique): r.time_doubt for r in rows})
+    return "\n".join(lines) + (f"\n\n{note}" if note else "")
 
 
 @dataclass
 class PrecisionConclusion:
     """What the mixed-precision row means on this machine: the device that ran it (``device`` ``"cpu"`` or
     ``"gpu"``, its ``name``, the CPU's instruction set ``isa``, None on a GPU), whether it has fast units for the
-    low precision (``fast_units``), which of four conclusions the measured ratios support (``outcome``:
-    ``pays``, ``not_faster_at_this_size``, ``costs_time``, ``faster_without_units``) and ``text``, the sentence
+    low precision (``fast_units``), which of five conclusions the measured ratios support (``outcome``:
+    ``pays``, ``not_faster_at_this_size``, ``costs_time``, ``faster_without_units``, or ``unreliable`` when the
+    row's time cannot be trusted) and ``text``, the sentence
     ``effitrain efficiency`` prints under its table. ``technique`` is the row's key."""
 
     technique: str
@@ -213,7 +280,11 @@ def precision_conclusion(rows: list[ChapterRow], hardware=None) -> PrecisionConc
         device, name, isa, fast = "cpu", hw.cpu_model, hw.cpu_isa, hw.cpu_bf16_fast
         head = tr("this CPU: {model}, {isa}; fast bf16 instructions (AMX or AVX512-BF16 on x86, the bf16 "
                   "extension on ARM): {fast}.", model=name, isa=isa, fast=_yes(fast))
-    if fast and row.time_ratio < 1:
+    if row.time_doubt:
+        outcome = "unreliable"
+        body = tr("Its time per step is UNRELIABLE ({why}), so no conclusion on speed here; measure again on a "
+                  "quiet machine. It keeps {memory:.2f}x the activation memory.", why=row.time_doubt, **figures)
+    elif fast and row.time_ratio < 1:
         outcome = "pays"
         body = tr("So {low} pays here: {time:.2f}x fp32's time per step (matmul {matmul:.2f}x), {memory:.2f}x "
                   "its activation memory.", **figures)

@@ -10,7 +10,7 @@ The sync functions themselves (broadcast, all-reduce, hooks, buckets) are writte
   start apart unless someone broadcasts);
 - :func:`shard`: rank ``r``'s micro-batch ``i`` of step ``s``, the same on every call, different per rank;
 - :func:`train_by_hand` / :func:`train_with_ddp`: the same steps, on the same shards, by hand and by DDP;
-- :func:`time_steps`: median seconds per step of a step function, after a warm-up.
+- :func:`time_steps`: seconds per step of several step functions, in interleaved rounds after a warm-up.
 """
 
 from __future__ import annotations
@@ -171,18 +171,20 @@ def train_with_ddp(steps: int = 3, k: int = 1, width: int = 8):
     return flat_weights(ddp.module)
 
 
-def time_steps(step: Callable[[], object], steps: int, warmup: int = 2) -> list[float]:
-    """Seconds of each of ``steps`` calls of ``step()`` after ``warmup`` untimed ones; every rank calls
-    a barrier before each, so the ranks start each step together."""
+def time_steps(ways: dict[str, Callable[[], object]], steps: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds of each of ``steps`` calls of every way's step function, after ``warmup`` untimed rounds, in
+    interleaved rounds (each round calls every way once, so a busy moment hits all ways alike and shows as a
+    spread); every rank calls a barrier before each call, so the ranks start each step together."""
     import torch.distributed as dist
 
-    seconds = []
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
     for i in range(warmup + steps):
-        dist.barrier()
-        start = time.perf_counter()
-        step()
-        if i >= warmup:
-            seconds.append(time.perf_counter() - start)
+        for name, step in ways.items():
+            dist.barrier()
+            start = time.perf_counter()
+            step()
+            if i >= warmup:
+                seconds[name].append(time.perf_counter() - start)
     return seconds
 
 

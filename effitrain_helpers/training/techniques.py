@@ -110,6 +110,15 @@ class TechniquesRun:
     final_fingerprint: str
     state_dict: dict | None = field(default=None, repr=False)   # the final weights, on the CPU
     replicas_agree: bool | None = None  # all ranks ended with identical weights (measure_techniques)
+    step_seconds: list[float] = field(default_factory=list)  # each timed step (the first one left out)
+
+    @property
+    def time_doubt(self) -> str:
+        """Why ``seconds_per_step`` cannot be trusted (its steps spread too much), or "" when it can
+        (:func:`~effitrain_helpers.measure.bench.unreliable_reason`)."""
+        from effitrain_helpers.measure.bench import unreliable_reason
+
+        return unreliable_reason(self.step_seconds)
 
 
 class _watch_compute_dtype:
@@ -191,6 +200,7 @@ def run_techniques(techniques: Techniques) -> TechniquesRun:
         local_sgd_enabled=local_sgd.enabled,
         losses=[statistics.fmean(losses[i:i + k_acc]) for i in range(0, len(losses), k_acc)],
         fingerprints=fingerprints, seconds_per_step=statistics.median(seconds[1:] or seconds),
+        step_seconds=seconds[1:] or seconds,
         activation_bytes=saved.activation_bytes, communication=in_loop, closing_bytes=counter.bytes - in_loop.bytes,
         parameter_bytes=sum(p.numel() * p.element_size() for p in net.parameters()),
         matmul_weights=sum(m.weight.numel() for m in net.modules() if isinstance(m, torch.nn.Linear)),
@@ -208,6 +218,8 @@ def measure_techniques(techniques: Techniques, num_processes: int = 1) -> Techni
                            kind=type(techniques).__name__))
     check_steps("num_processes", num_processes)
     ranks = launch(run_techniques, techniques, num_processes=num_processes, quiet=True)
-    return replace(ranks[0], state_dict=None, seconds_per_step=max(r.seconds_per_step for r in ranks),
+    slowest = max(ranks, key=lambda r: r.seconds_per_step)
+    return replace(ranks[0], state_dict=None, seconds_per_step=slowest.seconds_per_step,
+                   step_seconds=slowest.step_seconds,
                    losses=[statistics.fmean(s) for s in zip(*(r.losses for r in ranks))],
                    replicas_agree=len({r.final_fingerprint for r in ranks}) == 1)

@@ -47,9 +47,14 @@ def _run_in_ranks(fn, lengths: tuple, folder: str, wait_limit: float) -> dict:
         collectives |= set(counter.collectives)
         runs.append({"numel": numel, "input": data, "result": work, "want": want,
                      "returned": returned.detach().clone() if isinstance(returned, torch.Tensor) else None,
-                     "sent": counter.bytes_sent, "messages": counter.sends, "to": sorted(counter.sent_to),
-                     "from": sorted(counter.received_from), "collective_bytes": counter.collective_bytes})
+                     "sent": counter.bytes_sent, "messages": counter.sends, "to": _peers(counter.sent_to),
+                     "from": _peers(counter.received_from), "collective_bytes": counter.collective_bytes})
     return {"rank": rank, "world": world, "runs": runs, "collectives": sorted(collectives)}
+
+
+def _peers(by_peer: dict) -> list:
+    """The ranks of ``by_peer`` in order, None (a receive from any rank) last."""
+    return sorted(by_peer, key=lambda peer: (peer is None, peer or 0))
 
 
 def _launch(fn, processes: int) -> list[dict]:

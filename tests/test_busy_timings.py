@@ -1,0 +1,457 @@
+"""Every measured verdict says only what was measured, on a busy machine too (issue 44).
+
+What a timing cell shows is read the way a learner reads it, by :func:`timing_problems`:
+
+1. a table with a timing column (ms, GFLOP/s, time) has a reliability column, and when a row says *no* the
+   cell names that row under the table, with what a spread is;
+2. in the chapter table (3.3) a verdict word (as expected, differs) stands only next to a figure it judged: a
+   figure marked *not judged* or *unreliable* is not in the "as expected" part of its row's verdict, and a
+   figure not judged is said to be so; an unreliable time names its row under the table;
+3. no line gives a negative saving ("saved -7.3 ms"), and a line that says UNRELIABLE draws no conclusion.
+
+The fast tests feed the checker what the helpers print for fake timings (and a mutant, so it is not blind);
+``test_lesson_1_1_with_one_core_busy`` (every run, about a minute) executes lesson 1.1 while a second process
+burns one core; ``test_lessons_with_one_core_busy_match_a_quiet_run`` (exhaustive) executes 1.1, 3.3 and 6.2
+quiet and then busy, and also checks that every timing figure the busy run calls reliable is within a factor
+of :data:`QUIET_FACTOR` of the quiet run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMING_COLUMN = re.compile(r"\bms\b|GFLOP/s|\btime\b")
+RELIABLE_COLUMN = re.compile(r"reliable")
+CONCLUSIONS = ("as expected", "is faster than", "is slower than", ": agree", "pays here")
+QUIET_FACTOR = 2.0  # a figure the busy run calls reliable is within this factor of the quiet run's
+TIMING_CELLS = {  # each lesson's timing cells (cell ids), and the budget a cell promises (seconds), if any
+    "1_1_prepare_models.ipynb": {"abb0b247": 20, "e16fb8b8": None, "614e2a33": 10},
+    "3_3_mixed_precision.ipynb": {"64852c67": 10, "01ee3a8d": None, "a19cf2f7": None},
+    "6_2_data_parallelism_by_hand.ipynb": {"e2722c47": None},
+}
+BUDGET_MARGIN_S = 15  # a budgeted cell may overrun by the warm-ups and the last repeats started in time
+
+
+# ---------------------------------------------------------------- reading what a cell shows
+class _Tables(HTMLParser):
+    """The tables of an HTML output, each a list of rows, each a list of cell texts (headers included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self.tables and self.tables[-1]:
+            self.tables[-1][-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def html_tables(html: str) -> list[list[list[str]]]:
+    parser = _Tables()
+    parser.feed(re.sub(r"<style.*?</style>", "", html, flags=re.S))
+    return [t for t in parser.tables if t]
+
+
+def cell_outputs(cell) -> tuple[str, list[str], list[str]]:
+    """A code cell's text (streams, plain and Markdown results), its HTML and its Markdown outputs."""
+    text, html, markdown = [], [], []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            text.append(out["text"])
+        data = out.get("data", {})
+        if "text/html" in data:
+            html.append(data["text/html"])
+        if "text/markdown" in data:
+            markdown.append(data["text/markdown"])
+            text.append(data["text/markdown"])
+        elif "text/plain" in data and "text/html" not in data:
+            text.append(data["text/plain"])
+    return "\n".join(text), html, markdown
+
+
+def _number(text: str) -> float | None:
+    """The number a table cell holds ("1,614", "0.85", "6%"), or None for a cell of words ("float32")."""
+    found = re.fullmatch(r"(-?\d[\d,]*(?:\.\d+)?)\s*%?", text.strip())
+    return float(found.group(1).replace(",", "")) if found else None
+
+
+def timing_rows(html: str) -> list[tuple[str, dict[str, float], bool]]:
+    """Each row of each timing table: (label, {timing column: value}, reliable)."""
+    rows = []
+    for table in html_tables(html):
+        header, *body = table
+        timing = [i for i, h in enumerate(header) if TIMING_COLUMN.search(h) and not RELIABLE_COLUMN.search(h)]
+        trust = [i for i, h in enumerate(header) if RELIABLE_COLUMN.search(h)]
+        for row in body:
+            if len(row) != len(header) or not timing:
+                continue
+            figures = {header[i]: v for i in timing if (v := _number(row[i])) is not None}
+            names = [i for i in range(len(row)) if i not in timing + trust
+                     and (_number(row[i]) is None or header[i] in ("n", "dtype", "device"))]
+            label = " ".join(row[i] for i in names)  # the words that name the row (and a matrix's side)
+            rows.append((label, figures, bool(trust) and row[trust[0]].lower() in ("yes", "true")))
+    return rows
+
+
+# ---------------------------------------------------------------- the checker
+def table_problems(html: str, text: str) -> list[str]:
+    """Rule 1 for one HTML output and the cell's text."""
+    problems = []
+    for table in html_tables(html):
+        header, *body = table
+        if not any(TIMING_COLUMN.search(h) for h in header):
+            continue
+        trust = [i for i, h in enumerate(header) if RELIABLE_COLUMN.search(h)]
+        if not trust:
+            problems.append(f"a timing table without a reliability column: {header}")
+            continue
+        doubtful = [row for row in body if len(row) == len(header) and row[trust[0]].lower() in ("no", "false")]
+        if doubtful and "UNRELIABLE rows" not in text:
+            problems.append(f"{len(doubtful)} unreliable rows, and no note says which and why")
+        if doubtful and "spread is" not in text:
+            problems.append("unreliable rows, and no word on what a spread is")
+    return problems
+
+
+FIGURE_CELLS = ("memory", "time", "synchronisations")
+
+
+def chapter_problems(markdown: str) -> list[str]:
+    """Rule 2 for the chapter table's Markdown."""
+    problems = []
+    lines = markdown.splitlines()
+    rows = [line for line in lines if line.startswith("|") and "---" not in line][1:]
+    note = "\n".join(line for line in lines if not line.startswith("|"))
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        technique, figures, verdict = cells[0], dict(zip(FIGURE_CELLS, cells[1:4])), cells[4]
+        parts = verdict.split("; ")
+        for figure, cell in figures.items():
+            concluded = [p for p in parts if figure in p.split(":")[0] and ("as expected" in p or "differs" in p)]
+            if "not judged" in cell and concluded:
+                problems.append(f"{technique}: {figure} is not judged, yet the verdict says {concluded[0]!r}")
+            if "not judged" in cell and not any(figure in p.split(":")[0] and "not judged" in p for p in parts):
+                problems.append(f"{technique}: {figure} is not judged, and the verdict does not say so")
+            if "unreliable" in cell and concluded:
+                problems.append(f"{technique}: {figure} is unreliable, yet the verdict says {concluded[0]!r}")
+            if "unreliable" in cell and technique not in note and "every row" not in note:
+                problems.append(f"{technique}: its {figure} is unreliable, and the note under the table does not "
+                                "name it")
+            if cell != "—" and "not judged" not in cell and not any(figure in p.split(":")[0] for p in parts):
+                problems.append(f"{technique}: the verdict neither judges {figure} nor says it is not judged")
+    return problems
+
+
+def line_problems(text: str) -> list[str]:
+    """Rule 3 for a cell's text."""
+    problems = []
+    for line in text.splitlines():
+        if re.search(r"saved -\d", line):
+            problems.append(f"a negative saving: {line!r}")
+        for part in line.split("; "):
+            if "UNRELIABLE" in part.split("(")[0] and any(word in part for word in CONCLUSIONS):
+                problems.append(f"a conclusion drawn from an unreliable figure: {part!r}")
+    return problems
+
+
+def timing_problems(cell) -> list[str]:
+    """Everything rules 1 to 3 find in one executed code cell."""
+    text, html, markdown = cell_outputs(cell)
+    problems = [p for h in html for p in table_problems(h, text)]
+    problems += [p for m in markdown if m.lstrip().startswith("|") for p in chapter_problems(m)]
+    return problems + line_problems(text)
+
+
+# ---------------------------------------------------------------- fast: the checker on what the helpers print
+def _cell(text: str = "", html: str = "", markdown: str = "") -> dict:
+    outputs = [{"output_type": "stream", "name": "stdout", "text": text}] if text else []
+    if html:
+        outputs.append({"output_type": "display_data", "data": {"text/html": html}})
+    if markdown:
+        outputs.append({"output_type": "display_data", "data": {"text/markdown": markdown}})
+    return {"cell_type": "code", "outputs": outputs}
+
+
+def _result(dtype: str, times: list[float], busy: str = ""):
+    from effitrain_helpers.measure import bench
+
+    return bench._result("cpu", dtype, 256, 10, times, busy)
+
+
+def test_a_benchmark_table_with_an_unreliable_row_names_it_and_says_what_a_spread_is():
+    from effitrain_helpers.measure import bench
+
+    steady, jumpy = _result("float32", [1.0, 1.01, 0.99, 1.0, 1.0]), _result("bfloat16", [1.0, 3.0, 1.0, 9.0, 1.0])
+    results = [steady, jumpy]
+    html, note = bench.results_frame(results).to_html(), bench.results_note(results)
+    assert "cpu bfloat16 n=256" in note and "cpu float32" not in note and "spread is" in note
+    assert timing_problems(_cell(note, html)) == []
+    assert timing_problems(_cell("", html)) == ["1 unreliable rows, and no note says which and why",
+                                                "unreliable rows, and no word on what a spread is"]
+    assert bench.results_note([steady]) == ""
+
+
+def test_a_busy_machine_is_said_once_for_every_row():
+    from effitrain_helpers.measure import bench
+
+    busy = "only 0.5 idle cores for 2 threads: other programs are using the CPU"
+    note = bench.unreliable_note({"a": busy, "b": f"{busy}; repeats spread by 50% of the median (IQR), above 10%"})
+    assert note.count(busy) == 1 and "every row: " + busy in note and "b: repeats spread by 50%" in note
+
+
+def test_a_saving_is_never_negative_and_never_concluded_from_unreliable_timings():
+    from effitrain_helpers.measure.bench import saving_text
+
+    assert saving_text("overlap", 11.6, 18.9, 5.0).startswith("overlap saved no time in this run")
+    assert "saved 2.0 ms per step" in saving_text("overlap", 10.0, 8.0, 4.0)
+    assert "50% of the 4.0 ms" in saving_text("overlap", 10.0, 8.0, 4.0)
+    unsure = saving_text("overlap", 10.0, 8.0, 4.0, "its rows are unreliable")
+    assert "UNRELIABLE" in unsure and "saved" not in unsure
+    for line in (saving_text("overlap", 11.6, 18.9, 5.0), unsure):
+        assert line_problems(line) == []
+    assert line_problems("overlap saved -7.3 ms (-63%)") == ["a negative saving: 'overlap saved -7.3 ms (-63%)'"]
+
+
+def _rows(time_doubt: str = ""):
+    from effitrain_helpers.training import efficiency
+
+    rows = [efficiency.ChapterRow("gradient accumulation (k=4)", 0.25, 0.25, 2.8, 1.0, 1.0, 1.0, "d",
+                                  judged=("memory", "synchronisations"), time_doubt=time_doubt),
+            efficiency.ChapterRow("gradient checkpointing", 0.5, 0.5, 1.3, 4 / 3, 1.0, 1.0, "d",
+                                  judged=("memory", "time"), unmeasured=("synchronisations",), time_doubt=time_doubt),
+            efficiency.ChapterRow("mixed precision (bf16)", 0.6, 0.55, 0.8, 0.5, 1.0, 1.0, "d", judged=("time",),
+                                  unmeasured=("synchronisations",), time_doubt=time_doubt)]
+    for row in rows:
+        row.verdict = efficiency._verdict(row, True, "why", "why not", "not compared")
+    return rows
+
+
+def test_the_chapter_table_judges_only_what_it_compared():
+    from effitrain_helpers.training.efficiency import chapter_table
+
+    table = chapter_table(_rows())
+    accumulation = next(line for line in table.splitlines() if "accumulation" in line)
+    assert "2.80x / 1.00x (not judged)" in accumulation
+    assert "memory and synchronisations: as expected (why); time: not judged (not compared)" in accumulation
+    assert "| — |" in next(line for line in table.splitlines() if "checkpointing" in line)
+    assert chapter_problems(table) == [] and "UNRELIABLE rows" not in table
+
+
+def test_an_unreliable_time_in_the_chapter_table_is_no_conclusion_and_is_named():
+    from effitrain_helpers.training.efficiency import chapter_table
+
+    table = chapter_table(_rows("only 0.5 idle cores for 2 threads"))
+    mixed = next(line for line in table.splitlines() if "mixed precision" in line)
+    assert "(unreliable)" in mixed and "time: UNRELIABLE, no conclusion" in mixed and "as expected" not in mixed
+    assert "memory: as expected (why); time: UNRELIABLE" in next(
+        line for line in table.splitlines() if "checkpointing" in line)
+    assert "UNRELIABLE rows" in table and "every row: only 0.5 idle cores" in table
+    assert chapter_problems(table) == []
+
+
+def test_the_chapter_checker_sees_a_verdict_next_to_a_figure_it_did_not_judge():
+    """The issue's row: "time 2.80x, theory 1.00x: as expected" while the verdict looked only at bytes."""
+    mutant = ("| technique | memory | time | synchronisations | verdict |\n|---|---|---|---|---|\n"
+              "| gradient accumulation (k=4) | 0.25x / 0.25x | 2.80x / 1.00x (not judged) | 1.00x / 1.00x | "
+              "memory, time and synchronisations: as expected (1/k) (d) |")
+    assert chapter_problems(mutant) == [
+        "gradient accumulation (k=4): time is not judged, yet the verdict says "
+        "'memory, time and synchronisations: as expected (1/k) (d)'",
+        "gradient accumulation (k=4): time is not judged, and the verdict does not say so"]
+
+
+def test_the_precision_conclusion_draws_none_from_an_unreliable_time():
+    from effitrain_helpers.core.devices import HardwareSummary
+    from effitrain_helpers.training.efficiency import precision_conclusion
+
+    cpu = HardwareSummary("Test CPU", 2, 2, 2, 8.0, 4.0, "SIMD AVX2", False, False, "2")
+    conclusion = precision_conclusion(_rows("busy")[2:], cpu)
+    assert conclusion.outcome == "unreliable" and "no conclusion on speed" in conclusion.text
+
+
+def test_a_benchmark_keeps_its_time_budget_when_products_run_slow(monkeypatch):
+    """Products 50x slower than the warm-up promised (one core busy): the repeats are cut, and a note says so."""
+    from effitrain_helpers.measure import bench
+
+    monkeypatch.setattr(bench, "_warm_product", lambda size, dtype, device: (lambda: None, 200))
+
+    loops = []
+
+    def slow(fn, device, number):
+        loops.append(number)
+        time.sleep(0.01)
+        return number * 0.005  # each call 5 ms: 200 calls would be a second per repeat
+
+    monkeypatch.setattr(bench, "_time_loop", slow)
+    began = time.perf_counter()
+    results, notes = bench.run_benchmark([64, 128], ["float32", "bfloat16"], "cpu", repeats=100,
+                                         check_load=False, budget_s=0.5)
+    assert time.perf_counter() - began < 2.5
+    assert all(bench.MIN_ROUNDS <= r.repeats < 100 for r in results)
+    assert any("cut to keep this cell within its budget of 0 s" in n or "budget of 1 s" in n for n in notes)
+    assert loops[0] == 200 and min(loops) == 20  # re-sized, a step at a time, to 20 calls of 5 ms: 0.1 s
+
+
+def test_a_benchmark_announces_about_how_long_it_takes():
+    from effitrain_helpers.measure import bench
+
+    seconds = bench.estimate_seconds([128, 256], ["float32", "bfloat16"], "cpu", repeats=5)
+    assert seconds == pytest.approx(bench.LOAD_WINDOW_S + 4 * (bench.WARMUP_S + 5 * bench.TARGET_REPEAT_S))
+    line = bench.announce([128, 256], ["float32", "bfloat16"], "cpu", repeats=5, budget_s=20)
+    assert "about 2 s" in line and "within 20 s" in line
+    with pytest.raises(ValueError, match="budget_s=-1"):
+        bench.run_benchmark([64], budget_s=-1)
+
+
+class _Events:
+    def __init__(self):
+        self.callbacks = {"pre_run_cell": [], "post_run_cell": []}
+
+    def register(self, event, callback):
+        self.callbacks[event].append(callback)
+
+    def unregister(self, event, callback):
+        self.callbacks[event].remove(callback)
+
+    def fire(self, event):
+        for callback in list(self.callbacks[event]):
+            callback()
+
+
+def test_a_lessons_clock_counts_cells_not_the_time_between_them(monkeypatch):
+    import IPython
+
+    from effitrain_helpers.teach.lesson_clock import LessonClock
+
+    shell = type("Shell", (), {"events": _Events()})()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    clock = LessonClock()
+    time.sleep(0.05)
+    shell.events.fire("post_run_cell")  # the set-up cell ends
+    time.sleep(0.3)  # the learner reads
+    shell.events.fire("pre_run_cell")
+    time.sleep(0.05)
+    shell.events.fire("post_run_cell")
+    shell.events.fire("pre_run_cell")  # the closing cell
+    line = clock.describe()
+    assert 0.09 < clock.seconds() < 0.25 and "3 cells" in line and "counting execution only" in line
+    assert shell.events.callbacks == {"pre_run_cell": [], "post_run_cell": []}
+
+
+def test_outside_a_notebook_the_clock_says_it_is_the_wall_clock(monkeypatch):
+    import IPython
+
+    from effitrain_helpers.teach.lesson_clock import LessonClock
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    assert "wall clock" in LessonClock().describe()
+
+
+# ---------------------------------------------------------------- slow: lessons run with one core busy
+BURN_ONE_CORE = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
+
+
+@contextlib.contextmanager
+def one_core_burnt(seconds: float = 900.0):
+    """A second process spinning on one core for the duration of the block (then killed and reaped)."""
+    burner = subprocess.Popen([sys.executable, "-c", BURN_ONE_CORE.format(seconds=seconds)])
+    try:
+        time.sleep(0.5)  # let it take its core
+        yield
+    finally:
+        burner.kill()
+        burner.wait()
+
+
+def run_lesson(name: str, monkeypatch) -> nbformat.NotebookNode:
+    """Execute an English lesson (small size, offline, timings recorded per cell)."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("EFFITRAIN_SIZE", "small")
+    monkeypatch.setenv("EFFITRAIN_LANG", "en")
+    path = ROOT / "notebooks" / name
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    return nb
+
+
+def _seconds(cell) -> float:
+    from datetime import datetime
+
+    timing = cell["metadata"]["execution"]
+    began, ended = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
+                    for k in ("iopub.execute_input", "shell.execute_reply"))
+    return (ended - began).total_seconds()
+
+
+def lesson_problems(name: str, nb) -> list[str]:
+    """Rules 1 to 3 on each timing cell of lesson ``name``, and each budgeted cell within its budget."""
+    problems = []
+    cells = {cell.get("id"): cell for cell in nb.cells}
+    for cell_id, budget in TIMING_CELLS[name].items():
+        problems += [f"{name} cell {cell_id}: {p}" for p in timing_problems(cells[cell_id])]
+        if budget is not None and _seconds(cells[cell_id]) > budget + BUDGET_MARGIN_S:
+            problems.append(f"{name} cell {cell_id}: took {_seconds(cells[cell_id]):.0f} s, over its budget of "
+                            f"{budget} s")
+    return problems
+
+
+def quiet_disagreements(name: str, quiet, busy) -> list[str]:
+    """Rule 4: each timing figure the busy run calls reliable is within QUIET_FACTOR of the quiet run's."""
+    found = []
+    for cell_id in TIMING_CELLS[name]:
+        quiet_cell, busy_cell = (next(c for c in run.cells if c.get("id") == cell_id) for run in (quiet, busy))
+        calm = {(label, column): value for h in cell_outputs(quiet_cell)[1]
+                for label, values, _ in timing_rows(h) for column, value in values.items()}
+        for h in cell_outputs(busy_cell)[1]:
+            for label, values, reliable in timing_rows(h):
+                for column, value in values.items():
+                    reference = calm.get((label, column))
+                    if reliable and reference and value > 0 and not (
+                            1 / QUIET_FACTOR <= value / reference <= QUIET_FACTOR):
+                        found.append(f"{name} cell {cell_id}, {label}, {column}: {value} busy and called reliable, "
+                                     f"{reference} quiet")
+    return found
+
+
+@pytest.mark.slow
+def test_lesson_1_1_with_one_core_busy(monkeypatch):
+    name = "1_1_prepare_models.ipynb"
+    with one_core_burnt():
+        nb = run_lesson(name, monkeypatch)
+    assert lesson_problems(name, nb) == []
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", list(TIMING_CELLS))
+def test_lessons_with_one_core_busy_match_a_quiet_run(name, monkeypatch):
+    quiet = run_lesson(name, monkeypatch)
+    with one_core_burnt():
+        busy = run_lesson(name, monkeypatch)
+    assert lesson_problems(name, quiet) + lesson_problems(name, busy) + quiet_disagreements(name, quiet, busy) == []
