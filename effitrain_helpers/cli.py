@@ -617,7 +617,8 @@ def _grade(args) -> int:
 
     mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
     rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
-                 unsafe=args.unsafe, feedback=args.feedback, wide=args.wide, deadline=args.deadline)
+                 unsafe=args.unsafe, feedback=args.feedback, wide=args.wide, deadline=args.deadline,
+                 jobs=args.jobs)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
@@ -643,6 +644,20 @@ def _grade_seconds(text: str) -> float:
         value = text
     try:
         return check_timeout(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _grade_jobs(text: str) -> int:
+    """``-j`` of ``grade``: a whole number from 1 to :data:`~effitrain_helpers.teach.grade.MAX_JOBS`."""
+    from effitrain_helpers.teach.grade import check_jobs
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = text
+    try:
+        return check_jobs(value)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -710,6 +725,8 @@ def add_learner_commands(sub) -> None:
     p.add_argument("--deadline", type=_deadline, default=None,
                    help="ISO 8601 time (e.g. 2026-12-01T23:59, this machine's zone when none): rows of notebooks "
                         "handed in later (timestamp.txt beside it, else the file's time) are marked late")
+    p.add_argument("-j", "--jobs", type=_grade_jobs, default=1,
+                   help="notebooks graded at once, each in its own sandbox (default 1; about one per CPU core)")
     p.add_argument("--summary", action="store_true",
                    help="print per exercise how many students were correct, incorrect, did not attempt it")
     p.add_argument("--timeout", type=_grade_seconds, default=300.0,

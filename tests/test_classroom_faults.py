@@ -80,7 +80,7 @@ def graded(monkeypatch):
     """grade_notebook stubbed: records what it was asked to grade (no kernel), one row per notebook."""
     calls = []
 
-    def fake(sub, limit, sources, hide=(), safe=True, deadline=None):
+    def fake(sub, limit, sources, hide=(), safe=True, deadline=None, cancel=None):
         calls.append((sub.student, sub.notebook, limit))
         return [Row(sub.student, sub.notebook, "", "", NO_EXERCISES, "stub")]
 
@@ -159,7 +159,7 @@ def test_students_are_paths_sections_apart_and_duplicates_named(tmp_path, graded
     """The real rows (grade_notebook), the sandboxed run stubbed: what it was asked to run is recorded."""
     ran = []
 
-    def run(folder, limit, env, hide=(), safe=True):
+    def run(folder, limit, env, hide=(), safe=True, cancel=None):
         ran.append(folder)
         return {"notebook": None, "outcome": "error", "detail": "stub"}
 
@@ -243,14 +243,16 @@ def test_the_csv_is_written_aside_and_moved_so_a_failure_leaves_the_old_one(subs
 
 @pytest.mark.slow
 @needs_sandbox
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing(tmp_path, sig, code):
+@pytest.mark.parametrize("sig, code, jobs", [(signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 1), (signal.SIGTERM, 143, 2)])
+def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing(tmp_path, sig, code, jobs):
+    """With -j 2 both notebooks running are stopped."""
     subs = tmp_path / "subs"
-    marker = f"effitrain-test-{os.getpid()}-{sig}"
+    marker = f"effitrain-test-{os.getpid()}-{sig}-{jobs}"
     edition = write_lesson(tmp_path / "source")  # the loop is the student's answer: only answers run
-    submit(edition, subs / "loop.ipynb", "import subprocess, sys, time\n"
-           f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}], "
-           "start_new_session=True)\nwhile True:\n    time.sleep(0.1)")
+    for i in range(jobs):
+        submit(edition, subs / f"loop{i}.ipynb", "import subprocess, sys, time\n"
+               f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}], "
+               "start_new_session=True)\nwhile True:\n    time.sleep(0.1)")
     (tmp_path / "temp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "temp"), "PYTHONFAULTHANDLER": "1"}
     before = _hashes(subs)
@@ -258,7 +260,7 @@ def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing
     # and Python keeps it so: grade is started the way a terminal starts it, with Ctrl-C's default action.
     grading = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "grade", str(subs), "--out",
                                 str(tmp_path / "g.csv"), "--timeout", "600", "--source",
-                                str(tmp_path / "source")], env=env, stderr=subprocess.PIPE,
+                                str(tmp_path / "source"), "-j", str(jobs)], env=env, stderr=subprocess.PIPE,
                                text=True, restore_signals=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -266,9 +268,9 @@ def test_ctrl_c_or_sigterm_stops_the_running_notebook_at_once_and_leaves_nothing
         return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
 
     deadline = time.monotonic() + 120
-    while not started() and time.monotonic() < deadline:
+    while len(started()) < jobs and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert started(), "the notebook never started its process"
+    assert len(started()) == jobs, "the notebooks never started their processes"
     stop = time.monotonic()
     grading.send_signal(sig)
     try:

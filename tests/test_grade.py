@@ -86,7 +86,7 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     start = time.monotonic()
     assert main(["grade", str(subs), "--out", str(out), "--source", str(source), "--timeout", str(LIMIT),
                  "--feedback", str(feedback), "--wide", str(wide), "--deadline", "2026-01-01T00:00+00:00",
-                 "--summary"]) == 0
+                 "--summary", "-j", "2"]) == 0
     elapsed = time.monotonic() - start
     got = _rows(out)
     assert ("honest", "q1", "correct") in got and ("honest", "q2", "correct") in got
@@ -176,6 +176,8 @@ def _exit_code(argv) -> int:
     (["EMPTY", "--out", "nowhere/g.csv"], "does not exist"),
     (["EMPTY", "--out", "g.csv", "--timeout", "-3"], "--timeout=-3.0 must be a positive number"),
     (["EMPTY", "--out", "g.csv", "--roster", "nothere.csv"], "--roster 'nothere.csv' cannot be read"),
+    (["EMPTY", "--out", "g.csv", "-j", "0"], "-j 0 is not allowed: a whole number from 1 to 64"),
+    (["EMPTY", "--out", "g.csv", "-j", "two"], "-j 'two' is not allowed"),
     (["EMPTY", "--out", "g.csv", "--deadline", "Friday"], "--deadline 'Friday' is not an ISO 8601 time"),
     (["EMPTY", "--out", "g.csv", "--wide", "g.csv"], "--wide 'g.csv' is inside SUBMISSIONS_DIR or is --out"),
     (["EMPTY", "--out", "g.csv", "--wide", "EMPTY/w.csv"], "is inside SUBMISSIONS_DIR"),

@@ -42,6 +42,7 @@ import signal
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,6 +60,7 @@ INVALID, ERROR, TIMEOUT, NOT_CHECKED, NO_EXERCISES, DUPLICATE = (
     msg("invalid notebook"), msg("error"), msg("timeout"), msg("not checked"), msg("no exercises"), msg("duplicate"))
 MAX_TIMEOUT = 24 * 3600.0  # seconds per notebook: a day
 MAX_NOTEBOOK_BYTES = 64 * 2**20  # a submission larger than this is not read
+MAX_JOBS = 64  # notebooks graded at once, at most
 MAX_MESSAGE = 1000  # characters of a checker's message kept in ``detail``
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
 
@@ -244,7 +246,7 @@ def _verdicts(cell, next_cell, exercises) -> dict:
 
 
 def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: bool = True,
-                   deadline: datetime | None = None) -> list[Row]:
+                   deadline: datetime | None = None, cancel=None) -> list[Row]:
     """The rows of one submission (module docstring), each with its submission time and, after a ``deadline``,
     whether it is late; never raises for a bad notebook. The one place rows are made: a feedback file or a wide
     table is built from these."""
@@ -271,7 +273,7 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
         env = {k: v for k, v in os.environ.items() if k not in (verdicts.PROGRESS_ENV, sandbox.RUN_ENV)}
         env.update({"HF_HUB_OFFLINE": "1", "EFFITRAIN_SOLUTIONS": "off", verdicts.GRADING_ENV: "1",
                     "MPLBACKEND": "Agg"})
-        result = sandbox.run_graded(folder, limit, env, hide, safe)
+        result = sandbox.run_graded(folder, limit, env, hide, safe, cancel)
     rows: list[Row] = []
     ran = nbformat.from_dict(result["notebook"]) if result["notebook"] else None
     if result["outcome"] == "timeout":
@@ -291,6 +293,15 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
     if not graded.checks:
         rows.append(row(status=NO_EXERCISES, detail=f"its lesson {sub.source} has no marked exercises"))
     return rows
+
+
+def check_jobs(value) -> int:
+    """``value`` as how many notebooks to grade at once: a whole number from 1 to :data:`MAX_JOBS`; else
+    ValueError (one line)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_JOBS:
+        raise ValueError(tr("-j {value!r} is not allowed: a whole number from 1 to {most}. Fix: e.g. -j 2 (about "
+                            "one per CPU core).", value=value, most=MAX_JOBS))
+    return value
 
 
 def check_timeout(value) -> float:
@@ -454,12 +465,13 @@ def check_feedback(path, submissions: Path) -> Path:
 def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: bool = True, *,
           source: str | Path | None = None, roster: str | Path | None = None, mode: str | None = None,
           unsafe: bool = False, feedback: str | Path | None = None, wide: str | Path | None = None,
-          deadline: str | None = None) -> list[Row]:
+          deadline: str | None = None, jobs: int = 1) -> list[Row]:
     """Grade every notebook in ``folder`` into the CSV file ``out`` (module docstring); return this run's rows.
     Once all are graded, from every row of ``out`` (:mod:`~effitrain_helpers.teach.reports`): with ``feedback``, a
     folder, each student's feedback page there; with ``wide``, a CSV file, the one-row-per-student table an LMS
-    imports. A ``deadline`` (ISO 8601) marks the rows of later submissions late. Every argument is checked before
-    the first notebook runs; SIGTERM ends the run as Ctrl-C does."""
+    imports. A ``deadline`` (ISO 8601) marks the rows of later submissions late. ``jobs`` notebooks are graded at
+    once, each in its own sandbox, their rows appended as each finishes. Every argument is checked before the first
+    notebook runs; SIGTERM ends the run as Ctrl-C does (every notebook running is stopped)."""
     from effitrain_helpers.teach.editions import default_source, source_notebooks
 
     limit = check_timeout(limit)
@@ -473,6 +485,7 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     feedback_folder = check_feedback(feedback, submissions_folder) if feedback is not None else None
     wide_file = check_wide(wide, submissions_folder, out) if wide is not None else None
     due = check_deadline(deadline) if deadline is not None else None
+    jobs = check_jobs(jobs)
     why = None if unsafe else sandbox.unavailable()
     if why:
         raise ValueError(tr("grade refuses to run submissions outside a sandbox: {why}.", why=why))
@@ -484,15 +497,21 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main else None
     rows: list[Row] = []
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="effitrain-grade")
     try:
         todo = [s for s in subs if s.notebook not in done]
-        for i, sub in enumerate(todo, 1):
-            if progress:
-                print(f"[{i}/{len(todo)}] {sub.student}: {sub.notebook}", file=sys.stderr, flush=True)
-            mine = grade_notebook(sub, limit, sources, hide, safe=not unsafe, deadline=due)
+        running = {pool.submit(grade_notebook, sub, limit, sources, hide, safe=not unsafe, deadline=due,
+                               cancel=cancel): sub for sub in todo}
+        for i, future in enumerate(as_completed(running), 1):
+            sub, mine = running[future], future.result()
             _append(mine, out)
             rows += mine
-    finally:
+            if progress:
+                print(f"[{i}/{len(todo)}] {sub.student}: {sub.notebook}", file=sys.stderr, flush=True)
+    finally:  # on Ctrl-C or SIGTERM every notebook running stops within sandbox.POLL s, its folder removed
+        cancel.set()
+        pool.shutdown(wait=True, cancel_futures=True)
         if in_main:
             signal.signal(signal.SIGTERM, previous)
     from effitrain_helpers.teach.reports import wide_table, write_feedback

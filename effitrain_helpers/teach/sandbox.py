@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,7 @@ RUN_ENV = "EFFITRAIN_GRADE_RUN"  # (unsafe mode) the marker every process of one
 NOTEBOOK = "graded.ipynb"
 INSIDE = "/tmp/effitrain-grade"  # the notebook's folder, as the sandbox sees it
 SLACK = 60.0  # seconds the grader waits past the limit for the runner to hand its result back
+POLL = 0.5  # seconds between two looks at a run's cancel event
 
 
 @lru_cache(maxsize=1)
@@ -101,21 +103,33 @@ def _command(folder: Path, limit: float, hide, safe: bool, env: dict) -> list[st
             "--chdir", INSIDE, *runner]
 
 
-def run_graded(folder: Path, limit: float, env: dict, hide=(), safe: bool = True) -> dict:
+class Cancelled(Exception):
+    """The grader asked a run to stop (``cancel`` set: Ctrl-C or SIGTERM while grading in parallel)."""
+
+
+def run_graded(folder: Path, limit: float, env: dict, hide=(), safe: bool = True, cancel=None) -> dict:
     """Run ``folder/graded.ipynb`` (see module docstring) within ``limit`` seconds; returns the runner's result:
     ``{"notebook": executed notebook (dict), "outcome": "ok" | "timeout" | "error", "detail": text}``, or an
-    ``"error"`` result when the runner gave nothing back. Whatever ends the wait (its end, SIGTERM, Ctrl-C),
-    every process of the run is killed before this returns or raises."""
+    ``"error"`` result when the runner gave nothing back. ``cancel`` (a ``threading.Event``), looked at every
+    :data:`POLL` seconds, stops the run with :class:`Cancelled`. Whatever ends the wait (its end, SIGTERM, Ctrl-C,
+    ``cancel``), every process of the run is killed before this returns or raises."""
     inside = INSIDE if safe else str(folder)  # where the run may write: its own folder (HOME and caches read-only)
     env = {**env, "IPYTHONDIR": f"{inside}/.ipython", "MPLCONFIGDIR": f"{inside}/.matplotlib",
            "JUPYTER_RUNTIME_DIR": f"{inside}/.jupyter", "TMPDIR": "/tmp" if safe else str(folder),
            RUN_ENV: uuid.uuid4().hex}
     proc = subprocess.Popen(_command(folder, limit, hide, safe, env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd=str(folder), start_new_session=True)
+    ends = time.monotonic() + limit + SLACK
     try:
-        out, _ = proc.communicate(timeout=limit + SLACK)
-    except subprocess.TimeoutExpired:
-        return {"notebook": None, "outcome": "timeout", "detail": f"ran past the limit of {limit:g} s"}
+        while True:
+            try:
+                out, _ = proc.communicate(timeout=max(0.0, min(POLL, ends - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:  # retrying communicate loses no output
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled from None
+                if time.monotonic() >= ends:
+                    return {"notebook": None, "outcome": "timeout", "detail": f"ran past the limit of {limit:g} s"}
     finally:
         _end(proc, env[RUN_ENV], safe)
     try:
