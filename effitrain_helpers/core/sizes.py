@@ -49,6 +49,10 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     },
     "6.1": {"small": {"sizes": (1_000, 100_000, 1_000_000)},  # float32 values all-reduced, side by side
             "full": {"sizes": (1_000, 100_000, 1_000_000, 10_000_000)}},
+    "8.1": {  # (batch, heads, d) and the sequence lengths n whose bytes saved for backward are measured
+        "small": {"batch": 1, "heads": 2, "d": 32, "lengths": (128, 256, 512)},
+        "full": {"batch": 2, "heads": 4, "d": 64, "lengths": (256, 512, 1024, 2048)},
+    },
     "6.2": {  # the MLP timed with and without overlap: width, layers, rows per rank, timed steps, bucket MiB
         "small": {"width": 512, "depth": 6, "batch_size": 32, "steps": 8, "bucket_mib": 2},
         "full": {"width": 1024, "depth": 8, "batch_size": 64, "steps": 20, "bucket_mib": 8},

@@ -1,7 +1,7 @@
 """Which lessons does the course have, and which of them are in this workbook? (start page, README, tests)
 
 ``SYLLABUS`` lists the course's twelve lessons by number and title, chapter by chapter, then the four of
-chapter 5, the four of chapter 6 and the three of chapter 7, which go beyond the course (the one place they are written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
+chapter 5, the four of chapter 6, the three of chapter 7 and those of chapter 8 written so far, which go beyond the course (the one place they are written down). ``lesson_table()`` joins it with what is on disk: the notebook ``notebooks/<major>_<minor>_*.ipynb``
 when it exists (its title then comes from the notebook's own first heading), "coming" when it does not yet, and
 the notebook's wall time from the latest ``make bench`` report on this machine when there is one. Nothing here
 is a measured number written by hand. In another language (``SETTINGS.lang``) the title comes from the lesson's
@@ -30,6 +30,7 @@ CHAPTERS = {
     5: msg("Beyond the course: shard the model, profile a step, survive a crash, go beyond one machine"),
     6: msg("Beyond the course: open the engine (collectives, DDP, ZeRO, model parallelism by hand)"),
     7: msg("Beyond the course: compose and choose (mixed precision across ranks, device meshes, a configuration)"),
+    8: msg("Beyond the course: long sequences and many experts"),
 }
 SYLLABUS = (
     ("1.1", "Prepare models with AutoModel and Accelerator"),
@@ -55,6 +56,7 @@ SYLLABUS = (
     ("7.1", "Mixed precision across ranks"),
     ("7.2", "A mesh of devices"),
     ("7.3", "Choosing a configuration"),
+    ("8.1", "Attention that fits"),
 )
 
 

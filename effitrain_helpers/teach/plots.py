@@ -978,6 +978,42 @@ def plot_link_rates(rows: list[dict], title: str = "") -> "Figure":
     return fig
 
 
+# ---- chapter 8, lesson 8.1: attention that fits ------------------------------------------------------------------
+_ATTENTION_WAYS = {"plain": msg("plain attention (by hand)"), "sdpa math": msg("SDPA, math kernel"),
+                   "sdpa flash": msg("SDPA, CPU flash kernel"), "hand flash": msg("FlashAttention by hand")}
+
+
+def plot_attention_saved_bytes(rows: list[dict], title: str = "") -> "Figure":
+    """Bytes kept for backward by each way of computing attention, against the sequence length n, with the
+    theory dashed: n x n for plain attention and SDPA's math kernel, n for the flash ones (lesson 8.1).
+    ``rows``: ``saved_bytes_compared(...)`` for several n, put together."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    if not rows:
+        raise ValueError(tr("nothing to plot: pass the rows of saved_bytes_compared(...) for several n."))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, way in enumerate(dict.fromkeys(r["way"] for r in rows)):
+        mine = sorted((r for r in rows if r["way"] == way), key=lambda r: r["n"])
+        ns = [r["n"] for r in mine]
+        ax.plot(ns, [r["saved_bytes"] / 2**20 for r in mine], "o-", color=f"C{i}",
+                label=tr(_ATTENTION_WAYS.get(way, way)), alpha=0.8, markersize=9 - 2 * i)
+        ax.plot(ns, [r["theory_bytes"] / 2**20 for r in mine], "--", color=f"C{i}", alpha=0.6)
+    lengths = sorted({r["n"] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(tr("sequence length n"), fontsize=FONT)
+    ax.set_ylabel(tr("MiB saved for backward (dashed: theory)"), fontsize=FONT)
+    ax.legend(fontsize=FONT - 2)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title or tr("What attention keeps for backward: n x n against n"), fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig
+
+
 def _numbers_in_language(plot):
     """``plot`` (a ``plot_*`` function) whose figure goes through :func:`numbers_in_language`."""
 
