@@ -21,7 +21,7 @@ LANG = "pt-BR"
 SAME_IN_BOTH = {"mib", "kib", "ms", "hz", "gflop", "ddp", "fsdp", "sigkill", "gloo", "absmax", "qmap", "lr",
                 "prepare", "cpu", "xeon", "adamw", "adafactor", "sgd", "profiler", "thread", "threads", "mantissa", "original",
                 "global", "amplitude", "pixels", "bit", "bits", "byte", "no", "micro", "mbit", "tc", "tbf", "link",
-                "flashattention", "sdpa"}
+                "flashattention", "sdpa", "gb", "µs", "beta"}  # beta: the Greek letter, spelled so in Portuguese too
 
 
 def _figures():
@@ -105,6 +105,7 @@ def _figures():
               "counted_bytes": None, "theory_bytes": 4 * n} for m in ("ring", "parameter server") for n in (10, 100)]),
         "plot_link_rates": plots.plot_link_rates(
             [{"rate": r, "DDP": 0.1, "FSDP": 0.2, "DDP theory": 0.1, "FSDP theory": 0.2} for r in (None, 1e7, 1e9)]),
+        "plot_alpha_beta": plots.plot_alpha_beta(40e-6, 1 / 3.5e9, message_bytes=(2**10, 2**20), worlds=(2, 8)),
         "plot_attention_saved_bytes": plots.plot_attention_saved_bytes(
             [{"way": w, "n": n, "saved_bytes": 2**20 * n, "theory_bytes": 2**20 * n} for w in ("plain", "hand flash")
              for n in (128, 256)]),
@@ -530,6 +531,11 @@ ENGLISH["plot_link_rates"] = ["Two nodes, one rank each: time per step against t
 # lesson 5.2
 ENGLISH["plot_trace_timeline"] = ["The step as the saved trace recorded it", "forward", "backward",
                                   "ms since the first labelled range", "MiB allocated since the start"]
+# lesson 6.1
+ENGLISH["plot_alpha_beta"] = (2 * ["alpha-beta model, alpha = 40.0 µs, bandwidth 1/beta = 3.50 GB/s (gloo, here)"]
+                              + [text for size in ("1", "1,024") for text in (
+                                  f"all-reduce of {size} KiB", "processes N", "model time (ms)", "ring", "tree",
+                                  "parameter server")])
 # lesson 8.1
 ENGLISH["plot_attention_saved_bytes"] = ["What attention keeps for backward: n x n against n", "sequence length n",
                                          "MiB saved for backward (dashed: theory)", "plain attention (by hand)",

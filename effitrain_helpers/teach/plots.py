@@ -1014,21 +1014,6 @@ def plot_attention_saved_bytes(rows: list[dict], title: str = "") -> "Figure":
     return fig
 
 
-def _numbers_in_language(plot):
-    """``plot`` (a ``plot_*`` function) whose figure goes through :func:`numbers_in_language`."""
-
-    @functools.wraps(plot)
-    def drawn(*args, **kwargs):
-        return numbers_in_language(plot(*args, **kwargs))
-
-    return drawn
-
-
-# every figure's numbers in the learner's language, one home for all plot_* functions (a new one too)
-globals().update({name: _numbers_in_language(plot) for name, plot in list(globals().items())
-                  if name.startswith("plot_") and callable(plot)})
-
-
 # ---- chapter 6, lesson 6.1: the latency-bandwidth model -----------------------------------------------------------
 def plot_alpha_beta(alpha: float, beta: float, message_bytes: tuple[int, ...] = (2**10, 2**27),
                     worlds: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)) -> "Figure":
@@ -1054,3 +1039,18 @@ def plot_alpha_beta(alpha: float, beta: float, message_bytes: tuple[int, ...] = 
                     alpha=number(alpha * 1e6, ".1f"), bandwidth=number(1 / beta / 1e9, ".2f")), fontsize=FONT)
     fig.tight_layout()
     return fig
+
+
+def _numbers_in_language(plot):
+    """``plot`` (a ``plot_*`` function) whose figure goes through :func:`numbers_in_language`."""
+
+    @functools.wraps(plot)
+    def drawn(*args, **kwargs):
+        return numbers_in_language(plot(*args, **kwargs))
+
+    return drawn
+
+
+# every figure's numbers in the learner's language, one home for all plot_* functions (a new one too)
+globals().update({name: _numbers_in_language(plot) for name, plot in list(globals().items())
+                  if name.startswith("plot_") and callable(plot)})
