@@ -223,7 +223,8 @@ def _errors(nb) -> list[str]:
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if out.get("output_type") == "error":
                 first = (str(out.get("evalue", "")).splitlines() or [""])[0]
-                found.append(f"cell {i} raised {out.get('ename')}: {first}"[:300])
+                found.append(tr("cell {cell} raised {error}: {message}", cell=i, error=str(out.get("ename")),
+                                message=first)[:300])
     return found
 
 
