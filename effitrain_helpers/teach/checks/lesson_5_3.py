@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
@@ -15,6 +16,9 @@ TIMEOUT = 150  # seconds; a save or barrier on one rank only can make the other 
 # Rank 1's save_state starts this many seconds late, so a seal that does not wait for every rank at a barrier
 # always finds rank 1's files missing (unslowed, rank 1 is usually quick enough, and the race goes unseen).
 SLOW_RANK_SECONDS = 1.0
+# The slowed rank leaves this file in root when its save_state is called, so a seal that found rank 1's files
+# missing can tell a race (rank 1 saving late) from a save that rank 1 never made (the main process saving alone).
+SAVE_CALLED = ".effitrain-check-save-state-called"
 # q2: a checkpoint every 50 steps, a rank dies after 1,336 steps; q3: Young's interval for a 512-GPU job
 Q2_EVERY, Q2_DONE = 50, 1336
 Q3_SAVE_SECONDS, Q3_GPUS, Q3_GPU_MTBF_YEARS = 30.0, 512, 5.0
@@ -60,7 +64,7 @@ def _run_learner(save, resume, root: str) -> dict:
 
     accelerator, model, optimizer, loader, scheduler = _build()
     if not accelerator.is_main_process:
-        _slow_down_save_state(accelerator)
+        _slow_down_save_state(accelerator, root)
     saved = {}
     for done, batch in enumerate(loader, start=1):
         _step(accelerator, model, optimizer, scheduler, batch)
@@ -87,13 +91,16 @@ def _run_learner(save, resume, root: str) -> dict:
             "saved": saved, "batches": batches, "reference": reference, "final": _weights(accelerator, model)}
 
 
-def _slow_down_save_state(accelerator) -> None:
-    """Make this rank's ``accelerator.save_state`` start :data:`SLOW_RANK_SECONDS` late (a slow disk)."""
+def _slow_down_save_state(accelerator, root: str) -> None:
+    """Make this rank's ``accelerator.save_state`` start :data:`SLOW_RANK_SECONDS` late (a slow disk), leaving
+    :data:`SAVE_CALLED` in ``root`` when it is called."""
     import time
+    from pathlib import Path
 
     save_state = accelerator.save_state
 
     def slow_save_state(*args, **kwargs):
+        Path(root, SAVE_CALLED).touch()
         time.sleep(SLOW_RANK_SECONDS)
         return save_state(*args, **kwargs)
 
@@ -106,7 +113,7 @@ def _saved_files(root) -> dict[str, set[str]]:
 
     out: dict[str, set[str]] = {}
     for path in Path(root).rglob("*"):
-        if path.is_file():
+        if path.is_file() and path.name != SAVE_CALLED:
             out.setdefault(str(path.parent.relative_to(root)), set()).add(path.name)
     return out
 
@@ -187,7 +194,8 @@ def _check_resume(save, resume) -> None:
             if sealed_twice:  # named before the files, which it leaves half renamed
                 raise Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
                                    "on the main process only (if accelerator.is_main_process).")) from None
-            if "missing from" in error and "random_states_" in error:  # seal found a slower rank's file absent
+            rank_1_saved = os.path.exists(os.path.join(root, SAVE_CALLED))  # else rank 1 never saved: judged below
+            if "missing from" in error and "random_states_" in error and rank_1_saved:  # seal ran ahead of rank 1
                 raise Incorrect(tr("the main process sealed the folder before rank 1 had written its files "
                                    "(the check makes rank 1's save_state start {seconds:g} s late): every rank "
                                    "must reach a barrier, accelerator.wait_for_everyone(), after its save_state "
