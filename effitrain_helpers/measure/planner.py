@@ -30,9 +30,9 @@ step time and MFU, ranked fastest first. The arithmetic, and what it leaves out:
 **Communication per step** (bytes each device sends; ring collectives: an all-reduce sends ``2(n-1)/n`` of its
 payload, an all-gather or reduce-scatter ``(n-1)/n``; activations and gradients travel in 16 bits):
 
-- TP: per layer and micro-batch, two all-gathers and two reduce-scatters of ``s·b·h`` values (sequence
-  parallelism: the same bytes as Megatron's two all-reduces forward and two backward), three of each with full
-  recomputation (the forward runs again);
+- TP: per layer and micro-batch, two all-gathers and two reduce-scatters of ``s·b·h`` values in forward and as
+  many in backward (sequence parallelism, Korthikanti et al. 2022: four of each, the same bytes as Megatron's two
+  all-reduces forward and two backward), six of each with full recomputation (the forward runs again);
 - CP: per layer and micro-batch, each rank's keys and values (``2·s·b·h / (TP·CP)`` values) go round the ring
   to the other ``CP - 1`` ranks in forward, their gradients in backward (multi-head attention; grouped-query
   attention would send less);
@@ -222,7 +222,7 @@ def estimate(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens
     layers = model.layers / pp
     sent = {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0}
     if tp > 1:
-        passes = 6 if layout.recompute == "full" else 4
+        passes = 12 if layout.recompute == "full" else 8  # all-gathers + reduce-scatters, forward and backward
         sent["tp"] = layers * m * passes * (tp - 1) / tp * values / cp * ACTIVATION_BYTES
     if cp > 1:
         sent["cp"] = layers * m * 2 * (cp - 1) * 2 * values / (tp * cp) * ACTIVATION_BYTES
