@@ -63,35 +63,45 @@ def unavailable() -> str | None:
 
 
 def _hidden(paths) -> list[str]:
-    """bwrap arguments hiding each of ``paths`` (a folder behind an empty one, a file behind /dev/null); paths
-    under the temporary folder are hidden already (the sandbox's /tmp is its own)."""
+    """bwrap arguments hiding each of ``paths`` (a folder behind an empty one, a file behind /dev/null), also
+    under /tmp: the sandbox's /tmp is its own, but a folder shown again there (a checkout under /tmp) may hold
+    one."""
     args = []
     temp = Path(tempfile.gettempdir()).resolve()
     for path in dict.fromkeys(Path(p).resolve() for p in paths):
-        if not path.exists() or path == temp or temp in path.parents or str(path).startswith("/tmp/"):
+        if not path.exists() or path in (temp, Path("/tmp")):
             continue
         args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
     return args
 
 
-def _home(env: dict) -> list[str]:
-    """bwrap arguments hiding the home folder (keys, mail, other work), then showing again, read-only, what a
-    lesson needs from it: this Python and its packages, the workbook's checkout, its cache (the offline kit
-    included) and the Hugging Face cache."""
+def _needed(env: dict) -> list[Path]:
+    """What a lesson reads outside its own folder: this Python and its packages, the workbook's checkout, its
+    cache (the offline kit included) and the Hugging Face cache."""
     from effitrain_helpers.core.settings import SETTINGS
 
-    home = Path.home().resolve()
-    if home == Path("/") or not home.is_dir():
-        return []
+    home = Path.home()
     package_root = Path(__file__).resolve().parents[2]
     hf = Path(env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "huggingface")
     needed = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, package_root,
               SETTINGS.cache_dir, hf, *(Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    args = ["--tmpfs", str(home)]
-    for path in dict.fromkeys(p.expanduser().resolve() for p in needed):
-        if home in path.parents and path.exists():
-            args += ["--ro-bind", str(path), str(path)]
-    return args
+    return list(dict.fromkeys(p.expanduser().resolve() for p in needed))
+
+
+def _shown_again(top: Path, env: dict) -> list[str]:
+    """bwrap arguments showing again, read-only, what a lesson needs (:func:`_needed`) from under ``top``, a
+    folder the sandbox replaced by an empty one (the home folder; /tmp, where a checkout may live)."""
+    return [arg for path in _needed(env) if top in path.parents and path.exists()
+            for arg in ("--ro-bind", str(path), str(path))]
+
+
+def _home(env: dict) -> list[str]:
+    """bwrap arguments hiding the home folder (keys, mail, other work), then showing again what a lesson needs
+    from it."""
+    home = Path.home().resolve()
+    if home == Path("/") or not home.is_dir():
+        return []
+    return ["--tmpfs", str(home), *_shown_again(home, env)]
 
 
 def _command(folder: Path, limit: float, hide, safe: bool, env: dict) -> list[str]:
@@ -99,7 +109,7 @@ def _command(folder: Path, limit: float, hide, safe: bool, env: dict) -> list[st
     if not safe:
         return runner
     return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc",
-            "--dev", "/dev", "--tmpfs", "/tmp", *_home(env), *_hidden(hide), "--bind", str(folder), INSIDE,
+            "--dev", "/dev", "--tmpfs", "/tmp", *_shown_again(Path("/tmp"), env), *_home(env), *_hidden(hide), "--bind", str(folder), INSIDE,
             "--chdir", INSIDE, *runner]
 
 
