@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from effitrain_helpers.measure.memory_estimate import layer_activation_bytes
-from effitrain_helpers.measure.planner import Cluster, Model, memory_per_device, parameters_per_rank, plan
+from effitrain_helpers.measure.planner import Cluster, Model, bubble, memory_per_device, parameters_per_rank, plan
 from effitrain_helpers.teach.checks.lesson_7_3 import q1, q2, q3
 from effitrain_helpers.teach.exercises import ____
 
@@ -31,7 +31,6 @@ def _memory(model, layout, m, bytes_per=(2, 2, 12), zero_shards=None, in_flight=
 
 @pytest.mark.parametrize("answer, words", [
     (_memory, None),
-    (lambda model, layout, m: sum(memory_per_device(model, layout, m).values()), None),
     (lambda *a: _memory(*a, zero=False), "ZeRO is left out"),
     (lambda *a: _memory(*a, zero_shards=lambda layout: layout.dp), "divide by DP x CP"),
     (lambda *a: _memory(*a, in_flight=lambda layout, m: m), "GPipe"),
@@ -59,6 +58,18 @@ def test_q2_names_each_mistake(answer, words):
     result = q2.evaluate(answer)
     assert result.status == ("correct" if words is None else "incorrect"), result.message
     assert words is None or words in result.message, result.message
+
+
+@pytest.mark.parametrize("exercise, answer, name", [
+    (q1, lambda model, layout, m: sum(memory_per_device(model, layout, m).values()), "memory_per_device"),
+    (q2, lambda p, m: bubble(p, m), "bubble"),
+    (q2, bubble, "bubble"),
+])
+def test_the_lesson_s_own_function_is_not_an_answer(exercise, answer, name):
+    """The notebook imports the planner's functions (it uses them before the exercises): handing them back is
+    refused, named."""
+    result = exercise.evaluate(answer)
+    assert result.status == "incorrect" and f"hands the work to {name}" in result.message, result.message
 
 
 THIRTEEN_B = Model(13e9, 40, 5120, 40, 4096, 32000)

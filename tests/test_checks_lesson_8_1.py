@@ -61,8 +61,7 @@ def _in_log_space(q, k, v, is_causal, tile):
 
 
 @pytest.mark.slow  # about 10 checker runs (a few seconds on a busy 2-core CPU)
-def test_the_house_forward_and_a_differently_written_one_are_correct():
-    assert q1.evaluate(fa.flash_forward).status == "correct", q1.evaluate(fa.flash_forward).message
+def test_a_forward_written_two_ways_is_correct():
     assert q1.evaluate(_forward).status == "correct", q1.evaluate(_forward).message
     result = q1.evaluate(_in_log_space)
     assert result.status == "correct", result.message
@@ -83,6 +82,12 @@ def test_the_house_forward_and_a_differently_written_one_are_correct():
 def test_each_mistake_is_named(mistake, words):
     result = q1.evaluate(lambda q, k, v, c, t: _forward(q, k, v, c, t, **mistake))
     assert result.status == "incorrect" and words in result.message, result.message
+
+
+@pytest.mark.parametrize("answer", [fa.flash_forward, lambda q, k, v, c, t: fa.flash_forward(q, k, v, c, t)])
+def test_the_workbook_s_own_forward_is_not_an_answer(answer):
+    result = q1.evaluate(answer)
+    assert result.status == "incorrect" and "hands the work to flash_forward" in result.message, result.message
 
 
 def test_a_wrong_form_and_a_blank_are_answered():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, hands_over_to
 
 RELATIVE = 1e-6  # an answer this close to the planner's is right
 
@@ -82,6 +82,9 @@ def _check_memory(fn) -> None:
 
     if not callable(fn):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
+    if hands_over_to(fn, memory_per_device):
+        raise Incorrect(tr("your function hands the work to {name}, the lesson's own answer: write the rule "
+                           "yourself (the exercise is what that function does).", name="memory_per_device"))
     for model, layout, m in _cases():
         got = fn(model, layout, m)
         try:
@@ -106,6 +109,9 @@ def _check_bubble(fn) -> None:
 
     if not callable(fn):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
+    if hands_over_to(fn, bubble):
+        raise Incorrect(tr("your function hands the work to {name}, the lesson's own answer: write the rule "
+                           "yourself (the exercise is what that function does).", name="bubble"))
     for p, m in ((1, 8), (4, 4), (8, 24), (6, 1)):
         got = fn(p, m)
         want = bubble(p, m)

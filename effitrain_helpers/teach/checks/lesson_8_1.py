@@ -12,7 +12,7 @@ what it sees.
 from __future__ import annotations
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, _unfinished
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, _unfinished, hands_over_to
 
 ATOL, RTOL = 1e-5, 1e-4  # float32 sums in another order than torch's kernel differ by about 1e-7
 BATCH, D, TILE = 2, 8, 16
@@ -137,10 +137,13 @@ def _name_the_mistake(fn, n: int, is_causal: bool, out, lse, want, want_lse) -> 
 def _check(fn) -> None:
     import torch
 
-    from effitrain_helpers.training.flash_attention import sdpa_with_lse
+    from effitrain_helpers.training.flash_attention import flash_forward, sdpa_with_lse
 
     if not callable(fn):
         raise Incorrect(tr("pass your function itself: q1.check(flash_forward); you gave {fn!r}.", fn=fn))
+    if hands_over_to(fn, flash_forward):
+        raise Incorrect(tr("your function hands the work to {name}, the lesson's own answer: write the rule "
+                           "yourself (the exercise is what that function does).", name="flash_forward"))
     n = SIZES[0]
     shape, flops = _watch(fn, *_inputs(n, 0), False)
     if shape and shape[-1] >= n and shape[-2] >= n:
