@@ -753,7 +753,7 @@ def test_resume_checkpoints_on_a_disk_it_cannot_fill_is_refused_before_any_proce
 def test_resume_torchrun_interrupted_ends_torchrun_and_its_ranks_and_removes_its_folders(tmp_path, sig):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "resume", "--torchrun", "--crash-at", "2"],
+    proc = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "resume", "--torchrun", "--crash-at", "14"],
                             env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     family: list[psutil.Process] = []

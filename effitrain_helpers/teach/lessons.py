@@ -53,10 +53,10 @@ SYLLABUS = (
     ("6.2", "Data parallelism by hand"),
     ("6.3", "ZeRO by hand"),
     ("6.4", "Split the layer, split the model"),
-    ("7.1", "Mixed precision across ranks"),
-    ("7.2", "A mesh of devices"),
-    ("7.3", "Choosing a configuration"),
-    ("8.1", "Attention that fits"),
+    ("7.1", msg("Mixed precision across ranks")),
+    ("7.2", msg("A mesh of devices")),
+    ("7.3", msg("Choosing a configuration")),
+    ("8.1", msg("Attention that fits")),
 )
 
 
@@ -108,8 +108,10 @@ def lesson_table(notebooks: Path = NOTEBOOKS, report: Path = BENCH_REPORT) -> li
         found = sorted(notebooks.glob(f"{major}_{minor}_*.ipynb"))
         path = found[0] if found else None
         translated = path.parent / SETTINGS.lang / path.name if path and SETTINGS.lang != "en" else None
-        title = (translated and translated.exists() and _notebook_title(translated)) or \
-            (path and _notebook_title(path)) or title
+        if SETTINGS.lang != "en" and not (translated and translated.exists()):  # coming, or not translated yet
+            title = tr(title) + (tr(" (in English until it is translated)") if path else "")
+        else:
+            title = (translated and _notebook_title(translated)) or (path and _notebook_title(path)) or title
         rows.append(Lesson(number, int(major), title,
                            path.name if path else None, times.get(path.name) if path else None))
     return rows

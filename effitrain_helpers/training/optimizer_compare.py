@@ -433,7 +433,7 @@ def comparison_setup(optimizers=OPTIMIZER_NAMES, steps: int | None = None, learn
     batches, eval_batches, data_choice = fixed_batches(tokenizer, steps, batch_size, seed=seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return ComparisonSetup(names, rates, notes, base, batches, eval_batches, steps, batch_size, seed, schedule,
-                           f"{choice.path} ({choice.source})", str(data_choice.name), device, progress)
+                           f"{choice.path} ({tr(choice.source)})", str(data_choice.name), device, progress)
 
 
 def compare_optimizers(optimizers=OPTIMIZER_NAMES, steps: int | None = None, learning_rate=None,
