@@ -46,7 +46,6 @@ Exit code 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -95,20 +94,7 @@ def harness_vs_torch_benchmark(sizes=(128, 256, 512, 1024), rounds: int = 7) -> 
     return rows
 
 
-BURN_ONE_CORE = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 SCALING_AGREE_TOL = 0.30  # a reliable busy speed-up within 30% of the quiet one (and on the same side of 1)
-
-
-@contextlib.contextmanager
-def one_core_burnt(seconds: float = 300.0):
-    """A second process spinning on one core for the duration of the block (then killed and reaped)."""
-    burner = subprocess.Popen([sys.executable, "-c", BURN_ONE_CORE.format(seconds=seconds)])
-    try:
-        time.sleep(0.5)  # let it take its core
-        yield
-    finally:
-        burner.kill()
-        burner.wait()
 
 
 def verdicts_under_load(sizes=(128, 256, 512)) -> dict:
@@ -119,7 +105,7 @@ def verdicts_under_load(sizes=(128, 256, 512)) -> dict:
     from effitrain_helpers.core.devices import hardware_summary
     from effitrain_helpers.measure import bench
 
-    with one_core_burnt():
+    with bench.one_core_burnt():
         results, notes = bench.run_benchmark(list(sizes), ["float32", "bfloat16"], "cpu", repeats=5)
         n = max(sizes)
         ratio = bench.dtype_ratio(results, "cpu", n)
@@ -152,6 +138,8 @@ def scaling_under_load(processes: int = 2) -> dict:
     machine: a reliable busy verdict must agree with it (same side of 1, within ``SCALING_AGREE_TOL``); a busy
     run that says "unreliable" is true by construction, and when the quiet run was itself unreliable only
     "unreliable" is accepted."""
+    from effitrain_helpers.measure.bench import one_core_burnt
+
     quiet_ok, _, quiet = _speedup(processes)
     with one_core_burnt():
         busy_ok, verdict, busy = _speedup(processes)

@@ -18,16 +18,15 @@ of :data:`QUIET_FACTOR` of the quiet run's.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from effitrain_helpers.measure.bench import one_core_burnt
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING_COLUMN = re.compile(r"\bms\b|GFLOP/s|\btime\b")
@@ -371,21 +370,6 @@ def test_outside_a_notebook_the_clock_says_it_is_the_wall_clock(monkeypatch):
 
 
 # ---------------------------------------------------------------- slow: lessons run with one core busy
-BURN_ONE_CORE = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
-
-
-@contextlib.contextmanager
-def one_core_burnt(seconds: float = 900.0):
-    """A second process spinning on one core for the duration of the block (then killed and reaped)."""
-    burner = subprocess.Popen([sys.executable, "-c", BURN_ONE_CORE.format(seconds=seconds)])
-    try:
-        time.sleep(0.5)  # let it take its core
-        yield
-    finally:
-        burner.kill()
-        burner.wait()
-
-
 def run_lesson(name: str, monkeypatch) -> nbformat.NotebookNode:
     """Execute an English lesson (small size, offline, timings recorded per cell)."""
     from nbclient import NotebookClient
@@ -442,7 +426,7 @@ def quiet_disagreements(name: str, quiet, busy) -> list[str]:
 @pytest.mark.slow
 def test_lesson_1_1_with_one_core_busy(monkeypatch):
     name = "1_1_prepare_models.ipynb"
-    with one_core_burnt():
+    with one_core_burnt(seconds=900.0):
         nb = run_lesson(name, monkeypatch)
     assert lesson_problems(name, nb) == []
 
@@ -452,6 +436,6 @@ def test_lesson_1_1_with_one_core_busy(monkeypatch):
 @pytest.mark.parametrize("name", list(TIMING_CELLS))
 def test_lessons_with_one_core_busy_match_a_quiet_run(name, monkeypatch):
     quiet = run_lesson(name, monkeypatch)
-    with one_core_burnt():
+    with one_core_burnt(seconds=900.0):
         busy = run_lesson(name, monkeypatch)
     assert lesson_problems(name, quiet) + lesson_problems(name, busy) + quiet_disagreements(name, quiet, busy) == []

@@ -16,9 +16,11 @@ An unreliable run says so instead of stating a conclusion.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -735,3 +737,19 @@ def results_table(results: list[MatmulResult]) -> str:
         lines.append(f"{r.device:<8} {r.dtype:<9} {r.size:>6} {number(r.seconds * 1e3, '>10.3f')} {span:>17} "
                      f"{number(r.spread, '>7.0%')} {number(r.gflops, '>9.1f')}  {tr('no') if r.unreliable else tr('yes')}")
     return "\n".join(lines)
+
+
+_BURN_ONE_CORE = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
+
+
+@contextlib.contextmanager
+def one_core_burnt(seconds: float = 300.0):
+    """A second process spinning on one core for the duration of the block (then killed and reaped): the busy
+    machine the benchmarks (``--busy-only``) and the busy-timing tests measure lessons on."""
+    burner = subprocess.Popen([sys.executable, "-c", _BURN_ONE_CORE.format(seconds=seconds)])
+    try:
+        time.sleep(0.5)  # let it take its core
+        yield
+    finally:
+        burner.kill()
+        burner.wait()
