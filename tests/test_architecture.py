@@ -10,7 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "effitrain_helpers"
 # Lowest first. A module may import from its own layer or a lower one.
-LAYERS = ["core", "sources", "processes", "measure", "training", "teach", "cli"]
+LAYERS = ["core", "sources", "processes", "measure", "engines", "training", "teach", "cli"]
 
 
 def module_name(path: Path) -> str:
