@@ -323,6 +323,20 @@ def test_check_hint_and_solution_answer_in_portuguese(portuguese, monkeypatch, t
     assert shown[1].startswith("As soluções estão desligadas nesta turma (EFFITRAIN_SOLUTIONS está desligado")
 
 
+def test_a_solution_shows_its_comments_in_the_learners_language(portuguese, monkeypatch):
+    """Only comments and strings change: the code of a solution reads the same in both languages."""
+    from effitrain_helpers.teach.checks.lesson_3_1 import q1
+    from effitrain_helpers.teach.translations import code_change, has_comment
+
+    shown = []
+    monkeypatch.setattr("effitrain_helpers.teach.exercises._show", shown.append)
+    monkeypatch.setenv("EFFITRAIN_SOLUTIONS", "on")
+    q1.solution()
+    assert "# não é o k-ésimo: acumula, sem all-reduce" in shown[0] and "not the k-th" not in shown[0]
+    assert code_change(q1.solution_code, shown[0].split("\n\n", 1)[1]) is None
+    assert has_comment("x = 1  # one") and not has_comment('x = "# not a comment"')
+
+
 def test_progress_table_speaks_the_learners_language(portuguese, tmp_path):
     from effitrain_helpers.teach.progress import progress_table
 

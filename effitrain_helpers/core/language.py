@@ -169,7 +169,10 @@ def term(label, terms) -> str:
 def _shortest(value, grouped: bool):
     """A table cell without a format of its own: a float as ``repr`` would write it (``0.25``, not pandas'
     ``0.250000``), an integer (or a float that is one: a byte count in a float column) grouped where the
-    language groups digits (pandas then swaps the separators)."""
+    language groups digits (pandas then swaps the separators); True/False as yes/no in the language (a column
+    that mixes them with numbers, as a transposed table does)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy's bool too
+        return tr("yes") if value else tr("no")
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         value = int(value)
     if isinstance(value, float):

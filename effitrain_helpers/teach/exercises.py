@@ -315,4 +315,5 @@ class Exercise:
             _show(tr("Solutions are turned off for this class ({why}). Hints still work: {exercise}.hint(); "
                      "or ask your instructor.", why=why, exercise=self.usage.split(".")[0]))
             return
-        _show(tr("Solution ({name}):", name=tr(self.name)) + f"\n\n{self.solution_code.strip()}")
+        code = tr(self.solution_code)  # its comments in the learner's language (teach.translations collects it)
+        _show(tr("Solution ({name}):", name=tr(self.name)) + f"\n\n{code.strip()}")

@@ -37,8 +37,10 @@ import ast
 import copy
 import hashlib
 import importlib
+import io
 import pkgutil
 import string
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -289,6 +291,16 @@ def unrouted_verdicts(module: str) -> list[str]:
     return found
 
 
+def has_comment(code: str) -> bool:
+    """Whether ``code`` (a solution) holds a ``#`` comment: then it is a message, its comments translated (the code
+    itself reads the same in every language, so a solution without comments needs no entry)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return "#" in code
+    return any(t.type == tokenize.COMMENT for t in tokens)
+
+
 def package_messages() -> tuple[dict[str, list[str]], list[str]]:
     """``{module: English messages}`` of the package (``"teach.checks.lesson_1_1"``: the literals of its
     ``tr``/``msg`` calls, and for a checks module its exercises' names, hints and "checked" lines), and the calls that pass
@@ -306,7 +318,8 @@ def package_messages() -> tuple[dict[str, list[str]], list[str]]:
     for info in pkgutil.iter_modules(package.__path__):
         exercises = [v for v in vars(importlib.import_module(f"{CHECKS_PACKAGE}.{info.name}")).values()
                      if isinstance(v, Exercise)]
-        texts = [t for ex in exercises for t in (ex.name, *ex.hints, *([ex.checked] if ex.checked else []))]
+        texts = [t for ex in exercises for t in (ex.name, *ex.hints, *([ex.checked] if ex.checked else []),
+                                                 *([ex.solution_code] if has_comment(ex.solution_code) else []))]
         if texts:
             key = f"teach.checks.{info.name}"
             found[key] = found.get(key, []) + texts
