@@ -268,6 +268,13 @@ def test_a_translation_must_keep_the_fields_and_tr_falls_back_to_english(monkeyp
     assert t._fields("{n!r} de {total:,}") == {"n!r", "total"}
 
 
+def test_a_field_that_tr_takes_as_its_own_argument_is_named():
+    from effitrain_helpers.teach.translations import reserved_fields
+
+    assert reserved_fields("use {lang} for {text!r}, {n:,} of them") == ["lang", "text"]
+    assert reserved_fields("{language} and {texts}") == []
+
+
 def test_tr_needs_a_literal_template():
     _, bad = t.package_messages()
     assert bad == []

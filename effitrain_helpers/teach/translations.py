@@ -338,6 +338,11 @@ def strict_modules(lang: str, modules) -> list[str]:
     return strict
 
 
+def reserved_fields(template: str) -> list[str]:
+    """The fields of ``template`` that ``tr(text, lang=None, **fields)`` cannot be given (``text``, ``lang``)."""
+    return sorted({f.split("!")[0] for f in _fields(template)} & {"text", "lang"})
+
+
 def _fields(template: str) -> set[str]:
     try:
         return {f"{name}!{conv}" if conv else name for _, name, _, conv in string.Formatter().parse(template)
@@ -367,6 +372,8 @@ def message_problems(lang: str) -> MessageReport:
     known = catalog.__wrapped__(lang)
     untranslated = {}
     for module in modules:
+        problems += [f"{module}: {t!r} has a field named {name!r}, which tr() takes as its own argument. Fix: "
+                     "rename the field" for t in messages.get(module, []) for name in reserved_fields(t)]
         missing = [t for t in messages.get(module, []) if not known.get(t)]
         unrouted = unrouted_verdicts(module) if module in checks else []
         if module in strict:

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from effitrain_helpers.processes.group import cpu_group_requested
 from effitrain_helpers.training.runs import TrainConfig, build_data, learning_rate, save_model, weights_fingerprint
 from effitrain_helpers.core.arguments import OneLineParser, not_empty
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 
 
 def preflight(config: TrainConfig, num_processes: int = 1):
@@ -215,13 +215,32 @@ def evaluate_checkpoint(path: str, n_validation: int = 200, eval_batch_size: int
             "batches_here": len(eval_loader), **evaluate(model, eval_loader, accelerator, drop_repeats)}
 
 
+OPTION_HELP = {  # one line per TrainConfig field, shown by `effitrain train --help` in the learner's language
+    "model": msg("a model folder or Hub id (default: the course's model, or the workbook's own when offline)"),
+    "data": msg("a CSV/JSON file or folder in GLUE MRPC's layout (default: GLUE MRPC, or the workbook's own pairs)"),
+    "label_column": msg("the data's label column (default: %(default)s)"),
+    "n_train": msg("training pairs used (default: %(default)s)"),
+    "n_validation": msg("validation pairs evaluated (default: %(default)s)"),
+    "batch_size": msg("pairs per batch in each process (default: %(default)s)"),
+    "eval_batch_size": msg("pairs per evaluation batch (default: %(default)s)"),
+    "learning_rate": msg("peak learning rate (default: 1e-3 for the workbook's small model, 5e-5 for a "
+                         "pre-trained one)"),
+    "epochs": msg("passes over the training pairs (default: %(default)s)"),
+    "warmup_steps": msg("steps of linear warm-up before the linear decay (default: %(default)s)"),
+    "max_length": msg("tokens per pair at most (default: %(default)s)"),
+    "seed": msg("random seed of weights and data order (default: %(default)s)"),
+    "output_dir": msg("an empty or new folder where rank 0 saves the fine-tuned model (default: not saved)"),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="effitrain train", description="The fine-tuning of chapter 2: a plain PyTorch loop, "
                                                                  "the same loop with Accelerate, and their evaluation.")
     for name, value in asdict(TrainConfig()).items():
         kind = float if name == "learning_rate" else int if isinstance(value, int) else str  # other None defaults: str
         kind = not_empty("--model") if name == "model" else kind
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name)
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=value, dest=name,
+                            help=OPTION_HELP[name])
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON summary")
     return parser
 
@@ -264,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(tr("epoch {epoch}: train loss {loss:.3f}, validation accuracy {accuracy:.3f}, F1 {f1:.3f}",
                          epoch=row["epoch"], loss=row["train_loss"], accuracy=row["accuracy"], f1=row["f1"]))
             print(tr("{n} process(es); final weights identical on every rank: {identical}", n=summary["world_size"],
-                     identical=summary["identical_weights"]))
+                     identical=tr("yes") if summary["identical_weights"] else tr("no")))
     return 0
 
 
