@@ -34,22 +34,27 @@ payload, an all-gather or reduce-scatter ``(n-1)/n``; activations and gradients 
   many in backward (sequence parallelism, Korthikanti et al. 2022: four of each, the same bytes as Megatron's two
   all-reduces forward and two backward), six of each with full recomputation (the forward runs again);
 - CP: per layer and micro-batch, each rank's keys and values (``2·s·b·h / (TP·CP)`` values) go round the ring
-  to the other ``CP - 1`` ranks in forward, their gradients in backward (multi-head attention; grouped-query
-  attention would send less);
+  to the other ``CP - 1`` ranks in forward, and in backward both again and their gradients (ring attention's
+  backward recomputes with the travelling keys and values and sends the accumulating dK, dV round too): three
+  times the forward's bytes in all (multi-head attention; grouped-query attention would send less);
 - PP: per micro-batch one activation forward and one gradient backward of ``s·b·h / (TP·CP)`` values;
 - DP: the gradients of the rank's parameters (16 bits) all-reduced over ``DP·CP`` once per step (ZeRO 0-1),
-  reduce-scattered and the new parameters all-gathered (ZeRO-2, the same bytes), and under ZeRO-3 the
-  parameters all-gathered again in forward and backward for every micro-batch.
+  reduce-scattered and the new parameters all-gathered (ZeRO-2, the same bytes); under ZeRO-3, for every
+  micro-batch, the parameters all-gathered in forward and again in backward and the gradients reduce-scattered
+  (no full gradient is kept between micro-batches): ``3m`` times ``(n-1)/n`` of the parameters' bytes, the ZeRO
+  paper's 1.5x of DP's for ``m = 1``.
 
-**Time**: compute is ``6·Ψ·tokens`` FLOPs (Kaplan et al. 2020's 6ND: forward 2, backward 4 per parameter and
-token; attention's ``s²`` work left out, as MFU counts it), plus one forward more for full recomputation and
-attention's score products again for selective, run at ``peak x efficiency`` on every device; the bubble
-``(PP - 1) / (m + PP - 1)`` stretches it by ``1 / (1 - bubble)``; TP, CP and PP traffic waits on the critical
+**Time**: compute is ``6·Ψ'·tokens`` FLOPs (Kaplan et al. 2020's 6ND: forward 2, backward 4 per parameter and
+token, ``Ψ' = Ψ - V·h`` leaving out the input embedding, a lookup rather than a product; the output layer's
+``V·h`` is a product and counts; attention's ``s²`` work left out, as MFU counts it), plus one forward more
+(``2·Ψ'·tokens``) for full recomputation and attention's score products again for selective, run at
+``peak x efficiency`` on every device; the bubble ``(PP - 1) / (m + PP - 1)`` stretches it by
+``1 / (1 - bubble)``; TP, CP and PP traffic waits on the critical
 path; DP traffic overlaps with the backward pass (its excess over the backward's time is exposed). A dimension's
 link is the node's (``intra``) while its group fits in one node, the network's (``inter``) otherwise; ranks are
-placed TP innermost, then CP, DP, PP outermost (Megatron's order). MFU = ``6·Ψ·tokens / (step time x N x
-peak)``. These are estimates to rank configurations, not promises: kernels, overlap and the network decide
-the real figure.
+placed TP innermost, then CP, DP, PP outermost (Megatron's order). MFU = ``6·Ψ'·tokens / (step time x
+N x peak)``. These are estimates to rank configurations, not promises: kernels, overlap and the network
+decide the real figure.
 """
 
 from __future__ import annotations
@@ -203,6 +208,13 @@ def memory_per_device(model: Model, layout: Layout, micro_batches: int, optimize
             "optimizer state": held["optimizer state"], "activations": max(first, last)}
 
 
+def micro_batches_per_step(model: Model, layout: Layout, global_batch_tokens: float) -> int:
+    """``m``, the micro-batches each data-parallel rank runs per step: the global batch in sequences of
+    ``model.seq`` tokens (rounded, at least one), split over the DP ranks, ``layout.micro_batch`` at a time."""
+    sequences = max(1, round(global_batch_tokens / model.seq))
+    return max(1, round(sequences / (layout.dp * layout.micro_batch)))
+
+
 def _link(group_span: int, cluster: Cluster) -> str:
     return "intra" if group_span <= cluster.devices_per_node else "inter"
 
@@ -212,8 +224,7 @@ def estimate(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens
     """Memory, communication, bubble, step time and MFU of ``layout`` (see the module docstring for every
     formula). ``ValueError`` naming the dimension when the layout does not divide the model or the cluster."""
     _check_layout(model, cluster, layout)
-    sequences = max(1, round(global_batch_tokens / model.seq))
-    m = max(1, round(sequences / (layout.dp * layout.micro_batch)))
+    m = micro_batches_per_step(model, layout, global_batch_tokens)
     tokens = m * layout.dp * layout.micro_batch * model.seq
     memory = memory_per_device(model, layout, m, optimizer)
     total = sum(memory.values())
@@ -225,21 +236,22 @@ def estimate(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens
         passes = 12 if layout.recompute == "full" else 8  # all-gathers + reduce-scatters, forward and backward
         sent["tp"] = layers * m * passes * (tp - 1) / tp * values / cp * ACTIVATION_BYTES
     if cp > 1:
-        sent["cp"] = layers * m * 2 * (cp - 1) * 2 * values / (tp * cp) * ACTIVATION_BYTES
+        rounds = 3  # keys and values forward; keys, values and their gradients backward
+        sent["cp"] = layers * m * rounds * (cp - 1) * 2 * values / (tp * cp) * ACTIVATION_BYTES
     if pp > 1:
         sent["pp"] = m * 2 * values / (tp * cp) * ACTIVATION_BYTES
     replicas = dp * cp
     if replicas > 1:
         gradient_bytes = parameters_per_rank(model, layout) * ACTIVATION_BYTES
-        gathers = 2 * m if layout.zero == 3 else 0
-        sent["dp"] = (2 + gathers) * (replicas - 1) / replicas * gradient_bytes
+        payloads = 3 * m if layout.zero == 3 else 2  # see the module docstring
+        sent["dp"] = payloads * (replicas - 1) / replicas * gradient_bytes
     links = {"tp": _link(tp, cluster), "cp": _link(tp * cp, cluster), "dp": _link(tp * cp * dp, cluster),
              "pp": _link(cluster.devices, cluster)}
     rate = {"intra": cluster.intra_gbps * GB, "inter": cluster.inter_gbps * GB}
     seconds = {k: v / rate[links[k]] for k, v in sent.items()}
-    flops = 6 * model.parameters * tokens
+    flops = 6 * (model.parameters - model.vocab * model.hidden) * tokens
     extra = {"none": 0.0, "selective": 4 * model.seq ** 2 * model.hidden * model.layers * tokens / model.seq,
-             "full": 2 * model.parameters * tokens}[layout.recompute]
+             "full": flops / 3}[layout.recompute]  # one forward more: 2·Ψ'·tokens
     speed = cluster.devices * cluster.peak_tflops * 1e12
     compute = (flops + extra) / (speed * cluster.efficiency)
     stage_bubble = bubble(pp, m)

@@ -204,8 +204,9 @@ q2 = Exercise(
     checked="checked on 4 pairs (p, m) you did not see, one of them a single stage and one a single micro-batch.",
     hints=["Count time in slots of one micro-batch's forward and backward: a stage works m slots, and the step "
            "lasts as long as the last micro-batch needs to cross every stage.",
-           "The step lasts as many slots as there are micro-batches, plus the stages but one; the stage is busy "
-           "in m of them, and idles in the rest.",
+           "Draw the timeline of p = 2 stages and m = 2 micro-batches: count the slots from the first stage's "
+           "first forward to the end of the step, and the slots in which one stage works. The bubble is the share "
+           "it idles.",
            "def bubble_share(p, m):\n    return (____) / (____)"],
     solution_code="def bubble_share(p, m):\n    return (p - 1) / (m + p - 1)\n\n\nq2.check(bubble_share)",
 )
