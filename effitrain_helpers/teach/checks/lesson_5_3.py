@@ -215,7 +215,7 @@ def _check_lost_steps(answer) -> None:
 
     got, want = as_number(answer), lost_steps(Q2_DONE, Q2_EVERY)
     if got == want + 1:
-        raise Incorrect(tr("step {step} was running, never finished: it is not among the steps done.",
+        raise Incorrect(tr("step {step:,} was running, never finished: it is not among the steps done.",
                            step=Q2_DONE + 1))
     if got == Q2_EVERY - want:
         raise Incorrect(tr("{got:,g} steps were still to go to the next checkpoint; count those since the last "
