@@ -226,6 +226,7 @@ def _exit_code(argv) -> int:
     (["EMPTY", "--out", "g.csv", "--wide", "EMPTY/w.csv"], "is inside SUBMISSIONS_DIR"),
     (["EMPTY", "--out", "g.csv", "--feedback", "EMPTY/fb"], "--feedback 'EMPTY/fb' is inside SUBMISSIONS_DIR"),
     (["EMPTY", "--out", "g.csv", "--wide", "notes.csv"], "--wide 'notes.csv' exists and is not a table this command"),
+    (["EMPTY", "--out", "g.csv", "--points-row"], "--points-row adds a row to the --wide table, and there is no --wide"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, says):
     (tmp_path / "EMPTY").mkdir()
