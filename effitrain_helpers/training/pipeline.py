@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.core.validate import positive_int
 from effitrain_helpers.engines.pipeline import SCHEDULES
 
@@ -69,7 +70,8 @@ def _model_shape(shape: dict) -> dict:
 
 
 def _receive(shape: tuple, source: int, what: str, i: int, stage: int) -> torch.Tensor:
-    print(f"stage {stage} waits for the {what} of micro-batch {i} from stage {source}", flush=True)
+    print(tr("stage {stage} waits for {what} of micro-batch {i} from stage {source}", stage=stage,
+             what=tr(what), i=i, source=source), flush=True)  # a deadlock's last words, in the learner's language
     buffer = torch.empty(shape)
     torch.distributed.recv(buffer, src=source)
     return buffer
@@ -97,7 +99,7 @@ def run_schedule(order: Callable, m: int, size: int = 16, width: int = 128, hidd
     start = time.time()
     for kind, i in order(stage, stages, m):
         if kind == "F":
-            x = batches[i][0] if stage == 0 else _receive((size, width), stage - 1, "activations", i, stage)
+            x = batches[i][0] if stage == 0 else _receive((size, width), stage - 1, msg("the activations"), i, stage)
             x.requires_grad_(stage > 0)
             began = time.time()
             y = part(x)
@@ -111,7 +113,7 @@ def run_schedule(order: Callable, m: int, size: int = 16, width: int = 128, hidd
                 pending.append(dist.isend(y.detach(), dst=stage + 1))
                 sent += y.numel() * y.element_size()
         else:
-            grad = None if last else _receive((size, width), stage + 1, "gradient", i, stage)
+            grad = None if last else _receive((size, width), stage + 1, msg("the gradient"), i, stage)
             began = time.time()
             torch.autograd.backward(outputs.pop(i), grad)
             events.append(("B", i, began, time.time()))
