@@ -301,6 +301,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("7_3_", "lesson_7_3", "q3", "from effitrain_helpers.measure.planner import Cluster, Model, plan"),
     pytest.param("8_1_", "lesson_8_1", "q1", "import torch", marks=pytest.mark.slow),  # ten small attentions
     ("8_1_", "lesson_8_1", "q2", ""),
+    ("8_2_", "lesson_8_2", "q1", ""),
 ]
 
 
