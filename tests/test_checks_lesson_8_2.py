@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from effitrain_helpers.engines import recomputation as rc
-from effitrain_helpers.teach.checks.lesson_8_2 import SHAPES, q1
+from effitrain_helpers.teach.checks.lesson_8_2 import SHAPES, q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import activation_memory as am
 
@@ -123,3 +123,54 @@ def test_not_attempted_and_not_a_function():
 
 def test_the_held_back_shapes_are_not_the_lessons():
     assert all(shape[:4] != SHAPE for shape in SHAPES)
+
+
+def _core(q, k, v, dropout):
+    """Right, written differently: the learner's own core (softmax, dropout, product with v), checkpointed."""
+    import math
+
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    def core(q, k, v):
+        probabilities = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
+        return F.dropout(probabilities, dropout, True) @ v
+    return checkpoint(core, q, k, v, use_reentrant=False)
+
+
+def _checkpointed(*flags, reentrant=False, p=None, detach=False, **options):
+    from torch.utils.checkpoint import checkpoint
+
+    def fn(q, k, v, dropout):
+        inputs = [t.detach() for t in (q, k, v)] if detach else [q, k, v]
+        return checkpoint(rc.attention_core, *inputs, dropout if p is None else p, *(flags or (True,)),
+                          use_reentrant=reentrant, **options)
+    return fn
+
+
+@pytest.mark.parametrize("fn", [_checkpointed(), _checkpointed(reentrant=True), _core],
+                         ids=["non-reentrant", "reentrant", "own core"])
+def test_three_right_recomputations_are_correct(fn):
+    result = q2.evaluate(fn)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda q, k, v, dropout: rc.attention_core(q, k, v, dropout, True), "Wrap the call in"),
+    (_checkpointed(preserve_rng_state=False), "preserve_rng_state"),
+    (_checkpointed(False), "dropout was off"),
+    (_checkpointed(p=0.1), "the function's argument dropout"),
+    (_checkpointed(detach=True), "no gradient reached"),
+    (lambda q, k, v, dropout: rc.attention_core(q, k, v, dropout, True).softmax(-1), "not attention's core"),
+    (lambda q, k, v, dropout: q.sum(), "tensor of shape"),
+])
+def test_each_recomputation_mistake_is_named(fn, words):
+    result = q2.evaluate(fn)
+    assert result.status == "incorrect" and words in result.message, result.message
+
+
+def test_recomputation_not_attempted_and_not_a_function():
+    def attention_recomputed(q, k, v, dropout):
+        return ____
+    assert q2.evaluate(attention_recomputed).status == "not attempted"
+    assert "function itself" in q2.evaluate(3).message

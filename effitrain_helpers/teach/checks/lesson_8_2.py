@@ -99,3 +99,97 @@ q1 = Exercise(
         "\n\nq1.check(block_bytes)"
     ),
 )
+
+
+# q2: (batch, heads, s, d) and a dropout probability the lesson does not use
+Q2_SHAPE, Q2_DROPOUT, Q2_SEED = (2, 3, 20, 8), 0.25, 7
+
+
+def _q2_inputs():
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randn(*Q2_SHAPE, generator=generator, requires_grad=True) for _ in range(3)]
+
+
+def _q2_run(fn):
+    """``fn``'s output, the bytes it kept for backward and the gradients of q, k, v (the random state moved on
+    between forward and backward, as other layers would)."""
+    import torch
+
+    from effitrain_helpers.measure.saved_memory import SavedTensors
+
+    q, k, v = _q2_inputs()
+    torch.manual_seed(Q2_SEED)
+    with SavedTensors() as counter:
+        out = fn(q, k, v, Q2_DROPOUT)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != Q2_SHAPE:
+        raise Incorrect(tr("attention_recomputed must return the attention's output, a tensor of shape {shape}; "
+                           "it returned {got}.", shape=Q2_SHAPE, got=getattr(out, "shape", type(out).__name__)))
+    torch.manual_seed(Q2_SEED + 1)
+    if out.grad_fn is not None:
+        out.backward(torch.ones_like(out))
+    return out.detach(), counter.activation_bytes, [t.grad for t in (q, k, v)]
+
+
+def _check_recomputed(attention_recomputed) -> None:
+    """The learner's attention core under checkpoint: the reference's output and gradients (the same dropout
+    masks), and only q, k and v kept for backward."""
+    import torch
+
+    from effitrain_helpers.engines.recomputation import attention_core
+
+    if not callable(attention_recomputed):
+        raise Incorrect(tr("pass your function itself: q2.check(attention_recomputed); you gave {kind}.",
+                           kind=type(attention_recomputed).__name__))
+    out, kept, grads = _q2_run(attention_recomputed)
+    want, plain, want_grads = _q2_run(lambda q, k, v, p: attention_core(q, k, v, p, True))
+    inputs = 3 * out.numel() * 4
+    if not torch.allclose(out, want, atol=1e-6):
+        if torch.allclose(out, _q2_run(lambda q, k, v, p: attention_core(q, k, v, p, False))[0], atol=1e-6):
+            raise Incorrect(tr("dropout was off: the core runs in training, so pass training=True to "
+                               "rc.attention_core (the fifth argument)."))
+        if torch.allclose(out, _q2_run(lambda q, k, v, p: attention_core(q, k, v, 0.1, True))[0], atol=1e-6):
+            raise Incorrect(tr("you used dropout 0.1, the lesson's; use the function's argument dropout (the check "
+                               "passes {p}).", p=Q2_DROPOUT))
+        raise Incorrect(tr("the output is not attention's core: call rc.attention_core(q, k, v, dropout, True) "
+                           "inside the checkpoint."))
+    if any(g is None for g in grads):
+        raise Incorrect(tr("no gradient reached q, k or v: nothing may be detached or run under torch.no_grad(); "
+                           "checkpoint recomputes the core in backward and needs the graph to its inputs."))
+    if kept >= plain:
+        raise Incorrect(tr("{kept} bytes were kept for backward, as many as without recomputation ({plain}): the "
+                           "probabilities and the dropout mask are still saved. Wrap the call in "
+                           "torch.utils.checkpoint.checkpoint.", kept=kept, plain=plain))
+    if kept != inputs:
+        raise Incorrect(tr("{kept} bytes were kept for backward; selective recomputation keeps only q, k and v "
+                           "({inputs} bytes): checkpoint the whole core, softmax, dropout and the product with v.",
+                           kept=kept, inputs=inputs))
+    if not all(torch.allclose(g, w, atol=1e-5) for g, w in zip(grads, want_grads)):
+        raise Incorrect(tr("the gradients differ from the core's: the dropout masks recomputed in backward are not "
+                           "the forward's. Let checkpoint restore the random state (preserve_rng_state, on by "
+                           "default)."))
+
+
+q2 = Exercise(
+    "8.2 q2: selective recomputation with torch.utils.checkpoint",
+    _check_recomputed,
+    usage="q2.check(attention_recomputed)",
+    api=True,
+    checked=("checked with a dropout probability and a shape the lesson does not use: the core's output and "
+             "gradients (the same dropout masks, the random state moved on before backward), and only q, k and v "
+             "kept for backward."),
+    hints=["Selective recomputation keeps the inputs of attention's core and nothing inside it; backward runs the "
+           "core again to get the probabilities back.",
+           "torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False) runs function without saving "
+           "what it would save, keeps its arguments, and reruns it in backward (PyTorch documentation, "
+           "torch.utils.checkpoint).",
+           "The function to hand over is the core, rc.attention_core, printed at the top of the lesson; its "
+           "arguments follow it, and dropout is on while training."],
+    solution_code=(
+        "def attention_recomputed(q, k, v, dropout):\n"
+        "    return torch.utils.checkpoint.checkpoint(rc.attention_core, q, k, v, dropout, True,\n"
+        "                                             use_reentrant=False)\n"
+        "\n\nq2.check(attention_recomputed)"
+    ),
+)
