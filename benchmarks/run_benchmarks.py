@@ -36,6 +36,9 @@ Targets (checked here, never in timed tests):
     <= 1e-6); its time per step next to DDP's is recorded without a target.
 13. lesson 7.3 (``plan_accuracy.py``): the planner's prediction error on a fake world of 64 ranks (at most 1%
     by part) and against the activation bytes one block saves in 2 gloo processes (at most 0.5%).
+14. lesson 8.2 (``activation_memory.py``): a float32 block's bytes saved for backward (no, selective and full
+    recomputation; a tensor-parallel rank's share at t = 2 and 4) on shapes up to s = 1024, h = 512, against its
+    formula: every byte predicted.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -60,6 +63,7 @@ import split_parallelism  # lesson 6.4's targets, in their own module (benchmark
 import plan_accuracy  # lesson 7.3's targets: the planner against real tensors
 from collectives_bench import all_reduce_costs, collectives_lines  # benchmarks/, beside this script
 import hand_ddp  # lesson 6.2 (benchmarks/ is this script's folder)
+import activation_memory  # lesson 8.2: a block's bytes against its formula
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
@@ -368,6 +372,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += split_parallelism.report_lines(report["split"]["tp"], report["split"]["pp"])
     if "plan" in report:
         lines += plan_accuracy.report_lines(report["plan"]["fake"], report["plan"]["activations"])
+    if "activations" in report:
+        lines += activation_memory.report_lines(report["activations"])
     if "collectives" in report:
         lines += collectives_lines(report["collectives"])
     if "hand_ddp" in report:
@@ -415,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         "zero": zero_state_bytes(),
         "split": {"tp": split_parallelism.tp_bytes_per_token(), "pp": split_parallelism.pipeline_bubble()},
         "plan": {"fake": plan_accuracy.fake_world_error(), "activations": plan_accuracy.activation_error()},
+        "activations": activation_memory.bytes_against_theory(),
         "collectives": all_reduce_costs(),
         "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
         "busy": verdicts_under_load(),
@@ -425,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
               + [report["busy"]]
               + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
               + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"]
-              + [report["plan"]["fake"], report["plan"]["activations"]]
+              + [report["plan"]["fake"], report["plan"]["activations"], report["activations"]]
               + report["collectives"]["checks"]
               + report["hand_ddp"]["checks"])
     missed = [r for r in checks if not r["ok"]]

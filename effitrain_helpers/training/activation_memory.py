@@ -6,7 +6,8 @@
   and predicted;
 - :func:`measured_bytes`: the total a block (any module) keeps for one ``(b, s, h)`` input, parameters apart;
 - :func:`recomputation_compared`: no, selective and full recomputation, measured and predicted;
-- :func:`split_compared`: one tensor-parallel rank's share measured, and what sequence parallelism would keep.
+- :func:`split_compared`: one tensor-parallel rank's share measured, and what sequence parallelism would keep;
+- :func:`code_of`: a function's code without its docstring (what the lesson prints of the blocks).
 """
 
 from __future__ import annotations
@@ -78,3 +79,19 @@ def split_compared(s: int, b: int, h: int, a: int, degrees=(1, 2, 4)) -> list[di
                      "sequence parallel too, predicted": sum(r["bytes"] for r in block_terms(
                          s, b, h, a, t=t, sequence_parallel=True))})
     return rows
+
+
+def code_of(fn) -> str:
+    """``fn``'s source, dedented, without its docstring: the block's code as the lesson prints it (the docstring is
+    English prose; the code reads the same in every language)."""
+    import ast
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(fn))
+    body = ast.parse(source).body[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", None), str):
+        lines = source.splitlines()
+        del lines[body[0].lineno - 1:body[0].end_lineno]
+        source = "\n".join(lines) + "\n"
+    return source

@@ -181,11 +181,11 @@ q2 = Exercise(
              "kept for backward."),
     hints=["Selective recomputation keeps the inputs of attention's core and nothing inside it; backward runs the "
            "core again to get the probabilities back.",
-           "torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False) runs function without saving "
-           "what it would save, keeps its arguments, and reruns it in backward (PyTorch documentation, "
+           "torch.utils.checkpoint.checkpoint(function, *args), with use_reentrant=False, runs function without "
+           "saving what it would save, keeps its arguments, and reruns it in backward (PyTorch documentation, "
            "torch.utils.checkpoint).",
-           "The function to hand over is the core, rc.attention_core, printed at the top of the lesson; its "
-           "arguments follow it, and dropout is on while training."],
+           "The function to hand over is the lesson's attention core, printed at the top of the lesson (in the "
+           "module rc); its arguments follow it, and dropout is on while training."],
     solution_code=(
         "def attention_recomputed(q, k, v, dropout):\n"
         "    return torch.utils.checkpoint.checkpoint(rc.attention_core, q, k, v, dropout, True,\n"
