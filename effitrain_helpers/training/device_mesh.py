@@ -89,7 +89,8 @@ def _placements(model) -> dict[str, tuple[str, tuple]]:
 def wrapped_run(wrap: Callable, cfg: dict) -> dict:
     """In one rank: ``mesh = wrap(model)`` (the wrapping under test, returning its mesh), then ``cfg["steps"]``
     AdamW steps on this rank's share of each global batch. Returns the mesh's shape and names, the global loss per
-    step, the bytes and calls per mesh dimension of the whole run, and :data:`WATCHED`'s placements."""
+    step, the bytes and calls per mesh dimension of the whole run, this rank's coordinate on the mesh and
+    :data:`WATCHED`'s placements with its local shapes."""
     import torch.distributed as dist
 
     model = _model(cfg)
@@ -109,7 +110,8 @@ def wrapped_run(wrap: Callable, cfg: dict) -> dict:
         total = loss.detach().clone()
         dist.all_reduce(total)  # every rank's mean over its rows; tensor-parallel copies count once each share
         losses.append(total.item() / dist.get_world_size())
-    return {"shape": tuple(mesh.shape), "names": tuple(mesh.mesh_dim_names), "losses": losses,
+    return {"shape": tuple(mesh.shape), "names": tuple(mesh.mesh_dim_names), "coordinate": mesh.get_coordinate(),
+            "losses": losses,
             "traffic": traffic.summary(), "placements": _placements(model)}
 
 
@@ -217,3 +219,46 @@ def plan_facts(make_mesh: Callable, plan: dict, shapes=((2, 2), (1, 4)), hidden:
         except Exception as err:  # the checker names what went wrong; the rank must answer, not fail
             fact["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     return facts
+
+
+def run_shape(run: dict) -> dict[str, int]:
+    """A run's mesh as ``{dimension: size}``, in order."""
+    return dict(zip(run["names"], run["shape"]))
+
+
+def traffic_rows(ranks: list[dict], cfg: dict) -> list[dict]:
+    """One row per run and mesh dimension: the group's size, rank 0's collectives and bytes per step, and
+    :func:`expected_traffic`'s; ``same on every rank`` says whether every rank measured rank 0's bytes."""
+    rows = []
+    for name, run in ranks[0]["runs"].items():
+        theory = expected_traffic(cfg, run_shape(run))
+        for dim, size in run_shape(run).items():
+            seen = run["traffic"].get(dim, {"bytes": 0, "calls": {}})
+            rows.append({"run": name, "dimension": f"{dim} ({size})",
+                         "calls per step": ", ".join(f"{n // cfg['steps']} {c}" for c, n in seen["calls"].items()),
+                         "measured bytes": seen["bytes"] / cfg["steps"], "theory bytes": theory[dim] / cfg["steps"],
+                         "same on every rank": all(r["runs"][name]["traffic"].get(dim, {}).get("bytes", 0)
+                                                   == seen["bytes"] for r in ranks)})
+    return rows
+
+
+def placement_rows(ranks: list[dict], runs: tuple[str, ...]) -> list[dict]:
+    """One row per run and watched parameter: its placements (the same on every rank) and each rank's local
+    shape, under the rank's coordinate on the mesh."""
+    rows = []
+    for name in runs:
+        for parameter in WATCHED:
+            row = {"run": name, "parameter": parameter,
+                   "placements": ranks[0]["runs"][name]["placements"][parameter][0]}
+            for r in ranks:
+                coordinate = ", ".join(map(str, r["runs"][name]["coordinate"]))
+                row[f"rank {r['rank']} ({coordinate})"] = str(r["runs"][name]["placements"][parameter][1])
+            rows.append(row)
+    return rows
+
+
+def loss_gap(ranks: list[dict], baseline: str) -> float:
+    """The largest relative gap between any rank's loss at any step of any run and ``baseline``'s on rank 0."""
+    base = ranks[0]["runs"][baseline]["losses"]
+    return max(abs(a - b) / abs(b) for r in ranks for run in r["runs"].values()
+               for a, b in zip(run["losses"], base))
