@@ -29,8 +29,9 @@ from effitrain_helpers.measure.group_traffic import GroupTraffic
 
 FLOAT32 = 4
 WATCHED = ("blocks.0.q.weight", "blocks.0.out.weight", "blocks.0.norm1.weight")  # placements shown per rank
-TERMS = (msg("run"), msg("dimension"), msg("measured bytes"), msg("theory bytes"), msg("rank"),
-         msg("parameter"), msg("placements"), msg("local shape"), msg("step"))  # table labels
+TERMS = (msg("run"), msg("dimension"), msg("calls per step"), msg("measured bytes"), msg("theory bytes"),
+         msg("measured / theory"), msg("same on every rank"), msg("rank"), msg("parameter"), msg("placements"),
+         msg("step"), msg("plain"))  # table labels
 
 
 def config() -> dict:
@@ -244,15 +245,14 @@ def traffic_rows(ranks: list[dict], cfg: dict) -> list[dict]:
 
 def placement_rows(ranks: list[dict], runs: tuple[str, ...]) -> list[dict]:
     """One row per run and watched parameter: its placements (the same on every rank) and each rank's local
-    shape, under the rank's coordinate on the mesh."""
+    shape."""
     rows = []
     for name in runs:
         for parameter in WATCHED:
             row = {"run": name, "parameter": parameter,
                    "placements": ranks[0]["runs"][name]["placements"][parameter][0]}
             for r in ranks:
-                coordinate = ", ".join(map(str, r["runs"][name]["coordinate"]))
-                row[f"rank {r['rank']} ({coordinate})"] = str(r["runs"][name]["placements"][parameter][1])
+                row[f"rank {r['rank']}"] = str(r["runs"][name]["placements"][parameter][1])
             rows.append(row)
     return rows
 

@@ -11,13 +11,14 @@ not be.
 
 from __future__ import annotations
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, hands_over_to, run_learner_in_processes
 
 SHAPES = ((2, 2), (1, 4))  # (dp, tp) meshes the answer is run at, in 4 processes
 EXPECTED = {"q": "column", "k": "column", "v": "column", "out": "row", "up": "column", "down": "row"}
 FIRST, SECOND = ("q", "k", "v", "up"), ("out", "down")  # each half's first (column) and second (row) layers
 TOLERANCE = 1e-4  # largest gap to the unsplit block's output and input gradient (float32, sums in other orders)
+PASSES = {"forward": msg("forward"), "backward": msg("backward")}  # how a message names each pass
 
 
 def _check_mesh(facts: list[dict], dp: int, tp: int) -> None:
@@ -98,7 +99,7 @@ def _check_run(facts: list[dict], dp: int, tp: int) -> None:
                                "({got} bytes) where {want} all-reduces of the activations ({bytes} bytes) do: keep "
                                "the column-wise outputs split and give them to the row-wise layers as they are "
                                "(the styles' default layouts), with nothing gathered in between.", dp=dp, tp=tp,
-                               direction=tr(direction), calls=seen["calls"], got=seen["bytes"], want=reduces,
+                               direction=tr(PASSES[direction]), calls=seen["calls"], got=seen["bytes"], want=reduces,
                                bytes=reduces * activation))
 
 
@@ -131,9 +132,9 @@ q1 = Exercise(
            "half of the block (attention, MLP), which layer splits its outputs and which its inputs. Lesson "
            "6.4's MLP is the pattern.",
            "init_device_mesh(device_type, mesh_shape, mesh_dim_names=...) makes the grid; parallelize_module "
-           "takes {layer name: style} with ColwiseParallel() (split the output features) and RowwiseParallel() "
-           "(split the input features, sum the partial outputs); torch.distributed.tensor.parallel documents "
-           "both.",
+           "takes a dict from each layer's name to a style: ColwiseParallel() (split the output features) or "
+           "RowwiseParallel() (split the input features, sum the partial outputs); "
+           "torch.distributed.tensor.parallel documents both.",
            "def make_mesh(dp, tp):\n    return init_device_mesh(\"cpu\", (____, ____), mesh_dim_names=____)\n\n"
            "plan = {\"q\": ____, ..., \"up\": ColwiseParallel(), \"down\": ____}"],
     solution_code=(
