@@ -112,3 +112,41 @@ def test_q1_refuses_without_processes():
     assert "lesson's own answer" in q1.evaluate(make_mesh, RIGHT_A).message
     assert "a dict" in q1.evaluate(mesh_a, [C(), R()]).message
     assert q1.evaluate(mesh_a, ____).status == "not attempted"
+
+
+def _tp(activation_bytes=4, share=True, forward=2, backward=4):
+    """Exercise 2's solution, with a switch for each likely mistake."""
+    def tp_bytes(batch, seq, hidden, dp, blocks):
+        rows = batch // dp if share else batch
+        return activation_bytes * rows * seq * hidden * (forward + backward) * blocks
+    return tp_bytes
+
+
+def tp_bytes_per_layer_count(batch, seq, hidden, dp, blocks):  # right, written another way
+    per_block = sum(4 * batch * seq * hidden // dp for _ in ("out", "down", "q", "k", "v", "up"))
+    return per_block * blocks
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_tp(), None),
+    (tp_bytes_per_layer_count, None),
+    (_tp(backward=0), "forward's two all-reduces alone"),
+    (_tp(backward=2), "three layers here"),
+    (_tp(share=False), "not the global batch"),
+    (_tp(activation_bytes=2), "4 bytes a value"),
+    (lambda *a: _tp()(*a) + 1, "count the all-reduces"),
+    (12, "function itself"),
+])
+def test_q2_names_each_mistake(answer, words):
+    from effitrain_helpers.teach.checks.lesson_7_2 import q2
+
+    result = q2.evaluate(answer)
+    assert result.status == ("correct" if words is None else "incorrect"), result.message
+    assert words is None or words in result.message, result.message
+
+
+def test_q2_refuses_the_lessons_own_function():
+    from effitrain_helpers.teach.checks.lesson_7_2 import q2
+    from effitrain_helpers.training.device_mesh import tp_bytes_per_step
+
+    assert "lesson's own answer" in q2.evaluate(tp_bytes_per_step).message

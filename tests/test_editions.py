@@ -295,6 +295,9 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     pytest.param("6_4_", "lesson_6_4", "q3", "import torch\nimport torch.distributed as dist",
                  marks=pytest.mark.slow),  # it launches 2 processes
     pytest.param("6_4_", "lesson_6_4", "q4", "", marks=pytest.mark.slow),  # it launches 3 processes
+    pytest.param("7_2_", "lesson_7_2", "q1", "from torch.distributed.device_mesh import init_device_mesh\n"
+                 "from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel",
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # 4 processes; nbval runs it every time
     ("7_3_", "lesson_7_3", "q1", "from effitrain_helpers.measure.planner import parameters_per_rank\n"
      "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
     ("7_3_", "lesson_7_3", "q2", ""),

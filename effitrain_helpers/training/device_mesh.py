@@ -141,6 +141,14 @@ def _tp_local(name: str, shape: tuple, tp: int) -> tuple:
     return tuple(shape)
 
 
+def tp_bytes_per_step(batch: int, seq: int, hidden: int, dp: int, blocks: int) -> int:
+    """Payload bytes a rank's ``tp`` dimension carries per training step under :func:`block_plan`: per block,
+    2 all-reduces forward (after ``out`` and ``down``) and 4 backward (the input gradients of ``q``, ``k``, ``v``
+    and ``up``), each of the activations of the rank's ``batch / dp`` rows, ``seq·hidden`` float32 values a row
+    (lesson 7.2's exercise 2)."""
+    return FLOAT32 * (batch // dp) * seq * hidden * (2 + 4) * blocks
+
+
 def expected_traffic(cfg: dict, shape: dict[str, int]) -> dict[str, int]:
     """Payload bytes per rank per dimension, for the whole run (``cfg["steps"]`` steps), of :class:`TinyLM`
     wrapped on a mesh ``shape`` (name -> size, in order): ``{"dp": n}`` is 1-D FSDP, ``{"dp": a, "tp": b}`` FSDP
@@ -171,7 +179,7 @@ def expected_traffic(cfg: dict, shape: dict[str, int]) -> dict[str, int]:
         if "replicate" in shape:
             out["replicate"] += FLOAT32 * values // shards
     if "tp" in shape:
-        out["tp"] += FLOAT32 * rows * cfg["seq"] * cfg["hidden"] * 6 * cfg["layers"]
+        out["tp"] += tp_bytes_per_step(cfg["batch"], cfg["seq"], cfg["hidden"], cfg["batch"] // rows, cfg["layers"])
     return {name: b * cfg["steps"] for name, b in out.items()}
 
 

@@ -6,7 +6,10 @@ mesh's shape, names and tensor-parallel groups, how each linear layer came out s
 gradient against the unsplit block's, and the collectives on the ``tp`` group forward and backward. The likely
 mistakes are named from what happened, not from the code: dimensions swapped or misnamed, two column-wise layers
 in a row, a row-wise layer first, the output projection (or the MLP) left whole, outputs gathered when they need
-not be.
+not be. q2 judges the learner's ``tp_bytes(batch, seq, hidden, dp, blocks)``, the bytes the ``tp`` dimension carries
+per step, against ``device_mesh.tp_bytes_per_step`` on shapes the notebook does not show, naming the forward
+counted alone, q, k and v fused into one all-reduce, the global batch instead of the data-parallel share, and
+16-bit values.
 """
 
 from __future__ import annotations
@@ -144,5 +147,57 @@ q1 = Exercise(
         "        \"out\": RowwiseParallel(),  # its heads' features in, partial sums out: all-reduce\n"
         "        \"up\": ColwiseParallel(), \"down\": RowwiseParallel()}  # 6.4's MLP pair\n"
         "q1.check(make_mesh, plan)"
+    ),
+)
+
+
+TP_CASES = ((16, 32, 64, 2, 3), (12, 8, 48, 3, 1), (8, 128, 256, 1, 4))  # (batch, seq, hidden, dp, blocks)
+
+
+def _check_tp_bytes(fn) -> None:
+    from effitrain_helpers.training.device_mesh import tp_bytes_per_step
+
+    if not callable(fn):
+        raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
+    if hands_over_to(fn, tp_bytes_per_step):
+        raise Incorrect(tr("your function hands the work to {name}, the lesson's own answer: write the rule "
+                           "yourself (the exercise is what that function does).", name="tp_bytes_per_step"))
+    for batch, seq, hidden, dp, blocks in TP_CASES:
+        got, want = fn(batch, seq, hidden, dp, blocks), tp_bytes_per_step(batch, seq, hidden, dp, blocks)
+        if got == want:
+            continue
+        one = want // 6  # bytes of one all-reduce, every block
+        named = {
+            one * 2: tr("that is the forward's two all-reduces alone: backward adds one for the input gradient of "
+                        "each column-wise layer (q, k, v and up)."),
+            one * 4: tr("q, k and v are three layers here, each with its own input-gradient all-reduce in "
+                        "backward (a fused qkv layer would need one)."),
+            want * dp: tr("a tp group computes on its data-parallel share of the batch: batch / dp rows, not the "
+                          "global batch."),
+            want // 2: tr("the activations are float32 here: 4 bytes a value."),
+        }
+        raise Incorrect(tr("for batch {batch}, seq {seq}, hidden {hidden}, dp {dp} and {blocks} block(s) you give "
+                           "{got!r} bytes; the tp dimension carries {want} per step. {detail}", batch=batch,
+                           seq=seq, hidden=hidden, dp=dp, blocks=blocks, got=got, want=want,
+                           detail=named.get(got, tr("count the all-reduces per block, forward and backward, and "
+                                                    "the bytes of each."))))
+
+
+q2 = Exercise(
+    "7.2 q2: the bytes on the tp dimension",
+    _check_tp_bytes,
+    usage="q2.check(tp_bytes)",
+    checked="checked on 3 shapes you did not see (dp 1 to 3, 1 to 4 blocks), to the byte.",
+    hints=["Count, for one block and one step, the all-reduces that run on the tp group, and how big each is; "
+           "the table above shows what to expect for the lesson's own model.",
+           "Forward: one after each row-wise layer. Backward: one for the input gradient of each column-wise "
+           "layer. Each carries the activations of this rank's rows of the batch.",
+           "One all-reduce carries (batch // dp) * seq * hidden values of ____ bytes; a block runs ____ of them "
+           "forward and ____ backward."],
+    solution_code=(
+        "def tp_bytes(batch, seq, hidden, dp, blocks):\n"
+        "    activations = 4 * (batch // dp) * seq * hidden  # float32 values of this rank's rows\n"
+        "    all_reduces = 2 + 4  # forward: after out and down; backward: inputs of q, k, v and up\n"
+        "    return activations * all_reduces * blocks\n\n\nq2.check(tp_bytes)"
     ),
 )
