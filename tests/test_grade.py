@@ -104,6 +104,8 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     assert "a hidden check" in details["fits_visible", "q2"]
     raised = [r for r in got if r[1] == "error" and r[0] in ("honest", "fits_visible", "wrong_q1", "blank")]
     assert raised == [], "a lesson cell raised (the kernel's names not put back after the hidden check?)"
+    errors = [(r["student"], r["detail"]) for r in csv.DictReader(out.open()) if r["status"] == "error"]
+    assert ("f2b_shown_verdict", "cell 4 raised SystemExit: ") in errors  # its q2 cell, as the student numbers it
     assert "replace ____ with your answer" in details["blank", "q1"]  # the checker's message reaches the student
     assert details["wrong_q1", "q1"] and details["f5_context", "q2"]
     page = (feedback / "wrong_q1.html").read_text()
