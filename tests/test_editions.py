@@ -287,7 +287,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("5_4_", "lesson_5_4", "q3", ""),
     ("6_3_", "lesson_6_3", "q1", ""),
     pytest.param("6_3_", "lesson_6_3", "q2", "import torch.distributed as dist\n"
-                 "from effitrain_helpers.training.zero import balanced_owners as assign_owners",
+                 "from effitrain_helpers.engines.zero import balanced_owners as assign_owners",
                  marks=pytest.mark.slow),  # it launches 2 then 3 processes
     ("6_4_", "lesson_6_4", "q1", "import torch\nfrom torch import nn"),
     pytest.param("6_4_", "lesson_6_4", "q2", "import torch\nimport torch.distributed as dist",

@@ -30,11 +30,11 @@ from torch.utils.checkpoint import checkpoint
 
 from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.engines.mesh_parallel import Block, block_plan
+from effitrain_helpers.engines.tensor_parallel import CopyToRanks, SumFromRanks
 from effitrain_helpers.measure.memory_estimate import layer_activation_bytes
 from effitrain_helpers.measure.planner import PART_TERMS, Layout, Model, parameters_per_rank
 from effitrain_helpers.measure.saved_memory import SavedTensors
 from effitrain_helpers.processes.group import forget_meshes
-from effitrain_helpers.training.tensor_parallel import CopyToRanks, SumFromRanks
 
 FAKE_SHAPE = {"layers": 8, "hidden": 256, "heads": 8, "seq": 32, "vocab": 1024}  # the fake world's model
 ADAM_FP32 = {"parameters": 4, "gradients": 4, "optimizer state": 8}  # bytes per parameter, float32 AdamW
