@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 
 from zero_bench import zero_lines, zero_state_bytes  # benchmarks/, next to this script
+import long_context  # lesson 8.3's targets, in their own module
 import split_parallelism  # lesson 6.4's targets, in their own module (benchmarks/ is this script's folder)
 import plan_accuracy  # lesson 7.3's targets: the planner against real tensors
 from collectives_bench import all_reduce_costs, collectives_lines  # benchmarks/, beside this script
@@ -366,6 +367,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += zero_lines(report["zero"])
     if "split" in report:
         lines += split_parallelism.report_lines(report["split"]["tp"], report["split"]["pp"])
+    if "long_context" in report:
+        lines += long_context.report_lines(report["long_context"]["sp"], report["long_context"]["ring"])
     if "plan" in report:
         lines += plan_accuracy.report_lines(report["plan"]["fake"], report["plan"]["activations"])
     if "collectives" in report:
@@ -414,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         "fsdp": fsdp_bytes_per_rank(),
         "zero": zero_state_bytes(),
         "split": {"tp": split_parallelism.tp_bytes_per_token(), "pp": split_parallelism.pipeline_bubble()},
+        "long_context": {"sp": long_context.sp_targets(), "ring": long_context.ring_targets()},
         "plan": {"fake": plan_accuracy.fake_world_error(), "activations": plan_accuracy.activation_error()},
         "collectives": all_reduce_costs(),
         "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
@@ -425,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
               + [report["busy"]]
               + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
               + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"]
+              + [report["long_context"]["sp"]] + report["long_context"]["ring"]["checks"]
               + [report["plan"]["fake"], report["plan"]["activations"]]
               + report["collectives"]["checks"]
               + report["hand_ddp"]["checks"])
