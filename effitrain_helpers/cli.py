@@ -22,6 +22,7 @@
     effitrain collectives [--processes N] [--sizes 1000,100000] [--repeats R] [--json]
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
+    effitrain editions --for nbgrader --out DIR [--force] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain prefetch [--dir DIR] [--check] [--json]
     effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain progress [--json]
@@ -538,6 +539,8 @@ def _editions(args) -> int:
         raise ValueError(tr("--out DIR is missing: where to write the editions (or --check to only check the markers)."))
     check_output_folder(args.out, "--out")
     start = time.perf_counter()
+    if args.target == "nbgrader":
+        return _nbgrader_source(args, start)
     summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions,
                              lang=args.lang)
     summary["seconds"] = time.perf_counter() - start
@@ -551,6 +554,27 @@ def _editions(args) -> int:
              else tr("off (graded class)"))
           + (tr("; in {language}: {n} notebooks translated, the others in English", language=args.lang,
                 n=len(summary["translated"])) if args.lang != "en" else ""))
+    return 0
+
+
+def _nbgrader_source(args, start: float) -> int:
+    """``editions --for nbgrader``: the nbgrader course folder (:mod:`~effitrain_helpers.teach.nbgrader_source`)."""
+    import time
+
+    from effitrain_helpers.teach.nbgrader_source import build_nbgrader
+
+    if args.no_solutions:
+        raise ValueError(tr("--no-solutions does not go with --for nbgrader: nbgrader's release never holds the "
+                            "solutions. Fix: leave --no-solutions out."))
+    summary = build_nbgrader(args.out, source=args.source, force=args.force, lang=args.lang)
+    summary["seconds"] = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(tr("wrote {n} nbgrader assignments ({tests} autograded cells, {points} points) to {out}/source in "
+             "{seconds:.1f} s; then, in {out}: nbgrader generate_assignment {first}", n=len(summary["assignments"]),
+             tests=summary["test_cells"], points=summary["points"], out=args.out, seconds=summary["seconds"],
+             first=summary["assignments"][0]))
     return 0
 
 
@@ -750,6 +774,9 @@ def add_classroom_commands(sub) -> None:
     p = sub.add_parser("editions", help="write the student and instructor editions of the notebooks")
     p.add_argument("--out", type=not_empty("--out"), default=None, help="output folder (gets student/ and instructor/)")
     p.add_argument("--check", action="store_true", help="only check the exercise markers of the source notebooks")
+    p.add_argument("--for", dest="target", choices=["nbgrader"], default=None,
+                   help="nbgrader: write an nbgrader course folder instead (DIR/source/LESSON/LESSON.ipynb, one "
+                        "assignment per lesson: read-only cells, answer cells, test cells worth the exercise's points)")
     p.add_argument("--force", action="store_true", help="replace student/ and instructor/ in a non-empty --out")
     p.add_argument("--no-solutions", action="store_true", help="turn q.solution() off in the student edition (graded class)")
     p.add_argument("--source", type=not_empty("--source"), default=None,
