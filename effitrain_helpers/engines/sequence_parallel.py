@@ -21,10 +21,12 @@ is the memory: the norm's input and the dropout masks are 1/N per rank.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.engines.tensor_parallel import CopyToRanks, SumFromRanks, mlp_block, split_mlp
+from effitrain_helpers.engines.tensor_parallel import CopyToRanks, SumFromRanks, split_mlp
 
 MODES = ("whole", "tp", "sp")
 
@@ -73,7 +75,8 @@ class ScatterSequence(torch.autograd.Function):
 
 
 class Block(torch.nn.Module):
-    """``x + Dropout(MLP(Dropout(LayerNorm(x))))`` on ``(tokens, width)`` rows, one of three ways (``mode``):
+    """``x + Dropout(mlp(Dropout(LayerNorm(x))))`` on ``(tokens, width)`` rows, ``mlp`` a
+    ``Linear(width, hidden) -> GELU -> Linear(hidden, width)``, one of three ways (``mode``):
 
     - ``"whole"``: the block in one process;
     - ``"tp"``: rank ``rank``'s share of the MLP (lesson 6.4: ``f``, column- and row-parallel layers, ``g``);
@@ -81,19 +84,18 @@ class Block(torch.nn.Module):
     - ``"sp"``: the same shares, but the input is this rank's ``tokens/N`` rows: norm, dropouts and residual
       on them, :class:`GatherSequence` before the MLP and :class:`ScatterSequence` after it.
 
-    Weights come from ``seed`` (the same for every mode and rank)."""
+    Give every mode and rank the same ``mlp`` (its weights are copied or sliced, never changed)."""
 
-    def __init__(self, width: int = 64, hidden: int = 256, dropout: float = 0.1, mode: str = "whole",
-                 rank: int = 0, world: int = 1, seed: int = 0):
+    def __init__(self, mlp: torch.nn.Sequential, dropout: float = 0.1, mode: str = "whole", rank: int = 0,
+                 world: int = 1):
         super().__init__()
         if mode not in MODES:
             raise ValueError(tr("mode={mode!r} is not one of {modes}.", mode=mode, modes=", ".join(MODES)))
-        mlp = mlp_block(width, hidden, seed)
         self.mode = mode
-        self.norm = torch.nn.LayerNorm(width)
+        self.norm = torch.nn.LayerNorm(mlp[0].in_features)
         self.drop_in, self.drop_out = torch.nn.Dropout(dropout), torch.nn.Dropout(dropout)
         if mode == "whole":
-            self.mlp = mlp
+            self.mlp = copy.deepcopy(mlp)
         else:
             self.up, self.down = split_mlp(mlp, rank, world)
             self.bias = torch.nn.Parameter(mlp[2].bias.detach().clone())

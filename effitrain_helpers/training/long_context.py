@@ -21,7 +21,7 @@ import torch
 
 from effitrain_helpers.engines import ring_attention as ring
 from effitrain_helpers.engines.sequence_parallel import Block
-from effitrain_helpers.engines.tensor_parallel import tokens
+from effitrain_helpers.training.tensor_parallel import mlp_block, tokens
 
 FLOAT32_BYTES = 4
 SP_COLLECTIVES = ("all_reduce", "all_gather_single", "reduce_scatter_single")
@@ -89,14 +89,14 @@ def measured_sp_run(width: int = 64, hidden: int = 256, n_tokens: int = 64, drop
     from effitrain_helpers.measure.communication import CommunicationCounter
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    x = tokens(n_tokens, width)
+    x, mlp = tokens(n_tokens, width), mlp_block(width, hidden)
     mine = slice(rank * n_tokens // world, (rank + 1) * n_tokens // world)
     result: dict[str, Any] = {"rank": rank, "world": world, "gap": {}, "grad_gap": {}, "payload": {}, "saved": {}}
     whole_x = x.clone().requires_grad_()
-    whole = Block(width, hidden, 0.0)(whole_x)
+    whole = Block(mlp, 0.0)(whole_x)
     whole.pow(2).sum().backward()
     for mode in ("tp", "sp"):
-        block = Block(width, hidden, 0.0, mode, rank, world)
+        block = Block(mlp, 0.0, mode, rank, world)
         inputs = (x[mine] if mode == "sp" else x).clone().requires_grad_()
         counter = CommunicationCounter(collectives=SP_COLLECTIVES).watch()
         try:
@@ -109,7 +109,7 @@ def measured_sp_run(width: int = 64, hidden: int = 256, n_tokens: int = 64, drop
         result["grad_gap"][mode] = float((inputs.grad[rows] - whole_x.grad[mine]).abs().max())
         result["payload"][mode] = dict(counter.bytes_by_collective)
     for mode in ("whole", "tp", "sp"):
-        block = Block(width, hidden, dropout, mode, rank, world)
+        block = Block(mlp, dropout, mode, rank, world)
         inputs = (x[mine] if mode == "sp" else x).clone().requires_grad_()
         result["saved"][mode] = _saved_by_region(block, inputs)
     return result
