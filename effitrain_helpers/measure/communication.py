@@ -1,4 +1,4 @@
-"""How often, and how much, do the processes of a training run talk to each other? (lessons 3.2, 5.1, 6.4)
+"""How often, and how much, do the processes of a training run talk to each other? (lessons 3.2, 5.1, 6.4, 8.3)
 
 :class:`CommunicationCounter` runs inside each process of a group and records every collective a training
 loop triggers:
