@@ -1,6 +1,6 @@
 """How does attention run when the sequence itself is split across ranks? Ring attention (lesson 8.3)
 
-Context parallelism (Liu et al. 2023, "Ring Attention"; Brandon et al. 2023 for the causal balance) splits a
+Context parallelism (Liu et al. 2023, "Ring Attention") splits a
 sequence of ``n`` tokens over N ranks. Each rank keeps its own queries for the whole run; the key/value blocks
 travel round the ring, one hop per step (rank r sends to r + 1 and receives from r - 1), so after N - 1 hops every
 rank has seen every block. Each block gives a *partial* attention (an output and a log-sum-exp, FlashAttention-2's
@@ -10,7 +10,8 @@ contract from lesson 8.1), and two partials merge exactly by their log-sum-exps:
 
 Causal attention makes the work uneven: with the sequence cut into N contiguous pieces, rank r's queries see
 r + 1/2 pieces of keys (rank 0 half a piece, the last rank N - 1/2). The **zig-zag** split cuts the sequence into
-2N chunks and gives rank r chunks r and 2N - 1 - r: every rank then sees N pieces' worth, the same.
+2N chunks and gives rank r chunks r and 2N - 1 - r (as Llama 3's context parallelism does): every rank then
+attends the same number of pairs.
 
 Everything takes ``(batch, n, d)`` tensors (heads folded into the batch, as in lesson 8.1):
 
