@@ -36,6 +36,15 @@ Targets (checked here, never in timed tests):
     <= 1e-6); its time per step next to DDP's is recorded without a target.
 13. lesson 7.3 (``plan_accuracy.py``): the planner's prediction error on a fake world of 64 ranks (at most 1%
     by part) and against the activation bytes one block saves in 2 gloo processes (at most 0.5%).
+14. lesson 7.1 (``precision_bytes.py``): the bytes every collective moves under three mixed-precision policies
+    and DDP's bfloat16 hook equal to the theory to the byte (bfloat16 all-gathers and the hook's all-reduce
+    exactly half of float32's), a rank's held bytes unchanged and all float32, the loss gap below 0.05.
+15. lesson 7.2 (``mesh_traffic.py``, 4 CPU processes): FSDP x TP on a 2 x 2 mesh and HSDP follow 1-D FSDP's
+    loss within 1e-5 (relative) on the same batches, and every mesh dimension's bytes per rank equal theory.
+16. lesson 8.3 (``long_context.py``): sequence parallelism's collective payloads and bytes kept for backward
+    per rank equal theory (the norm and dropout region 1/N of tensor parallelism's); ring attention, causal, over
+    2-4 processes: bytes sent forward and backward and query-key pairs per rank equal theory, values within 1e-5
+    of attention on the whole sequence, zig-zag's imbalance exactly 1 and the contiguous split's above it.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -59,6 +68,8 @@ from zero_bench import zero_lines, zero_state_bytes  # benchmarks/, next to this
 import long_context  # lesson 8.3's targets, in their own module
 import split_parallelism  # lesson 6.4's targets, in their own module (benchmarks/ is this script's folder)
 import plan_accuracy  # lesson 7.3's targets: the planner against real tensors
+import precision_bytes  # lesson 7.1's targets: mixed precision's bytes against theory
+import mesh_traffic  # lesson 7.2's targets: a 2-D mesh against 1-D FSDP, bytes per dimension
 from collectives_bench import all_reduce_costs, collectives_lines  # benchmarks/, beside this script
 import hand_ddp  # lesson 6.2 (benchmarks/ is this script's folder)
 
@@ -371,6 +382,10 @@ def write_report(report: dict, out: Path) -> None:
         lines += long_context.report_lines(report["long_context"]["sp"], report["long_context"]["ring"])
     if "plan" in report:
         lines += plan_accuracy.report_lines(report["plan"]["fake"], report["plan"]["activations"])
+    if "precision" in report:
+        lines += precision_bytes.report_lines(report["precision"])
+    if "mesh" in report:
+        lines += mesh_traffic.report_lines(report["mesh"])
     if "collectives" in report:
         lines += collectives_lines(report["collectives"])
     if "hand_ddp" in report:
@@ -419,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         "split": {"tp": split_parallelism.tp_bytes_per_token(), "pp": split_parallelism.pipeline_bubble()},
         "long_context": {"sp": long_context.sp_targets(), "ring": long_context.ring_targets()},
         "plan": {"fake": plan_accuracy.fake_world_error(), "activations": plan_accuracy.activation_error()},
+        "precision": precision_bytes.precision_bytes(),
+        "mesh": mesh_traffic.mesh_traffic(),
         "collectives": all_reduce_costs(),
         "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
         "busy": verdicts_under_load(),
@@ -430,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
               + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
               + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"]
               + [report["long_context"]["sp"]] + report["long_context"]["ring"]["checks"]
-              + [report["plan"]["fake"], report["plan"]["activations"]]
+              + [report["plan"]["fake"], report["plan"]["activations"], report["mesh"]]
+              + report["precision"]["checks"]
               + report["collectives"]["checks"]
               + report["hand_ddp"]["checks"])
     missed = [r for r in checks if not r["ok"]]

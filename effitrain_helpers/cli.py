@@ -26,7 +26,7 @@
     effitrain prefetch [--dir DIR] [--check] [--json]
     effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain progress [--json]
-    effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--wide FILE.csv] [--deadline TIME] [--summary] [--timeout S] [--resume | --merge | --replace]
+    effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--wide FILE.csv [--points-row]] [--deadline TIME] [--summary] [--timeout S] [--resume | --merge | --replace]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -642,7 +642,7 @@ def _grade(args) -> int:
     mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
     rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
                  unsafe=args.unsafe, feedback=args.feedback, wide=args.wide, deadline=args.deadline,
-                 jobs=args.jobs)
+                 jobs=args.jobs, points_row=args.points_row)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
@@ -746,6 +746,9 @@ def add_learner_commands(sub) -> None:
     p.add_argument("--wide", metavar="FILE.csv", type=not_empty("--wide"), default=None,
                    help="also write one row per student: a column per exercise (e.g. '1.1 q2'), per lesson total, "
                         "total, late; for Canvas, Moodle, Gradescope")
+    p.add_argument("--points-row", action="store_true",
+                   help="with --wide: a first row 'Points Possible' (what each column is worth), as Canvas's "
+                        "gradebook import reads it")
     p.add_argument("--deadline", type=_deadline, default=None,
                    help="ISO 8601 time (e.g. 2026-12-01T23:59, this machine's zone when none): rows of notebooks "
                         "handed in later (timestamp.txt beside it, else the file's time) are marked late")

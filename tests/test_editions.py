@@ -287,7 +287,7 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("5_4_", "lesson_5_4", "q3", ""),
     ("6_3_", "lesson_6_3", "q1", ""),
     pytest.param("6_3_", "lesson_6_3", "q2", "import torch.distributed as dist\n"
-                 "from effitrain_helpers.training.zero import balanced_owners as assign_owners",
+                 "from effitrain_helpers.engines.zero import balanced_owners as assign_owners",
                  marks=pytest.mark.slow),  # it launches 2 then 3 processes
     ("6_4_", "lesson_6_4", "q1", "import torch\nfrom torch import nn"),
     pytest.param("6_4_", "lesson_6_4", "q2", "import torch\nimport torch.distributed as dist",
@@ -295,6 +295,13 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     pytest.param("6_4_", "lesson_6_4", "q3", "import torch\nimport torch.distributed as dist",
                  marks=pytest.mark.slow),  # it launches 2 processes
     pytest.param("6_4_", "lesson_6_4", "q4", "", marks=pytest.mark.slow),  # it launches 3 processes
+    pytest.param("7_1_", "lesson_7_1", "q1", "import torch\nfrom torch.distributed.fsdp import MixedPrecisionPolicy",
+                 marks=pytest.mark.slow),  # a fake world of 2 ranks in this process (seconds)
+    pytest.param("7_1_", "lesson_7_1", "q2", "from torch.distributed.fsdp import fully_shard",
+                 marks=pytest.mark.slow),
+    pytest.param("7_2_", "lesson_7_2", "q1", "from torch.distributed.device_mesh import init_device_mesh\n"
+                 "from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel",
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # 4 processes; nbval runs it every time
     ("7_3_", "lesson_7_3", "q1", "from effitrain_helpers.measure.planner import parameters_per_rank\n"
      "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
     ("7_3_", "lesson_7_3", "q2", ""),

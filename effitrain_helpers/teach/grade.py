@@ -240,7 +240,9 @@ def _hidden_verdict(ran, graded, exercise) -> str | None:
     """Why ``exercise``, Correct on its visible check, is not Correct on a hidden check of ``graded`` (the
     checker's message), or None when every hidden check of it said Correct."""
     for hidden in (h for h in graded.hidden if exercise in h.exercises):
-        if hidden.needs is not None and _raised(ran.cells[hidden.needs]):
+        if hidden.setup is not None and _raised(ran.cells[hidden.setup]):
+            return tr("the hidden check's own set-up raised an error (the instructor's code: tell your instructor)")
+        if hidden.answer is not None and _raised(ran.cells[hidden.answer]):
             return tr("your answer raised an error when run again on a hidden check's cases")
         status, message = _verdicts(ran.cells[hidden.cell], ran.cells[hidden.cell + 1], [exercise]).get(
             exercise, ("", tr("the hidden check did not run to its end")))
@@ -494,11 +496,11 @@ def check_feedback(path, submissions: Path) -> Path:
 def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: bool = True, *,
           source: str | Path | None = None, roster: str | Path | None = None, mode: str | None = None,
           unsafe: bool = False, feedback: str | Path | None = None, wide: str | Path | None = None,
-          deadline: str | None = None, jobs: int = 1) -> list[Row]:
+          deadline: str | None = None, jobs: int = 1, points_row: bool = False) -> list[Row]:
     """Grade every notebook in ``folder`` into the CSV file ``out`` (module docstring); return this run's rows.
     Once all are graded, from every row of ``out`` (:mod:`~effitrain_helpers.teach.reports`): with ``feedback``, a
     folder, each student's feedback page there; with ``wide``, a CSV file, the one-row-per-student table an LMS
-    imports. A ``deadline`` (ISO 8601) marks the rows of later submissions late. ``jobs`` notebooks are graded at
+    imports (``points_row``: first a ``Points Possible`` row, as Canvas reads it). A ``deadline`` (ISO 8601) marks the rows of later submissions late. ``jobs`` notebooks are graded at
     once, each in its own sandbox, their rows appended as each finishes. Every argument is checked before the first
     notebook runs; SIGTERM ends the run as Ctrl-C does (every notebook running is stopped)."""
     from effitrain_helpers.teach.editions import default_source, source_notebooks
@@ -513,6 +515,9 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     out = check_gradebook(out, submissions_folder)
     feedback_folder = check_feedback(feedback, submissions_folder) if feedback is not None else None
     wide_file = check_wide(wide, submissions_folder, out) if wide is not None else None
+    if points_row and wide_file is None:
+        raise ValueError(tr("--points-row adds a row to the --wide table, and there is no --wide. Fix: add --wide "
+                            "FILE.csv, or leave --points-row out."))
     due = check_deadline(deadline) if deadline is not None else None
     jobs = check_jobs(jobs)
     why = None if unsafe else sandbox.unavailable()
@@ -548,5 +553,23 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     if feedback_folder is not None:
         write_feedback(read_gradebook(out), feedback_folder)
     if wide_file is not None:
-        write_table(*wide_table(read_gradebook(out), roster_ids(roster) if roster else {}), wide_file)
+        write_table(*wide_table(read_gradebook(out), roster_ids(roster) if roster else {}, points_row), wide_file)
     return rows
+
+
+def plot_gradebook(path: str | Path = "grades.csv"):
+    """The instructor's view of a class: the gradebook at ``path`` (an ``--out`` of ``effitrain grade``) drawn per
+    exercise, students correct / incorrect / not attempted / other
+    (:func:`~effitrain_helpers.teach.plots.plot_class_summary`), or None, with one line saying how to make a
+    gradebook, when there is none at ``path``."""
+    from effitrain_helpers.teach.plots import plot_class_summary
+    from effitrain_helpers.teach.reports import class_counts
+
+    path = Path(path).expanduser()
+    rows = read_gradebook(path) if path.is_file() and _is_gradebook(path) else []
+    counts = class_counts(rows)
+    if not counts:
+        print(tr("No graded exercise in {path} yet: grade the class with `effitrain grade SUBMISSIONS_DIR --out "
+                 "{path}`, then run this cell again.", path=str(path)))
+        return None
+    return plot_class_summary(counts)

@@ -21,7 +21,7 @@ import torch
 
 from effitrain_helpers.engines import ring_attention as ring
 from effitrain_helpers.engines.sequence_parallel import Block
-from effitrain_helpers.training.tensor_parallel import mlp_block, tokens
+from effitrain_helpers.training.tensor_parallel_run import mlp_block, tokens
 
 FLOAT32_BYTES = 4
 SP_COLLECTIVES = ("all_reduce", "all_gather_single", "reduce_scatter_single")
