@@ -299,6 +299,9 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
                  marks=pytest.mark.slow),  # a fake world of 2 ranks in this process (seconds)
     pytest.param("7_1_", "lesson_7_1", "q2", "from torch.distributed.fsdp import fully_shard",
                  marks=pytest.mark.slow),
+    pytest.param("7_2_", "lesson_7_2", "q1", "from torch.distributed.device_mesh import init_device_mesh\n"
+                 "from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel",
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # 4 processes; nbval runs it every time
     ("7_3_", "lesson_7_3", "q1", "from effitrain_helpers.measure.planner import parameters_per_rank\n"
      "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
     ("7_3_", "lesson_7_3", "q2", ""),
