@@ -63,6 +63,7 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     "8.2": {  # the block's shape: sequence s, batch b, hidden h, heads a (a s / h = 8: attention's squares dominate)
         "small": {"s": 128, "b": 2, "h": 64, "a": 4},
         "full": {"s": 1024, "b": 4, "h": 512, "a": 8},
+    },
     "8.3": {  # ranks; ring attention's (batch, n, d); the sequence-parallel block's tokens, width and hidden size
         "small": {"processes": 2, "batch": 2, "n": 96, "d": 16, "tokens": 64, "width": 64, "hidden": 256},
         "full": {"processes": 4, "batch": 4, "n": 2048, "d": 64, "tokens": 1024, "width": 256, "hidden": 1024},
