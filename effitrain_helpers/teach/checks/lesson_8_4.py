@@ -1,0 +1,300 @@
+"""Exercise of lesson 8.4 (experts): expert parallelism's dispatch and combine, written with
+``torch.distributed.all_to_all_single`` (q1).
+
+The learner writes ``dispatch(rows, expert, num_experts)`` returning ``(received, counts, plan)`` and
+``combine(y, plan, gate, token, num_tokens)``. The checker runs them in 2 and then 3 real gloo processes on sizes
+the lesson does not show (batches of different sizes per rank, experts dropping assignments past their capacity),
+plays the experts itself between the two (chunk ``i`` of ``received``, ``counts.flatten()[i]`` rows long, through
+local expert ``i % (E / world)``), and compares every rank's output with the one-process layer's. Before any
+``all_to_all_single`` enters gloo, every rank's split sizes are compared (each rank publishes them in a folder):
+sizes that do not match between sender and receiver are named at once instead of hanging or failing inside gloo.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from effitrain_helpers.core.language import tr
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, hands_over_to, run_learner_in_processes
+
+ATOL = 1e-5  # the same float32 products in the same order: equal in practice; 1e-5 leaves room for BLAS paths
+WAIT_LIMIT = 10.0  # seconds a rank waits for the others' split sizes before calling it a mismatch
+LAUNCH_TIMEOUT = 90.0
+CASES = {  # processes -> the held-back layer: tokens per rank, d, hidden, experts, top_k, capacity factor
+    2: {"tokens": (13, 7), "d": 5, "hidden": 6, "experts": 4, "top_k": 2, "capacity_factor": 1.0, "seed": 11},
+    3: {"tokens": (9, 4, 11), "d": 3, "hidden": 4, "experts": 6, "top_k": 2, "capacity_factor": 1.5, "seed": 12},
+}
+
+
+class _Splits:
+    """While active, ``dist.all_to_all_single`` first publishes this rank's split sizes and compares them with
+    every other rank's; a mismatch is recorded in ``problem`` and raised as ``RuntimeError`` before gloo."""
+
+    def __init__(self, folder: str):
+        from effitrain_helpers.measure.traffic import CollectiveAgreement
+
+        self.agreement = CollectiveAgreement(folder, WAIT_LIMIT)
+        self.problem: dict | None = None
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        self.original = dist.all_to_all_single
+        dist.all_to_all_single = self._checked
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+
+        dist.all_to_all_single = self.original
+
+    def _checked(self, output, input, output_split_sizes=None, input_split_sizes=None, **kwargs):
+        import torch.distributed as dist
+
+        world = dist.get_world_size()
+        sizes = {}
+        for name, tensor, given in (("in", input, input_split_sizes), ("out", output, output_split_sizes)):
+            rows = tensor.shape[0]
+            sizes[name] = [int(s) for s in given] if given else ([rows // world] * world if rows % world == 0
+                                                                  else None)
+            sizes[name + "_rows"], sizes[name + "_given"] = rows, bool(given)
+        calls = self.agreement.exchange(sizes)
+        self.problem = _mismatch(calls)
+        if self.problem:
+            raise RuntimeError("all_to_all_single: split sizes do not match")  # the checker names it
+        return self.original(output, input, output_split_sizes, input_split_sizes, **kwargs)
+
+
+def _mismatch(calls: dict) -> dict | None:
+    """The first disagreement between the ranks' all-to-all sizes, or None; every rank finds the same one (so
+    every rank stops, none enters gloo alone)."""
+    if any(c is None for c in calls.values()):
+        return {"kind": "missing", "ranks": [r for r, c in calls.items() if c is None]}
+    for rank, mine in calls.items():
+        for name in ("in", "out"):
+            if mine[name] is None:
+                return {"kind": "indivisible", "side": name, "rows": mine[name + "_rows"], "world": len(calls)}
+            if sum(mine[name]) != mine[name + "_rows"] or len(mine[name]) != len(calls):
+                return {"kind": "sum", "side": name, "sizes": mine[name], "rows": mine[name + "_rows"]}
+    for rank, mine in calls.items():
+        for other, theirs in calls.items():
+            if mine["out"][other] != theirs["in"][rank]:
+                return {"kind": "pair", "rank": rank, "other": other, "expects": mine["out"][other],
+                        "sent": theirs["in"][rank]}
+    return None
+
+
+def _run_in_ranks(dispatch, combine, case: dict, folder: str) -> dict:
+    """In each rank: the learner's dispatch, the experts played by the checker, the learner's combine; what is
+    needed to name a mistake."""
+    import torch
+    import torch.distributed as dist
+
+    from effitrain_helpers.engines import experts
+    from effitrain_helpers.training.expert_parallel import batch
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    layer = experts.MoELayer(case["d"], case["hidden"], case["experts"], case["top_k"], case["capacity_factor"],
+                             seed=case["seed"]).requires_grad_(False)
+    x = batch(rank, case["tokens"][rank], case["d"])
+    routing = experts.route(x, layer.router, layer.top_k, layer.capacity_factor)
+    rows, local = x[routing.token], case["experts"] // world
+    shard = experts.ExpertShard(layer, rank, world).requires_grad_(False)
+    report = {"rank": rank, "world": world}
+    want_received, want_counts, _ = experts.dispatch(rows, routing.expert, case["experts"])  # before the learner's
+    splits = _Splits(folder)  # one for both functions: its calls are numbered across them
+    with splits:
+        try:
+            got = dispatch(rows.clone(), routing.expert.clone(), case["experts"])
+        except RuntimeError:
+            if splits.problem:
+                return {**report, "splits": splits.problem, "step": "dispatch"}
+            raise
+    if not (isinstance(got, tuple) and len(got) == 3):
+        return {**report, "form": "dispatch", "kind": type(got).__name__}
+    received, counts, plan = got
+    report["counts_ok"] = isinstance(counts, torch.Tensor) and counts.shape == want_counts.shape \
+        and bool((counts == want_counts).all())
+    report["want_counts"] = want_counts.tolist()
+    report["counts"] = counts.tolist() if isinstance(counts, torch.Tensor) else repr(counts)
+    if not report["counts_ok"] or not isinstance(received, torch.Tensor) \
+            or tuple(received.shape) != tuple(want_received.shape):
+        report["received_shape"] = tuple(getattr(received, "shape", ()))
+        report["want_shape"] = tuple(want_received.shape)
+        return report
+    chunks = want_counts.reshape(-1).tolist()
+    report["received_ok"] = all(_same_rows(a, b) for a, b in zip(received.split(chunks), want_received.split(chunks)))
+    report["received_as_set"] = _same_rows(received, want_received)
+    y = experts.run_experts(received, chunks, shard.w1, shard.w2)
+    with splits:
+        try:
+            out = combine(y, plan, routing.gate.clone(), routing.token.clone(), x.shape[0])
+            # a probe: experts that return their input, gates of 1: each token gets back its rows, summed
+            probe = combine(received.clone(), plan, torch.ones_like(routing.gate), routing.token.clone(),
+                            x.shape[0])
+        except RuntimeError:
+            if splits.problem:
+                return {**report, "splits": splits.problem, "step": "combine"}
+            raise
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
+        return {**report, "form": "combine", "kind": tuple(getattr(out, "shape", ())) or type(out).__name__,
+                "want": tuple(x.shape)}
+    want = layer(x)[0]
+    each = [experts.expert_ffn(r, layer.w1[e], layer.w2[e]) for r, e in zip(rows, routing.expert)]
+    ungated = x.new_zeros(x.shape).index_add(0, routing.token, torch.stack(each) if each else rows)
+    copies = torch.bincount(routing.token, minlength=x.shape[0])[:, None] * x
+    close = lambda a, b: bool(torch.allclose(a, b, atol=ATOL))  # noqa: E731
+    report.update({"out_ok": close(out, want), "ungated": close(out, ungated),
+                   "returned_home": isinstance(probe, torch.Tensor) and probe.shape == x.shape and close(probe, copies),
+                   "gap": float((out - want).abs().max()) if out.numel() else 0.0})
+    return report
+
+
+def _same_rows(a, b) -> bool:
+    """Whether ``a`` and ``b`` hold the same rows, in any order."""
+    import torch
+
+    if a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    key = torch.arange(1, a.shape[1] + 1, dtype=a.dtype)
+    return bool(torch.allclose(a[torch.argsort(a @ key)], b[torch.argsort(b @ key)]))
+
+
+def _verdict(reports: list[dict], processes: int) -> None:
+    """:class:`Incorrect` naming the first mistake seen in any rank, or nothing."""
+    for r in reports:
+        if r.get("step") == "dispatch":
+            _splits_message(r["splits"], "dispatch", processes)
+        if r.get("form") == "dispatch":
+            raise Incorrect(tr("dispatch must return three things, (received, counts, plan); it returned "
+                               "{kind}.", kind=r["kind"]))
+    for r in reports:
+        if not r["counts_ok"]:
+            raise Incorrect(tr("in {processes} processes, rank {rank}'s counts were {counts}; they should be "
+                               "{want}: counts[s][e] is the number of rows rank s sent to this rank's local "
+                               "expert e, the counts the other ranks sent you (exchanged with "
+                               "all_to_all_single before the rows).", processes=processes, rank=r["rank"],
+                               counts=r["counts"], want=r["want_counts"]))
+        if "received_ok" not in r:
+            raise Incorrect(tr("in {processes} processes, rank {rank} received rows of shape {shape}; it should "
+                               "receive {want}.", processes=processes, rank=r["rank"], shape=r["received_shape"],
+                               want=r["want_shape"]))
+    for r in reports:
+        if r.get("step") == "combine":
+            _splits_message(r["splits"], "combine", processes)
+        if r.get("form") == "combine":
+            raise Incorrect(tr("combine must return one row per token of this rank, shape {want}; it returned "
+                               "{kind}.", want=r["want"], kind=r["kind"]))
+    for r in reports:
+        if not r["received_ok"]:
+            raise Incorrect(tr("in {processes} processes, rank {rank}'s experts received the wrong rows: "
+                               "all_to_all_single sends the first input_split_sizes[0] rows to rank 0, the next "
+                               "input_split_sizes[1] to rank 1, and so on, so the rows must be sorted by expert "
+                               "(experts are numbered rank by rank) before they are sent, and their order "
+                               "kept for combine.", processes=processes, rank=r["rank"]))
+    for r in reports:
+        if r["out_ok"]:
+            continue
+        if r["ungated"]:
+            raise Incorrect(tr("in {processes} processes, rank {rank}'s output is the experts' outputs summed "
+                               "without their gates: multiply each row coming back by its gate (the router's "
+                               "probability of that expert) before adding it to its token.",
+                               processes=processes, rank=r["rank"]))
+        if not r["returned_home"]:
+            raise Incorrect(tr("in {processes} processes, rank {rank}'s rows did not return to their own "
+                               "tokens (with experts that return their input and gates of 1, each token should get "
+                               "back its own rows): they come back in the order dispatch sorted them, so undo the "
+                               "permutation (the order you sorted by) before adding each row to its token.",
+                               processes=processes, rank=r["rank"]))
+        raise Incorrect(tr("in {processes} processes, rank {rank}'s output differs from the one-process layer by "
+                           "up to {gap:.2e} (tolerance {atol:g}).", processes=processes, rank=r["rank"],
+                           gap=r["gap"], atol=ATOL))
+
+
+def _splits_message(problem: dict, step: str, processes: int) -> None:
+    if problem["kind"] == "missing":
+        raise Incorrect(tr("in {processes} processes, during {step}, ranks {ranks} made no all_to_all_single "
+                           "call while the others waited in one: every rank must make the same calls, in the "
+                           "same order.", processes=processes, step=step, ranks=problem["ranks"]))
+    if problem["kind"] == "indivisible":
+        raise Incorrect(tr("in {processes} processes, during {step}, an all_to_all_single without split sizes "
+                           "got {rows} rows, which {world} ranks do not divide: without sizes it splits evenly. "
+                           "Pass output_split_sizes and input_split_sizes.", processes=processes, step=step,
+                           rows=problem["rows"], world=problem["world"]))
+    if problem["kind"] == "sum":
+        side = "input_split_sizes" if problem["side"] == "in" else "output_split_sizes"
+        raise Incorrect(tr("in {processes} processes, during {step}, {side} = {sizes} does not add up to the "
+                           "tensor's {rows} rows (one size per rank, summing to its rows).",
+                           processes=processes, step=step, side=side, sizes=problem["sizes"], rows=problem["rows"]))
+    raise Incorrect(tr("in {processes} processes, during {step}, rank {rank} expected {expects} rows from rank "
+                       "{other}, which sends it {sent}: the receive sizes must be what the other ranks send. Exchange "
+                       "the counts first (an all_to_all_single of the counts per expert) and take "
+                       "output_split_sizes from what you received.", processes=processes, step=step,
+                       rank=problem["rank"], expects=problem["expects"], other=problem["other"],
+                       sent=problem["sent"]))
+
+
+def _check(dispatch, combine) -> None:
+    from effitrain_helpers.engines import experts
+
+    for fn, name in ((dispatch, "dispatch"), (combine, "combine")):
+        if not callable(fn):
+            raise Incorrect(tr("pass your two functions themselves: q1.check(dispatch, combine); {name} was {fn!r}.",
+                               name=name, fn=fn))
+        if hands_over_to(fn, getattr(experts, name)):
+            raise Incorrect(tr("your function hands the work to {name}, the lesson's own answer: write the rule "
+                               "yourself (the exercise is what that function does).", name="experts." + name))
+    for processes, case in CASES.items():
+        with tempfile.TemporaryDirectory(prefix="effitrain-8-4-") as folder:
+            try:
+                reports = run_learner_in_processes(_run_in_ranks, dispatch, combine, case, folder,
+                                                   processes=processes, timeout=LAUNCH_TIMEOUT)
+            except TimeoutError:
+                raise Incorrect(tr("in {processes} processes, your functions did not return within {limit:g} s "
+                                   "(a rank waiting in a collective the others never called?).",
+                                   processes=processes, limit=LAUNCH_TIMEOUT)) from None
+        _verdict(reports, processes)
+
+
+q1 = Exercise(
+    "8.4 q1: expert parallelism's dispatch and combine with all_to_all_single",
+    _check,
+    usage="q1.check(dispatch, combine)",
+    api=True,
+    checked=("checked in 2 and 3 real processes on layers the lesson does not show (batches of different sizes, "
+             "assignments dropped past capacity): the counts each rank received, the rows each expert received, "
+             "and every rank's output equal to the one-process layer's."),
+    hints=["Before rows can move, each rank must know how many it will receive from every other rank, so the "
+           "counts travel first, in a small exchange of their own. The rows then travel grouped by destination. "
+           "combine is the same trip back, after which each row must find its token again.",
+           "torch.bincount with minlength counts the rows per expert; experts are numbered rank by rank, so those "
+           "counts grouped per rank are what each rank is sent. torch.distributed.all_to_all_single exchanges "
+           "equal slices by default, and uneven ones with output_split_sizes and input_split_sizes (lists of "
+           "ints): pytorch.org/docs/stable/distributed.html.",
+           "Sorting by expert is a permutation (torch.argsort, stable or not); keep it in the plan. On the way "
+           "back the two lists of split sizes swap roles; then each row goes to the token it came from, times its "
+           "gate, and the rows of one token add up (Tensor.index_add)."],
+    solution_code=(
+        "def dispatch(rows, expert, num_experts):\n"
+        "    world = dist.get_world_size()\n"
+        "    order = torch.argsort(expert)\n"
+        "    send = torch.bincount(expert, minlength=num_experts)\n"
+        "    recv = torch.empty_like(send)\n"
+        "    dist.all_to_all_single(recv, send)\n"
+        "    counts = recv.view(world, -1)\n"
+        "    send_splits, recv_splits = send.view(world, -1).sum(1).tolist(), counts.sum(1).tolist()\n"
+        "    received = rows.new_empty(sum(recv_splits), rows.shape[1])\n"
+        "    dist.all_to_all_single(received, rows[order], recv_splits, send_splits)\n"
+        "    return received, counts, (order, send_splits, recv_splits)\n"
+        "\n\n"
+        "def combine(y, plan, gate, token, num_tokens):\n"
+        "    order, send_splits, recv_splits = plan\n"
+        "    back = y.new_empty(sum(send_splits), y.shape[1])\n"
+        "    dist.all_to_all_single(back, y, send_splits, recv_splits)\n"
+        "    out = y.new_zeros(num_tokens, y.shape[1])\n"
+        "    return out.index_add(0, token[order], gate[order, None] * back)\n"
+        "\n\nq1.check(dispatch, combine)"
+    ),
+)
