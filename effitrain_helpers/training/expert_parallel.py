@@ -23,8 +23,13 @@ from effitrain_helpers.core.validate import positive_int, positive_number
 
 AUX = 0.01  # the load-balancing loss's weight (Switch Transformer's alpha)
 VALUE, COUNT = 4, 8  # bytes of a float32 row value and of an int64 count
+# the labels of the lesson's and the command's tables, translated by core.language.styled
 TERMS = [msg("rank"), msg("expert"), msg("chosen"), msg("kept"), msg("dropped"), msg("received"), msg("phase"),
-         msg("measured bytes"), msg("theory bytes"), msg("even-routing estimate"), msg("difference")]
+         msg("measured bytes"), msg("theory bytes"), msg("even-routing estimate"), msg("difference"),
+         msg("extra per message"), msg("dispatch"), msg("combine"), msg("backward"), msg("capacity factor"),
+         msg("capacity"), msg("assignments"), msg("busiest expert"), msg("balancing loss"), msg("run"),
+         msg("yours (forward)"), msg("workbook's"), msg("output"), msg("grad x"), msg("grad router"),
+         msg("grad w1"), msg("grad w2")]
 
 
 def batch(rank: int, tokens: int, d: int):
@@ -133,6 +138,9 @@ def run(processes: int = 2, tokens: tuple[int, ...] = (96, 80), d: int = 32, hid
     if len(tokens) < processes:
         raise ValueError(tr("tokens gives {given} batch sizes for {processes} ranks: give one per rank, e.g. "
                             "tokens=(96, 80).", given=len(tokens), processes=processes))
+    if top_k > experts:
+        raise ValueError(tr("top_k={top_k} must be between 1 and the number of experts ({experts}).",
+                            top_k=top_k, experts=experts))
     if experts % processes:
         raise ValueError(tr("{experts} experts do not split evenly over {world} ranks: choose a number of "
                             "experts that is a multiple of the number of ranks.", experts=experts, world=processes))
@@ -176,3 +184,35 @@ def bytes_table(records: list[dict]):
             rows.append({"rank": r["rank"], "phase": phase, "measured bytes": measured, "theory bytes": theory,
                          "even-routing estimate": even, "difference": measured - theory})
     return pd.DataFrame(rows)
+
+
+def report(records: list[dict]) -> str:
+    """:func:`run`'s records as lines of text, in the learner's language: exactness, tokens per expert per rank,
+    imbalance, bytes against the theory."""
+    from effitrain_helpers.core.language import number
+
+    world = records[0]["world"]
+    gaps = {k: max(r["gaps"][k] for r in records) for k in records[0]["gaps"]}
+    lines = [tr("expert-parallel layer in {world} processes (gloo), against the same layer in one process: largest "
+                "difference {gaps}", world=world,
+                gaps=", ".join(f"{tr(k)} {number(v, '.1e')}" for k, v in gaps.items())),
+             tr("tokens per expert: chosen / kept by each rank's tokens, and received by the expert")]
+    table = tokens_table(records)
+    lines.append(f"{tr('expert'):>8} " + " ".join(f"{tr('rank') + ' ' + str(r):>14}" for r in range(world))
+                 + f" {tr('received'):>10}")
+    for e, group in table.groupby("expert"):
+        cells = [f"{str(c) + ' / ' + str(k):>14}" for c, k in zip(group["chosen"], group["kept"])]
+        lines.append(f"{e:>8} " + " ".join(cells) + f" {group['received'].iloc[0]:>10}")
+    share = imbalance(records)
+    lines.append(tr("imbalance: busiest expert {expert} x the mean, busiest rank {rank} x the mean; dropped {dropped} "
+                    "of {total} assignments", expert=number(share["expert"], ".2f"),
+                    rank=number(share["rank"], ".2f"), dropped=sum(r["dropped"] for r in records),
+                    total=sum(sum(r["chosen"]) for r in records)))
+    lines.append(tr("{rank:>4} {phase:<9} {measured:>14} {theory:>14} {even:>14}", rank=tr("rank"), phase=tr("phase"),
+                    measured=tr("measured (B)"), theory=tr("theory (B)"), even=tr("even routing (B)")))
+    for _, r in bytes_table(records).iterrows():
+        lines.append(f"{r['rank']:>4} {tr(r['phase']):<9} {number(r['measured bytes'], '>14,')} "
+                     f"{number(r['theory bytes'], '>14,')} {number(r['even-routing estimate'], '>14,')}")
+    lines.append(tr("theory: the rows that leave each rank (d float32 values each) and E/W int64 counts to every "
+                    "other rank; measured: bytes this process wrote to its sockets, gloo's headers included."))
+    return "\n".join(lines)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import tempfile
 
 from effitrain_helpers.core.language import tr
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, hands_over_to, run_learner_in_processes
+from effitrain_helpers.teach.exercises import (Exercise, Incorrect, _unfinished, hands_over_to,
+                                               run_learner_in_processes)
 
 ATOL = 1e-5  # the same float32 products in the same order: equal in practice; 1e-5 leaves room for BLAS paths
 WAIT_LIMIT = 10.0  # seconds a rank waits for the others' split sizes before calling it a mismatch
@@ -24,6 +25,12 @@ CASES = {  # processes -> the held-back layer: tokens per rank, d, hidden, exper
     2: {"tokens": (13, 7), "d": 5, "hidden": 6, "experts": 4, "top_k": 2, "capacity_factor": 1.0, "seed": 11},
     3: {"tokens": (9, 4, 11), "d": 3, "hidden": 4, "experts": 6, "top_k": 2, "capacity_factor": 1.5, "seed": 12},
 }
+
+
+def functions_or_reference(dispatch, combine) -> tuple:
+    """The learner's ``(dispatch, combine)`` once both are written (no ``____`` left), else ``(None, None)``:
+    the lesson's run then uses the workbook's :mod:`~effitrain_helpers.engines.experts` and says so."""
+    return (None, None) if _unfinished(dispatch) or _unfinished(combine) else (dispatch, combine)
 
 
 class _Splits:
