@@ -36,6 +36,9 @@ Targets (checked here, never in timed tests):
     <= 1e-6); its time per step next to DDP's is recorded without a target.
 13. lesson 7.3 (``plan_accuracy.py``): the planner's prediction error on a fake world of 64 ranks (at most 1%
     by part) and against the activation bytes one block saves in 2 gloo processes (at most 0.5%).
+14. lesson 8.4 (``experts_bench.py``, 2 and 4 CPU processes): the expert-parallel layer equals the one-process
+    layer (output and gradients within 1e-5), and every rank's socket bytes per phase are within 1% of the
+    theory from its splits; the imbalance and the even-routing estimate are reported without a target.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -56,6 +59,7 @@ import time
 from pathlib import Path
 
 from zero_bench import zero_lines, zero_state_bytes  # benchmarks/, next to this script
+import experts_bench  # lesson 8.4's targets (benchmarks/ is this script's folder)
 import split_parallelism  # lesson 6.4's targets, in their own module (benchmarks/ is this script's folder)
 import plan_accuracy  # lesson 7.3's targets: the planner against real tensors
 from collectives_bench import all_reduce_costs, collectives_lines  # benchmarks/, beside this script
@@ -372,6 +376,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += collectives_lines(report["collectives"])
     if "hand_ddp" in report:
         lines += hand_ddp.report_lines(report["hand_ddp"])
+    if "experts" in report:
+        lines += experts_bench.report_lines(report["experts"])
     if "busy" in report:
         lines += ["", "## Verdicts with a second process burning one core (lessons 1.1 and 2.3)", "",
                   "| verdict line | reliable | true (target) |", "|---|---|---|"]
@@ -417,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan": {"fake": plan_accuracy.fake_world_error(), "activations": plan_accuracy.activation_error()},
         "collectives": all_reduce_costs(),
         "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
+        "experts": experts_bench.expert_parallel_bytes(),
         "busy": verdicts_under_load(),
     }
     write_report(report, args.out)
@@ -427,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
               + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"]
               + [report["plan"]["fake"], report["plan"]["activations"]]
               + report["collectives"]["checks"]
-              + report["hand_ddp"]["checks"])
+              + report["hand_ddp"]["checks"] + report["experts"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 

@@ -14,11 +14,11 @@ from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import expert_parallel
 
 
-def _dispatch(rows, expert, num_experts, sort=True, exchange=True, equal_sizes=False):
+def _dispatch(rows, expert, num_experts, sort=True, exchange=True, equal_sizes=False, minlength=True):
     """The solution's dispatch; each keyword off makes one mistake a learner makes."""
     world = dist.get_world_size()
     order = torch.argsort(expert) if sort else torch.arange(len(expert))
-    send = torch.bincount(expert, minlength=num_experts)
+    send = torch.bincount(expert, minlength=num_experts) if minlength else torch.bincount(expert)
     recv = torch.empty_like(send)
     if exchange:
         dist.all_to_all_single(recv, send)
@@ -86,6 +86,10 @@ def _equal_sizes(rows, expert, num_experts):
     return _dispatch(rows, expert, num_experts, equal_sizes=True)
 
 
+def _counts_only_up_to_the_last_expert_used(rows, expert, num_experts):
+    return _dispatch(rows, expert, num_experts, minlength=False)
+
+
 def _ungated(y, plan, gate, token, num_tokens):
     return _combine(y, plan, gate, token, num_tokens, gated=False)
 
@@ -115,6 +119,8 @@ def _splits_not_swapped(y, plan, gate, token, num_tokens):
                  marks=pytest.mark.exhaustive),
     pytest.param(_dispatch, _splits_not_swapped, "does not add up", id="combine-splits-not-swapped",
                  marks=pytest.mark.exhaustive),
+    pytest.param(_counts_only_up_to_the_last_expert_used, _combine, "send one count per expert", id="no-minlength",
+                 marks=pytest.mark.exhaustive),  # the mutant that survived a checker without a rank of 1 token
     pytest.param(_dispatch, _combine, None, id="right", marks=pytest.mark.exhaustive),  # the notebook runs it too
 ])
 def test_q1_names_each_mistake(dispatch, combine, words):

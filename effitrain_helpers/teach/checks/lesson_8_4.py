@@ -22,8 +22,9 @@ ATOL = 1e-5  # the same float32 products in the same order: equal in practice; 1
 WAIT_LIMIT = 10.0  # seconds a rank waits for the others' split sizes before calling it a mismatch
 LAUNCH_TIMEOUT = 90.0
 CASES = {  # processes -> the held-back layer: tokens per rank, d, hidden, experts, top_k, capacity factor
+    # (with 3: rank 1 has one token, so it sends no row to its last experts; some splits are 0)
     2: {"tokens": (13, 7), "d": 5, "hidden": 6, "experts": 4, "top_k": 2, "capacity_factor": 1.0, "seed": 11},
-    3: {"tokens": (9, 4, 11), "d": 3, "hidden": 4, "experts": 6, "top_k": 2, "capacity_factor": 1.5, "seed": 12},
+    3: {"tokens": (9, 1, 11), "d": 3, "hidden": 4, "experts": 6, "top_k": 2, "capacity_factor": 1.5, "seed": 12},
 }
 
 
@@ -37,10 +38,11 @@ class _Splits:
     """While active, ``dist.all_to_all_single`` first publishes this rank's split sizes and compares them with
     every other rank's; a mismatch is recorded in ``problem`` and raised as ``RuntimeError`` before gloo."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, num_experts: int):
         from effitrain_helpers.measure.traffic import CollectiveAgreement
 
         self.agreement = CollectiveAgreement(folder, WAIT_LIMIT)
+        self.num_experts = num_experts
         self.problem: dict | None = None
 
     def __enter__(self):
@@ -65,18 +67,22 @@ class _Splits:
             sizes[name] = [int(s) for s in given] if given else ([rows // world] * world if rows % world == 0
                                                                   else None)
             sizes[name + "_rows"], sizes[name + "_given"] = rows, bool(given)
+        sizes["counts"] = not input.is_floating_point() and not input_split_sizes  # the counts' exchange
         calls = self.agreement.exchange(sizes)
-        self.problem = _mismatch(calls)
+        self.problem = _mismatch(calls, self.num_experts)
         if self.problem:
             raise RuntimeError("all_to_all_single: split sizes do not match")  # the checker names it
         return self.original(output, input, output_split_sizes, input_split_sizes, **kwargs)
 
 
-def _mismatch(calls: dict) -> dict | None:
+def _mismatch(calls: dict, num_experts: int) -> dict | None:
     """The first disagreement between the ranks' all-to-all sizes, or None; every rank finds the same one (so
     every rank stops, none enters gloo alone)."""
     if any(c is None for c in calls.values()):
         return {"kind": "missing", "ranks": [r for r, c in calls.items() if c is None]}
+    for rank, mine in calls.items():
+        if mine["counts"] and mine["in_rows"] != num_experts:
+            return {"kind": "counts", "rank": rank, "rows": mine["in_rows"], "experts": num_experts}
     for rank, mine in calls.items():
         for name in ("in", "out"):
             if mine[name] is None:
@@ -105,11 +111,11 @@ def _run_in_ranks(dispatch, combine, case: dict, folder: str) -> dict:
                              seed=case["seed"]).requires_grad_(False)
     x = batch(rank, case["tokens"][rank], case["d"])
     routing = experts.route(x, layer.router, layer.top_k, layer.capacity_factor)
-    rows, local = x[routing.token], case["experts"] // world
+    rows = x[routing.token]
     shard = experts.ExpertShard(layer, rank, world).requires_grad_(False)
     report = {"rank": rank, "world": world}
     want_received, want_counts, _ = experts.dispatch(rows, routing.expert, case["experts"])  # before the learner's
-    splits = _Splits(folder)  # one for both functions: its calls are numbered across them
+    splits = _Splits(folder, case["experts"])  # one for both functions: its calls are numbered across them
     with splits:
         try:
             got = dispatch(rows.clone(), routing.expert.clone(), case["experts"])
@@ -225,6 +231,11 @@ def _splits_message(problem: dict, step: str, processes: int) -> None:
         raise Incorrect(tr("in {processes} processes, during {step}, ranks {ranks} made no all_to_all_single "
                            "call while the others waited in one: every rank must make the same calls, in the "
                            "same order.", processes=processes, step=step, ranks=problem["ranks"]))
+    if problem["kind"] == "counts":
+        raise Incorrect(tr("in {processes} processes, during {step}, rank {rank} exchanged {rows} counts: send one "
+                           "count per expert ({experts}), zeros included for the experts it sends nothing to, so "
+                           "that every rank receives the counts of its own experts.", processes=processes, step=step,
+                           rank=problem["rank"], rows=problem["rows"], experts=problem["experts"]))
     if problem["kind"] == "indivisible":
         raise Incorrect(tr("in {processes} processes, during {step}, an all_to_all_single without split sizes "
                            "got {rows} rows, which {world} ranks do not divide: without sizes it splits evenly. "
