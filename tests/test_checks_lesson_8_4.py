@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from effitrain_helpers.engines import experts
-from effitrain_helpers.teach.checks.lesson_8_4 import q1
+from effitrain_helpers.teach.checks.lesson_8_4 import q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import expert_parallel
 
@@ -192,3 +192,22 @@ def test_bad_settings_are_one_line():
         expert_parallel.run(2, tokens=(4,))
     with pytest.raises(ValueError, match="multiple of the number of ranks"):
         experts.ExpertShard(experts.MoELayer(4, 4, 6), 0, 4)
+
+
+@pytest.mark.parametrize("answer, words", [
+    ((157, 109.375), None),
+    ((157.0, 109.4), None),
+    ((156, 109.375), "rounds 156.25 down"),
+    ((79, 109.375), "leaves out k"),
+    ((150, 109.375), "the capacity: 150"),
+    ((157, 54.6875), "half the answer"),
+    ((157, 125.0), "counts every row"),
+    ((157, 218.75), "twice the answer"),
+    ((157, 100.0), "the bytes of one forward"),
+])
+def test_q2_names_each_slip(answer, words):
+    result = q2.evaluate(*answer)
+    if words is None:
+        assert result.status == "correct", result.message
+    else:
+        assert result.status == "incorrect" and words in result.message, result.message

@@ -316,3 +316,69 @@ q1 = Exercise(
         "\n\nq1.check(dispatch, combine)"
     ),
 )
+
+
+PREDICT = {"experts": 64, "top_k": 2, "capacity_factor": 1.25, "ranks": 8, "tokens": 4000, "d": 4096, "value": 2}
+MIB = 2**20
+
+
+def _check_prediction(capacity, forward_mib) -> None:
+    """One expert's capacity and the MiB one rank sends in a forward (dispatch and combine, even routing, nothing
+    dropped, the counts left out) for :data:`PREDICT`, from :func:`~effitrain_helpers.engines.experts.capacity`
+    and :func:`~effitrain_helpers.training.expert_parallel.even_routing_bytes` (the lesson measured the rows
+    sent against the same counting); the usual slips named."""
+    import math
+
+    from effitrain_helpers.engines.experts import capacity as capacity_of
+    from effitrain_helpers.teach.exercises import as_number
+    from effitrain_helpers.training.expert_parallel import VALUE, even_routing_bytes
+
+    capacity, forward_mib = as_number(capacity), as_number(forward_mib)
+    p = PREDICT
+    want_capacity = capacity_of(p["tokens"], p["experts"], p["top_k"], p["capacity_factor"])
+    share = p["capacity_factor"] * p["tokens"] * p["top_k"] / p["experts"]
+    if capacity == math.floor(share) and capacity != want_capacity:
+        raise Incorrect(tr("{got:g} rounds {share:g} down: an expert's buffer must hold the whole share, so the "
+                           "capacity is rounded up (ceil).", got=capacity, share=share))
+    if capacity == math.ceil(share / p["top_k"]):
+        raise Incorrect(tr("{got:g} leaves out k: every token makes {k} assignments, so the experts share "
+                           "tokens x k of them.", got=capacity, k=p["top_k"]))
+    if capacity != want_capacity:
+        raise Incorrect(tr("the capacity: {got:g} is not it. It is capacity factor x tokens x k / experts, "
+                           "rounded up.", got=capacity))
+    one_way = even_routing_bytes(p["tokens"], p["top_k"], p["d"], p["ranks"]) * p["value"] / VALUE / MIB
+    near = lambda got, want: abs(got - want) <= 0.5  # noqa: E731
+    if near(forward_mib, 2 * one_way):
+        return
+    if near(forward_mib, one_way):
+        raise Incorrect(tr("{got:g} MiB is half the answer: a forward sends the rows out (dispatch) and their "
+                           "results back (combine), each the same number of rows, or k was left out.",
+                           got=forward_mib))
+    if near(forward_mib, 2 * one_way * p["ranks"] / (p["ranks"] - 1)):
+        raise Incorrect(tr("{got:g} MiB counts every row, but the rows whose expert is on this rank stay "
+                           "here: with even routing only (W - 1) / W of them leave.", got=forward_mib))
+    if near(forward_mib, 4 * one_way):
+        raise Incorrect(tr("{got:g} MiB is twice the answer: the rows travel in bfloat16, 2 bytes a value.",
+                           got=forward_mib))
+    raise Incorrect(tr("the bytes of one forward: {got:g} MiB is not it. Count the rows that leave the rank in "
+                       "dispatch and come back in combine, d values of 2 bytes each.", got=forward_mib))
+
+
+q2 = Exercise(
+    "8.4 q2: predict an expert's capacity and the bytes one rank sends in a forward",
+    _check_prediction,
+    usage="q2.check(capacity, forward_mib)",
+    checked=("checked against the workbook's capacity and its even-routing count of the rows sent, the counting "
+             "the lesson measured, within 0.5 MiB."),
+    hints=["The capacity is an even share of the assignments, stretched by the capacity factor. The bytes are "
+           "the rows that leave the rank, out and back.",
+           "Every token makes k assignments; with even routing a fraction (W - 1) / W of them goes to experts on "
+           "other ranks; each row is d values. The section on bytes above counts the same things.",
+           "A buffer cannot hold a fraction of a row: round the capacity the safe way. bfloat16 takes 2 bytes a "
+           "value, and a MiB is 2**20 bytes."],
+    solution_code=(
+        "capacity = math.ceil(1.25 * 4000 * 2 / 64)\n"
+        "forward_mib = 2 * 4000 * 2 * (8 - 1) / 8 * 4096 * 2 / 2**20\n"
+        "q2.check(capacity, forward_mib)"
+    ),
+)
