@@ -196,7 +196,7 @@ def test_bad_settings_are_one_line():
 
 @pytest.mark.parametrize("answer, words", [
     ((157, 109.375), None),
-    ((157.0, 109.4), None),
+    ((157.0, 109.38), None),
     ((156, 109.375), "rounds 156.25 down"),
     ((79, 109.375), "leaves out k"),
     ((150, 109.375), "the capacity: 150"),
