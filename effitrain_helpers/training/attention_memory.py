@@ -8,11 +8,13 @@ its theory, and the largest difference of the tiled version's output, log-sum-ex
 
 from __future__ import annotations
 
-from effitrain_helpers.core.language import number, tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.validate import positive_int
 from effitrain_helpers.training import flash_attention as fa
 
-WAYS = ("plain", "sdpa math", "sdpa flash", "hand flash")
+# the ways ``flash_attention.saved_bytes_compared`` measures -> how the report names them (translated by tr)
+WAYS = {"plain": msg("plain"), "sdpa math": msg("sdpa math"), "sdpa flash": msg("sdpa flash"),
+        "hand flash": msg("hand flash")}
 
 
 def compare(batch: int = 1, heads: int = 2, n: int = 512, d: int = 32, is_causal: bool = True,
@@ -54,7 +56,7 @@ def report(result: dict) -> str:
              tr("{way:<12} {measured:>14} {theory:>14} {mib:>10}", way=tr("way"), measured=tr("measured (B)"),
                 theory=tr("theory (B)"), mib="MiB")]
     for r in result["rows"]:
-        lines.append(f"{tr(r['way']):<12} {number(r['saved_bytes'], '>14,')} {number(r['theory_bytes'], '>14,')} "
+        lines.append(f"{tr(WAYS[r['way']]):<12} {number(r['saved_bytes'], '>14,')} {number(r['theory_bytes'], '>14,')} "
                      f"{number(r['saved_bytes'] / 2**20, '>10.3f')}")
     lines.append(tr("the tiled FlashAttention-2 against SDPA, largest difference: {gaps}", gaps=", ".join(
         f"{tr(k)} {number(v, '.1e')}" for k, v in result["gaps"].items())))
