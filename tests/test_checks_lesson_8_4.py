@@ -110,7 +110,8 @@ def _splits_not_swapped(y, plan, gate, token, num_tokens):
 @pytest.mark.parametrize("dispatch, combine, words", [
     pytest.param(_dispatch_by_hand, _combine_by_hand, None, id="right-by-hand"),
     pytest.param(_unsorted, _combine, "must be sorted by expert", id="not-sorted"),
-    pytest.param(_dispatch_by_hand, _ungated_by_hand, "without their gates", id="no-gates-by-hand"),
+    pytest.param(_dispatch_by_hand, _ungated_by_hand, "without their gates", id="no-gates-by-hand",
+                 marks=pytest.mark.exhaustive),
     pytest.param(_dispatch, _ungated, "without their gates", id="no-gates"),
     pytest.param(_dispatch, _not_unpermuted, "undo the permutation", id="not-unpermuted"),
     pytest.param(_not_exchanged, _combine, "Exchange the counts first", id="counts-not-exchanged",

@@ -68,6 +68,7 @@ class _Splits:
                                                                   else None)
             sizes[name + "_rows"], sizes[name + "_given"] = rows, bool(given)
         sizes["counts"] = not input.is_floating_point() and not input_split_sizes  # the counts' exchange
+        sizes["numel"] = input.numel()  # E counts, as a vector or as a (world, E / world) matrix
         calls = self.agreement.exchange(sizes)
         self.problem = _mismatch(calls, self.num_experts)
         if self.problem:
@@ -81,8 +82,8 @@ def _mismatch(calls: dict, num_experts: int) -> dict | None:
     if any(c is None for c in calls.values()):
         return {"kind": "missing", "ranks": [r for r, c in calls.items() if c is None]}
     for rank, mine in calls.items():
-        if mine["counts"] and mine["in_rows"] != num_experts:
-            return {"kind": "counts", "rank": rank, "rows": mine["in_rows"], "experts": num_experts}
+        if mine["counts"] and mine["numel"] != num_experts:
+            return {"kind": "counts", "rank": rank, "rows": mine["numel"], "experts": num_experts}
     for rank, mine in calls.items():
         for name in ("in", "out"):
             if mine[name] is None:
