@@ -72,6 +72,8 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     subs = tmp_path / "subs"
     submit(edition, subs / "honest.ipynb", Q1, Q2.replace("per_number = matrix_bytes // 1_000_000", "per_number = 4"))
     submit(edition, subs / "fits_visible.ipynb", Q1, FITS_VISIBLE)  # right on the visible check only
+    submit(edition, subs / "special_case.ipynb", Q1,  # right on the visible model, raises on any other
+           "train_mib = 1_001_000 * 16 / 2**20 if len(model.parameters()) == 2 else 1 / 0")
     submit(edition, subs / "blank.ipynb")
     submit(edition, subs / "wrong_q1.ipynb", "matrix_bytes = 8_000_000", Q2)  # q2 uses q1: judged with q1's reference
     for name, (q1, q2, setup, check2) in FORGERIES.items():
@@ -94,7 +96,7 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     assert ("blank", "q1", "not attempted") in got and ("blank", "q2", "not attempted") in got
     assert ("wrong_q1", "q1", "incorrect") in got and ("wrong_q1", "q2", "correct") in got  # one mistake, one exercise
     credited = [(s, q) for s, q, status in got if status == "correct" and s not in ("honest", "wrong_q1")
-                and (s, q) != ("fits_visible", "q1")]
+                and (s, q) not in (("fits_visible", "q1"), ("special_case", "q1"))]
     assert credited == [], f"credit for work not done: {credited}"
     for name, exercise in FLAGGED.items():
         assert (name, exercise, REVIEW) in got, name
@@ -102,10 +104,12 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     assert ("fits_visible", "q1", "correct") in got and ("fits_visible", "q2", "incorrect") in got
     details = {(r["student"], r["exercise"]): r["detail"] for r in csv.DictReader(out.open())}
     assert "a hidden check" in details["fits_visible", "q2"]
+    assert ("special_case", "q2", "incorrect") in got and "raised an error when run again" in details["special_case", "q2"]
     raised = [r for r in got if r[1] == "error" and r[0] in ("honest", "fits_visible", "wrong_q1", "blank")]
     assert raised == [], "a lesson cell raised (the kernel's names not put back after the hidden check?)"
     errors = [(r["student"], r["detail"]) for r in csv.DictReader(out.open()) if r["status"] == "error"]
     assert ("f2b_shown_verdict", "cell 4 raised SystemExit: ") in errors  # its q2 cell, as the student numbers it
+    assert ("special_case", "a hidden check of q2 raised ZeroDivisionError: division by zero") in errors
     assert "replace ____ with your answer" in details["blank", "q1"]  # the checker's message reaches the student
     assert details["wrong_q1", "q1"] and details["f5_context", "q2"]
     page = (feedback / "wrong_q1.html").read_text()
@@ -181,9 +185,9 @@ def test_a_hidden_check_reruns_the_answer_on_its_own_cases_and_puts_the_names_ba
     cells = graded.notebook.cells
     (hidden,) = graded.hidden
     assert hidden.exercises == [("1.1", "q2")] and cells[hidden.cell].source == CHECK2
-    setup = cells[hidden.needs].source  # the hidden cases, then the student's answer again
-    assert setup.index("model = Bigger()") < setup.index(FITS_VISIBLE) and "# ANSWER" not in setup
-    assert "globals()" in cells[hidden.cell - 2].source and "globals()" in cells[hidden.cell + 1].source
+    assert cells[hidden.setup].source.endswith("model = Bigger()") and cells[hidden.answer].source == FITS_VISIBLE
+    assert hidden.setup < hidden.answer < hidden.cell and "# ANSWER" not in cells[hidden.setup].source
+    assert "globals()" in cells[hidden.setup - 1].source and "globals()" in cells[hidden.cell + 1].source
     assert graded.where[hidden.cell] == "a hidden check of q2"
     ex2 = next(i for i, c in enumerate(nbformat.read(path, as_version=4).cells) if c.get("id") == "ex2")
     assert graded.where[graded.checks[1].cell] == f"cell {ex2}"  # numbered as in the student's notebook

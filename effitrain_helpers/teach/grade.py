@@ -240,7 +240,9 @@ def _hidden_verdict(ran, graded, exercise) -> str | None:
     """Why ``exercise``, Correct on its visible check, is not Correct on a hidden check of ``graded`` (the
     checker's message), or None when every hidden check of it said Correct."""
     for hidden in (h for h in graded.hidden if exercise in h.exercises):
-        if hidden.needs is not None and _raised(ran.cells[hidden.needs]):
+        if hidden.setup is not None and _raised(ran.cells[hidden.setup]):
+            return tr("the hidden check's own set-up raised an error (the instructor's code: tell your instructor)")
+        if hidden.answer is not None and _raised(ran.cells[hidden.answer]):
             return tr("your answer raised an error when run again on a hidden check's cases")
         status, message = _verdicts(ran.cells[hidden.cell], ran.cells[hidden.cell + 1], [exercise]).get(
             exercise, ("", tr("the hidden check did not run to its end")))
