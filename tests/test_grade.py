@@ -42,10 +42,13 @@ FORGERIES = {  # issue 42's credit for work not done: name -> (q1 answer, q2 ans
                             "    exec(json.load(open(p))['cells'][2]['source'][0])", None, "", CHECK2),
     "f8_reference": (None, "from effitrain_helpers.teach.checks.lesson_1_1 import _reference_gflops\n"
                      "train_mib = _reference_gflops", "", CHECK2),
+    "f10_disguised": ("import sys as s0\nm = getattr(s0, 'mod' + 'ules')['effitrain_helpers.te' + 'ach.exercises']\n"
+                      "E = getattr(m, 'Exer' + 'cise')\nE.evaluate = lambda self, *a, **k: getattr(m, 'Check' + "
+                      "'Result')(self.name, 'correct')\nmatrix_bytes = ____", None, "", CHECK2),  # the review misses it
     "f9_outlives": ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
                     f"{MARKER!r}], start_new_session=True, env={{}})\nmatrix_bytes = ____", None, "", CHECK2),
 }
-FLAGGED = {"f3_record": "q2", "f4_checker": "q1", "f6_solution_code": "q1", "f7_solved_notebooks": "q1",
+FLAGGED = {"f3_record": "q2", "f4_checker": "q1", "f10_disguised": "q1", "f6_solution_code": "q1", "f7_solved_notebooks": "q1",
            "f8_reference": "q2"}
 
 
@@ -209,6 +212,19 @@ def test_a_wrong_hidden_check_is_refused_naming_its_cell(cells, says):
     with pytest.raises(editions.MarkerError, match=says) as err:
         editions.check_all({"x.ipynb": nb})
     assert "x.ipynb, cell" in str(err.value)
+
+
+def test_a_wrong_hidden_check_in_the_source_stops_grade_before_any_notebook_runs(lesson, tmp_path, capsys):
+    source, edition = lesson
+    nb = nbformat.read(source / LESSON, as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell("q2.check(1)", metadata={"tags": ["hidden-check"]}))  # before q2
+    nbformat.write(nb, source / LESSON)
+    submit(edition, tmp_path / "subs" / "ana.ipynb", Q1, Q2)
+    out = tmp_path / "grades.csv"
+    assert _exit_code(["grade", str(tmp_path / "subs"), "--out", str(out), "--source", str(source), "--unsafe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot be graded" in err and "comes before the cell of that exercise" in err and "\n" not in err
+    assert not out.exists()
 
 
 def _exit_code(argv) -> int:
