@@ -64,6 +64,10 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "small": {"s": 128, "b": 2, "h": 64, "a": 4},
         "full": {"s": 1024, "b": 4, "h": 512, "a": 8},
     },
+    "8.3": {  # ranks; ring attention's (batch, n, d); the sequence-parallel block's tokens, width and hidden size
+        "small": {"processes": 2, "batch": 2, "n": 96, "d": 16, "tokens": 64, "width": 64, "hidden": 256},
+        "full": {"processes": 4, "batch": 4, "n": 2048, "d": 64, "tokens": 1024, "width": 256, "hidden": 1024},
+    },
     "8.4": {  # the expert-parallel layer: tokens on each rank (one entry per rank), widths, experts, routing
         "small": {"tokens": (96, 80, 72, 64), "d": 32, "hidden": 64, "experts": 8, "top_k": 2,
                   "capacity_factor": 1.25},
