@@ -185,7 +185,7 @@ def _step_worker(ring_step) -> dict:
         thread.start()
         thread.join(STEP_SECONDS)
         if thread.is_alive():
-            raise TimeoutError(f"ring_step did not return within {STEP_SECONDS:g} s")
+            raise TimeoutError(tr("ring_step did not return within {seconds:g} s", seconds=STEP_SECONDS))
         if "error" in box:
             raise box["error"]
         got = box["value"]
