@@ -249,7 +249,9 @@ STOP_AT_THE_IDEA = {"1_1_prepare_models:q2", "1_1_prepare_models:q4", "3_3_mixed
                     "7_1_mixed_precision_across_ranks:q1", "7_1_mixed_precision_across_ranks:q2",
                     "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2", "8_2_activation_memory:q1",
                     "8_2_activation_memory:q2", "8_3_sequence_and_context_parallelism:q1",
-                    "8_3_sequence_and_context_parallelism:q2", "8_4_experts:q1"}
+                    "8_3_sequence_and_context_parallelism:q2", "8_4_experts:q1",
+                    "7_3_choosing_a_configuration:q1", "7_3_choosing_a_configuration:q2",
+                    "7_3_choosing_a_configuration:q3"}
 
 
 @pytest.mark.parametrize("stem, q, exercise, solved, secret",

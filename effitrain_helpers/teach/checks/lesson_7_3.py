@@ -179,8 +179,9 @@ q1 = Exercise(
            "DP x CP, ZeRO-2 also the 2 of the gradients, ZeRO-3 also those of the parameters. "
            "layer_activation_bytes(h, a, s, b, tp, cp, recompute) is one layer's; a stage has L / PP layers, "
            "holds min(PP, m) micro-batches on the first stage, one plus the logits on the last.",
-           "shards = ____\nparams = 2 * n / (shards if layout.zero >= ____ else ____)\n...\n"
-           "first = layers * per_layer * ____\nreturn params + grads + state + ____"],
+           "Follow the table above the exercise: one line per part, each the rank's parameters times its bytes, "
+           "divided by DP x CP when the ZeRO stage shards it; then the first and the last stage's activations; "
+           "return the three parts plus the busier stage's activations."],
     solution_code=(
         "def memory_per_device(model, layout, m):\n"
         "    n = parameters_per_rank(model, layout)\n"
@@ -207,7 +208,8 @@ q2 = Exercise(
            "Draw the timeline of p = 2 stages and m = 2 micro-batches: count the slots from the first stage's "
            "first forward to the end of the step, and the slots in which one stage works. The bubble is the share "
            "it idles.",
-           "def bubble_share(p, m):\n    return (____) / (____)"],
+           "Read the share off your drawing (idle slots over all the step's slots), then test it with a single "
+           "stage (no bubble at all) and with a single micro-batch (each stage waits for every other)."],
     solution_code="def bubble_share(p, m):\n    return (p - 1) / (m + p - 1)\n\n\nq2.check(bubble_share)",
 )
 q3 = Exercise(
@@ -222,7 +224,8 @@ q3 = Exercise(
            "Model(parameters, layers, hidden, heads, seq, vocab) and Cluster(devices, memory_gb) from "
            "effitrain_helpers.measure.planner; plan(model, cluster, global_batch_tokens, fixed) with fixed a dict "
            "of the dimensions to pin.",
-           "report = plan(Model(____), Cluster(____, ____), ____, {____: ____})"],
+           "The cell 'Ask the planner' above calls plan() this way: copy the question's model and cluster into "
+           "Model and Cluster, give the global batch in tokens, and pin tensor parallelism in the last argument."],
     solution_code=(
         "report = plan(Model(13e9, 40, 5120, 40, 4096, 32000), Cluster(32, 40), 2e6, {\"tp\": 4})\n"
         "q3.check(report)"
