@@ -9,8 +9,10 @@ from datetime import datetime, timezone
 import nbformat
 import pytest
 
+from classroom import LESSON, submit, write_lesson
 from effitrain_helpers.core.settings import SETTINGS
-from effitrain_helpers.teach import grade, reports, verdicts
+from effitrain_helpers.teach import grade, reports, sandbox, verdicts
+from effitrain_helpers.teach.editions import source_notebooks
 from effitrain_helpers.teach.answers import REVIEW
 from effitrain_helpers.teach.checks import lesson_1_1
 from effitrain_helpers.teach.grade import Row
@@ -42,6 +44,22 @@ def test_every_cell_that_raised_gets_its_own_row_with_the_errors_first_line():
     nb.cells[0].outputs = [nbformat.v4.new_output("error", ename="NameError", evalue="name 'a'\nmore", traceback=[])]
     nb.cells[2].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="bad", traceback=[])]
     assert grade._errors(nb) == ["cell 0 raised NameError: name 'a'", "cell 2 raised ValueError: bad"]
+
+
+def test_the_rows_about_a_whole_notebook_speak_the_class_language(monkeypatch, tmp_path):
+    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    edition = write_lesson(tmp_path / "src")
+    sources = source_notebooks(tmp_path / "src")
+    nb = nbformat.read(submit(edition, tmp_path / "s.ipynb"), as_version=4)
+    copy = grade.Submission("ana", "ana/9_1_tiny-Copy1.ipynb", tmp_path / "s.ipynb", nb, source=LESSON,
+                            duplicate_of="ana/9_1_tiny.ipynb")
+    (row,) = grade.grade_notebook(copy, 1.0, sources)
+    assert row.status == "duplicate" and row.detail.startswith("mesmo aluno e mesma lição que ana/9_1_tiny.ipynb")
+    monkeypatch.setattr(sandbox, "run_graded", lambda *a, **k: {"notebook": None, "outcome": "timeout", "detail": ""})
+    late = grade.Submission("ana", "ana.ipynb", tmp_path / "s.ipynb", nb, source=LESSON)
+    rows = grade.grade_notebook(late, 0.5, sources)
+    assert rows[0].status == "timeout" and rows[0].detail.startswith("passou do limite de 0,5 s")
+    assert {r.status for r in rows[1:]} == {"not checked"}
 
 
 def test_points_come_from_the_exercise_and_only_correct_earns_them(monkeypatch):
@@ -106,6 +124,31 @@ def test_the_wide_table_has_a_column_per_exercise_lesson_totals_total_and_late(t
     out = tmp_path / "wide.csv"
     grade.write_table(header, records, out)
     assert out.read_text().splitlines()[0] == ",".join(header) and "\n'=bob," in out.read_text()  # no formula
+
+
+def test_the_points_possible_row_says_what_each_column_is_worth(monkeypatch):
+    reports.points_of.cache_clear()
+    monkeypatch.setattr(lesson_1_1.q2, "points", 2.5)
+    try:
+        header, records = reports.wide_table(_class_rows(), points_row=True)
+    finally:
+        reports.points_of.cache_clear()
+    possible = records[0]
+    assert possible["student"] == "Points Possible" and len(records) == 3  # then the two students
+    assert [possible[c] for c in header[2:-1]] == ["1", "2.5", "1", "1", "3.5", "4.5"] and possible["late"] == ""
+
+
+def test_the_instructors_start_page_draws_the_gradebook_or_says_how_to_make_one(tmp_path, capsys):
+    import matplotlib.pyplot as plt
+
+    assert grade.plot_gradebook(tmp_path / "grades.csv") is None
+    assert "effitrain grade SUBMISSIONS_DIR --out" in capsys.readouterr().out
+    grade._write_csv(_class_rows(), tmp_path / "grades.csv")
+    fig = grade.plot_gradebook(tmp_path / "grades.csv")
+    bars = [(round(p.get_width()), round(p.get_y() + p.get_height() / 2)) for p in fig.axes[0].patches]
+    assert [label.get_text() for label in fig.axes[0].get_yticklabels()] == ["start q1", "1.1 q2", "1.1 q10"]
+    assert sum(width for width, _ in bars) == 5  # five exercise rows drawn, each once
+    plt.close(fig)
 
 
 def test_the_summary_counts_each_exercise_in_the_class_language(monkeypatch):
