@@ -651,10 +651,10 @@ q4 = Exercise(
            "on. Every rank must start the buckets in the same order, whatever order its gradients come in; "
            "only wait() waits, after backward.",
            "Tensor.register_post_accumulate_grad_hook(hook) calls hook(p) once p.grad holds this backward's "
-           "gradient; dist.all_reduce(tensor, async_op=True) returns a work handle at once, and work.wait() "
+           "gradient; dist.all_reduce(tensor, async_op=True) returns a work handle at once, whose wait() "
            "returns once tensor holds the sum (docs: torch.distributed). torch.cat flattens a bucket's "
            "gradients into one tensor; Tensor.split cuts it back.",
-           "# in the hook of bucket b:\nself.arrived[b] += 1\nwhile ____:  # the next bucket to launch is complete\n"
+           "# in the hook of bucket b:\nself.arrived[b] ____  # one more of its gradients is in\nwhile ____:  # the next bucket to launch is complete\n"
            "    flat = torch.cat([____ for p in ____])\n    self.pending.append((flat, dist.all_reduce(____, ____)))\n"
            "# in wait(): for each pending bucket, ____, then each p.grad gets its part of flat / ____; reset "
            "the counts; raise if a bucket was never launched"],
