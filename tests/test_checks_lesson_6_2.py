@@ -437,6 +437,11 @@ def overlapped_syncs() -> dict:
             if self.arrived[b] == len(self.buckets[b]):
                 self.launch(b)
 
+    class NeverWaited(Right):  # the sums read without waiting for them
+        def finish(self, n, flat, work):
+            for p, g in zip(self.buckets[n], flat.split([p.numel() for p in self.buckets[n]])):
+                p.grad.copy_(g.view_as(p) / dist.get_world_size())
+
     class NotDivided(Right):
         def finish(self, n, flat, work):
             work.wait()
@@ -468,6 +473,7 @@ def overlapped_syncs() -> dict:
             AfterBackward: "no all-reduce was launched during backward",
             Blocking: "without async_op=True", WaitInHook: "a work.wait() ran during backward",
             ArrivalOrder: "the ranks launched the buckets in different orders (rank 0: 0, 1, 2; rank 1: 1, 0, 2)",
+            NeverWaited: "3 of the 3 all-reduces launched with async_op=True were never waited for",
             NotDivided: "the gradients are 2 times too large",
             LastNeverLaunched: "bucket 2 (embed.weight) was never all-reduced",
             CountsNeverReset: "nothing was launched in backward 2",

@@ -366,10 +366,11 @@ class _Launches:
         def all_reduce(*args, **kwargs):
             bound = signature.bind(*args, **kwargs).arguments
             asynchronous = bool(bound.get("async_op", False))
-            self.calls.append({"step": self.step, "backward": self.in_backward, "async": asynchronous,
-                               "bucket": self._bucket_of(bound["tensor"])})
+            call = {"step": self.step, "backward": self.in_backward, "async": asynchronous,
+                    "bucket": self._bucket_of(bound["tensor"]), "waited": False}
+            self.calls.append(call)
             work = self.original(*args, **kwargs)
-            return _Work(work, self) if asynchronous and work is not None else work
+            return _Work(work, self, call) if asynchronous and work is not None else work
 
         dist.all_reduce = all_reduce
         return self
@@ -400,15 +401,21 @@ class _Launches:
 
 
 class _Work:
-    """An asynchronous all-reduce's work handle, noting a ``wait()`` made while backward runs."""
+    """An asynchronous all-reduce's work handle, noting that it was waited for (``wait()``, or its future
+    taken), and a ``wait()`` made while backward runs."""
 
-    def __init__(self, work, launches: _Launches):
-        self._work, self._launches = work, launches
+    def __init__(self, work, launches: _Launches, call: dict):
+        self._work, self._launches, self._call = work, launches, call
 
     def wait(self, *args, **kwargs):
+        self._call["waited"] = True
         if self._launches.in_backward:
             self._launches.waits_in_backward += 1
         return self._work.wait(*args, **kwargs)
+
+    def get_future(self):
+        self._call["waited"] = True
+        return self._work.get_future()
 
     def __getattr__(self, name):
         return getattr(self._work, name)
@@ -595,6 +602,12 @@ def _judge_launches(calls: list[list[dict]], step: int) -> None:
                            "two branches in the other order. All-reduces are matched by the order each rank "
                            "calls them, so different buckets were added together. Launch bucket b only after "
                            "buckets 0 to b - 1, on every rank.", step=step + 1, orders=shown))
+    unwaited = sum(c["async"] and not c["waited"] for c in calls[0])
+    if unwaited:
+        raise Incorrect(tr("in backward {step}, {n} of the {m} all-reduces launched with async_op=True were never "
+                           "waited for: their result may not be in the tensor yet when it is read. In wait(), "
+                           "call wait() on every work handle before using its tensor.", step=step + 1,
+                           n=unwaited, m=sum(c["async"] for c in calls[0])))
     if step > 0 and not calls[0]:
         raise Incorrect(tr("backward 1 was synchronised, but nothing was launched in backward {step}: start "
                            "each bucket's count again once it is launched (or in wait()), ready for the next "
@@ -655,28 +668,30 @@ q4 = Exercise(
            "returns once tensor holds the sum (docs: torch.distributed). torch.cat flattens a bucket's "
            "gradients into one tensor; Tensor.split cuts it back.",
            "# in the hook of bucket b:\nself.arrived[b] ____  # one more of its gradients is in\nwhile ____:  # the next bucket to launch is complete\n"
-           "    flat = torch.cat([____ for p in ____])\n    self.pending.append((flat, dist.all_reduce(____, ____)))\n"
+           "    flat = torch.cat([____ for p in ____])\n    self.sent.append((flat, dist.all_reduce(____, ____)))\n"
            "# in wait(): for each pending bucket, ____, then each p.grad gets its part of flat / ____; reset "
            "the counts; raise if a bucket was never launched"],
     solution_code=(
-        "class OverlappedSync:\n    def __init__(self, model, bucket_bytes):\n"
+        "class OverlappedSync:\n"
+        "    def __init__(self, model, bucket_bytes):\n"
         "        self.buckets = gradient_buckets(model.parameters(), bucket_bytes)  # last layer first\n"
-        "        self.arrived, self.pending = [0] * len(self.buckets), []\n"
-        "        for b, bucket in enumerate(self.buckets):\n            for p in bucket:\n"
-        "                p.register_post_accumulate_grad_hook(lambda p, b=b: self.arrive(b))\n\n"
-        "    def arrive(self, b):  # during backward\n        self.arrived[b] += 1\n"
-        "        n = len(self.pending)  # the next bucket to launch: the same order on every rank\n"
-        "        while n < len(self.buckets) and self.arrived[n] == len(self.buckets[n]):\n"
+        "        self.arrived, self.sent = [0] * len(self.buckets), []\n"
+        "        for b, p in [(b, p) for b, bucket in enumerate(self.buckets) for p in bucket]:\n"
+        "            p.register_post_accumulate_grad_hook(lambda p, b=b: self.arrive(b))\n"
+        "    def arrive(self, b):  # during backward: launch the next buckets, in order, once complete\n"
+        "        self.arrived[b] += 1\n"
+        "        while (n := len(self.sent)) < len(self.buckets) and self.arrived[n] == len(self.buckets[n]):\n"
         "            flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[n]])\n"
-        "            self.pending.append((flat, dist.all_reduce(flat, async_op=True)))\n"
-        "            n += 1\n\n"
+        "            self.sent.append((flat, dist.all_reduce(flat, async_op=True)))\n"
         "    def wait(self):  # after backward, before the optimizer step\n"
-        "        for bucket, (flat, work) in zip(self.buckets, self.pending):\n            work.wait()\n"
+        "        for bucket, (flat, work) in zip(self.buckets, self.sent):\n"
+        "            work.wait()\n"
         "            for p, g in zip(bucket, flat.split([p.numel() for p in bucket])):\n"
         "                p.grad.copy_(g.view_as(p) / dist.get_world_size())\n"
-        "        sent, self.arrived, self.pending = len(self.pending), [0] * len(self.buckets), []\n"
+        "        sent, self.arrived, self.sent = len(self.sent), [0] * len(self.buckets), []\n"
         "        if sent < len(self.buckets):\n"
         "            raise RuntimeError(f\"bucket {sent} was never launched: a parameter got no gradient\")\n"
-        "\n\nq4.check(OverlappedSync)"
+        "\n"
+        "q4.check(OverlappedSync)"
     ),
 )
