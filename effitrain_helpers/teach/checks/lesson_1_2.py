@@ -97,6 +97,14 @@ def _check_audio_map(fn, dataset, extractor) -> None:
         if not np.allclose(got, want["input_values"][0], atol=1e-4):
             raise Incorrect(tr("a clip recorded at {sampling_rate} Hz came out different: resample it to 16 kHz "
                                "before the feature extractor.", sampling_rate=audio['sampling_rate']))
+    # a clip shorter than half a second (the tones above are all longer) must come out padded to 8,000 too
+    first = sample[0]
+    audio = first["audio"]
+    short = {**audio, "array": list(audio["array"][:audio["sampling_rate"] // 5])}
+    got = np.asarray(fn({**{column: [value] for column, value in first.items()}, "audio": [short]})["input_values"][0])
+    if got.shape != (8_000,):
+        raise Incorrect(tr("a clip of 0.2 s became {count} values: short clips must be padded up to 8,000 too "
+                           "(long ones cut, short ones filled).", count=got.shape[0]))
 
 
 q1 = Exercise(

@@ -148,6 +148,7 @@ def _train_counting(fn, n_rows: int) -> dict:
 def _check_make_arguments(fn) -> None:
     """Build the learner's TrainingArguments here (are they some?), then train a real Trainer with them in
     PROCESSES real processes and count the rows every optimizer step saw, in all the processes together."""
+    import os
     import tempfile
 
     from transformers import TrainingArguments
@@ -159,6 +160,9 @@ def _check_make_arguments(fn) -> None:
     if not isinstance(args, TrainingArguments):
         raise Incorrect(tr("make_arguments should return transformers.TrainingArguments(...), which Trainer "
                            "takes as args=; yours returned {kind}.", kind=type(args).__name__))
+    if os.path.abspath(args.output_dir) != os.path.abspath(out):
+        raise Incorrect(tr("the Trainer writes into {got!r}, not the output_dir your function was given: pass it "
+                           "on (output_dir=output_dir).", got=args.output_dir))
     if not args.use_cpu:
         raise Incorrect(tr("use_cpu is left False: on a machine with a GPU this Trainer would train there, and the "
                            "exercise keeps the run on the CPU, as exercise 1 does."))
