@@ -151,7 +151,7 @@ def _run_learner_schedule(fn) -> dict:
     from accelerate.scheduler import AcceleratedScheduler
     from torch.utils.data import DataLoader
 
-    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows, watch_stale_gradients
 
     accelerator = Accelerator()
     model = tiny_model()
@@ -159,13 +159,7 @@ def _run_learner_schedule(fn) -> dict:
     used: list[float] = []  # the rate of each optimizer step, read just before it
     optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
     loader = DataLoader(tiny_rows(Q2_SAMPLES), batch_size=Q2_BATCH)
-    stale = []  # per backward pass: did it begin with a gradient already in a parameter?
-
-    def watch(module, args, kwargs, output):  # the loss's hook runs first in its backward, before any gradient
-        output.loss.register_hook(lambda grad: stale.append(any(
-            p.grad is not None and bool(p.grad.any()) for p in module.parameters())))
-
-    model.register_forward_hook(watch, with_kwargs=True)
+    stale = watch_stale_gradients(model)
     model, prepared_optimizer, loader = accelerator.prepare(model, optimizer, loader)
     original, calls = AcceleratedScheduler.step, []
 

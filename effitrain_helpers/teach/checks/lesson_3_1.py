@@ -81,17 +81,35 @@ def _check_no_sync_by_hand(train_fn) -> None:
 
 def _run_learner(train_fn, k: int) -> dict:
     """In each process of the group: the learner's ``train_fn(model, optimizer, dataset, k)``, watched. Records
-    Accelerate's "synchronise now" flag at each forward pass and the optimizer steps that really happened."""
+    Accelerate's "synchronise now" flag at each forward pass, the all-reduces DDP really made (a counting comm
+    hook on the DDP model ``accelerator.prepare`` builds) and the optimizer steps that really happened."""
     import torch
     from accelerate.state import GradientState
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
 
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    flags, steps = [], []
+    flags, steps, syncs = [], [], []
     model.register_forward_hook(lambda *_: flags.append(GradientState().sync_gradients))
     optimizer.register_step_post_hook(lambda *_: steps.append(len(flags)))
-    train_fn(model, optimizer, tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS), k)
-    return {"flags": flags, "steps": steps, "weight": model.linear.weight.detach().cpu().clone()}
+
+    def counting_hook(state, bucket):
+        syncs.append(len(flags))
+        return allreduce_hook(state, bucket)
+
+    built = DistributedDataParallel.__init__
+
+    def counted(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        self.register_comm_hook(None, counting_hook)
+
+    DistributedDataParallel.__init__ = counted
+    try:
+        train_fn(model, optimizer, tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS), k)
+    finally:
+        DistributedDataParallel.__init__ = built
+    return {"flags": flags, "steps": steps, "syncs": syncs, "weight": model.linear.weight.detach().cpu().clone()}
 
 
 def _big_batch_weight(k: int, lr: float = 0.1):
@@ -134,6 +152,11 @@ def _check_accumulated_training(train_fn) -> None:
         raise Incorrect(tr("the synchronisations came at micro-batches {synced}, not at every {k}-th: "
                            "gradient_accumulation_steps must be k.",
                            synced=[i + 1 for i, f in enumerate(first['flags']) if f], k=k))
+    if first["syncs"] and first["syncs"] != [k * (i + 1) for i in range(STEPS)]:
+        raise Incorrect(tr("Accelerate's flag said to synchronise at every {k}-th micro-batch, but DDP all-reduced "
+                           "after micro-batches {syncs}: accelerator.accumulate keeps DDP from all-reducing only "
+                           "for the models you give it; give it the prepared model.", k=k,
+                           syncs=first["syncs"]))
     if not first["steps"]:
         raise Incorrect(tr("the weights never changed: call optimizer.step() inside the accumulate block "
                            "(Accelerate skips it until the k-th micro-batch)."))

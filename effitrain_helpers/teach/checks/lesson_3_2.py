@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows, watch_stale_gradients
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
@@ -148,12 +148,17 @@ def _run_local_sgd(train_fn) -> dict:
 
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    counter, records = CommunicationCounter().watch(), []
+    counter, records, rows = CommunicationCounter().watch(), [], []
+    stale = watch_stale_gradients(model)
 
-    def record(*_):
+    def record():
         records.append((counter.bytes, model.linear.weight.detach().clone()))
 
-    model.register_forward_pre_hook(record)  # the state the previous step left behind
+    def before_forward(module, args, kwargs):  # the state the previous step left behind, and this batch's rows
+        record()
+        rows.append(len(kwargs["inputs"] if "inputs" in kwargs else args[0]))
+
+    model.register_forward_pre_hook(before_forward, with_kwargs=True)
     try:
         train_fn(model, optimizer, tiny_rows(PROCESSES * BATCH * STEPS), LOCAL_STEPS)
     finally:
@@ -161,7 +166,8 @@ def _run_local_sgd(train_fn) -> dict:
     record()
     parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     averages = [(b - a) / parameter_bytes for (a, _), (b, _) in zip(records, records[1:])]
-    return {"forwards": len(records) - 1, "averages": averages, "weights": [w for _, w in records[1:]]}
+    return {"forwards": len(records) - 1, "averages": averages, "weights": [w for _, w in records[1:]],
+            "rows": rows, "stale": sum(stale[1:])}
 
 
 def _check_local_sgd_loop(train_fn) -> None:
@@ -175,6 +181,13 @@ def _check_local_sgd_loop(train_fn) -> None:
     if first["forwards"] != STEPS:
         raise Incorrect(tr("each process should take {steps} steps (its half of the data, batches of {batch}); "
                            "yours took {forwards}.", steps=STEPS, batch=BATCH, forwards=first['forwards']))
+    if set(first["rows"]) != {BATCH}:
+        raise Incorrect(tr("the steps took batches of {rows} rows; the exercise's batches are {batch}: "
+                           "DataLoader(dataset, batch_size={batch}).", rows=sorted(set(first["rows"])), batch=BATCH))
+    if first["stale"]:
+        raise Incorrect(tr("{count} of {steps} backward passes began with the gradients of earlier batches still "
+                           "in the parameters, so they add up from step to step: clear them once per optimizer "
+                           "step (optimizer.zero_grad()).", count=first["stale"], steps=STEPS))
     agree = [all(torch.equal(r["weights"][s], first["weights"][s]) for r in ranks) for s in range(STEPS)]
     averages = [round(a) for a in first["averages"]]
     want = [1 if (s + 1) % LOCAL_STEPS == 0 else 0 for s in range(STEPS)]

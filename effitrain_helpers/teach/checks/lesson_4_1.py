@@ -136,7 +136,8 @@ def _check_adamw_by_hand(fn) -> None:
     if not callable(fn):
         raise Incorrect(tr("pass your function itself (adamw_by_hand, without calling it); you gave {fn!r}.",
                            fn=fn))
-    cases = [(1.0, [0.5, -0.2, 0.3, 0.1]), (-2.0, [3.0, 3.0, -1.0]), (0.5, [0.0, 1e-3, -2.0, 0.7, 0.7])]
+    cases = [(1.0, [0.5, -0.2, 0.3, 0.1]), (-2.0, [3.0, 3.0, -1.0]), (0.5, [0.0, 1e-3, -2.0, 0.7, 0.7]),
+             (1.0, [2e-8, -1e-8, 3e-8])]  # gradients as small as eps: where eps keeps the step finite
     for p0, grads in cases:
         got = fn(p0, list(grads))
         if not isinstance(got, (list, tuple)) or len(got) != len(grads):
@@ -170,7 +171,7 @@ def q3_model():
                                 "norm": torch.nn.LayerNorm(16), "classifier": torch.nn.Linear(16, 2)})
 
 
-Q3_LR, Q3_WEIGHT_DECAY = 1e-3, 0.01  # q3's settings
+Q3_LR, Q3_WEIGHT_DECAY = 2e-3, 0.05  # q3's settings: not torch.optim.AdamW's defaults, so leaving one out shows
 Q3_NO_DECAY = ("linear.bias", "norm.weight", "norm.bias", "classifier.bias")  # what Trainer leaves undecayed
 
 

@@ -249,6 +249,10 @@ def _check_adamw8bit(build_and_step) -> None:
                            kind=type(optimizer).__name__))
     if not any(p is layer.weight for g in optimizer.param_groups for p in g["params"]):
         raise Incorrect(tr("the optimizer does not hold the layer's weight: build it on layer.parameters()."))
+    rates = sorted({g.get("lr") for g in optimizer.param_groups})
+    if rates != [1e-3]:
+        raise Incorrect(tr("the optimizer's learning rate is {rates}: the exercise asks for 1e-3 (pass lr=).",
+                           rates=rates))
     state = optimizer.state.get(layer.weight, {})
     if not state:
         raise Incorrect(tr("the optimizer's state is empty: it is created at the first step; run a forward pass, "
@@ -303,6 +307,12 @@ def _check_8bit_args(args) -> None:
     if not math.isclose(args.weight_decay, 0.01):
         raise Incorrect(tr("weight_decay={weight_decay}: the exercise asks for 0.01 (Trainer's default is 0).",
                            weight_decay=args.weight_decay))
+    if not args.use_cpu:
+        raise Incorrect(tr("use_cpu is left False: on a machine with a GPU this Trainer would train there; the "
+                           "exercise asks for the CPU."))
+    if args.report_to:
+        raise Incorrect(tr("report_to={report_to}: the exercise reports to no tracker (report_to='none').",
+                           report_to=args.report_to))
 
 
 q1 = Exercise(

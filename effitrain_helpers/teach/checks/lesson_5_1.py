@@ -296,8 +296,8 @@ def _check_zero2_row(answer) -> None:
 
     got = as_number(answer)
     want = {stage: stage_bytes(FIT_PARAMETERS, FIT_DEVICES, stage)["total"] / GB for stage in STAGES}
-    if abs(got - want["ZeRO-2"]) <= 0.01 * want["ZeRO-2"]:
-        return
+    if abs(got - want["ZeRO-2"]) <= 0.001 * want["ZeRO-2"]:  # the sharded part is 10% of it: 1% would let N or
+        return  # a byte count be off by one
     if abs(got / GB - want["ZeRO-2"]) <= 0.01 * want["ZeRO-2"]:
         raise Incorrect(tr("{got:g} is in bytes: answer in GB, 1 GB = 1e9 bytes.", got=got))
     mistakes = {"DDP": msg("nothing is sharded there"), "ZeRO-1": msg("only the optimizer state is sharded there: "
