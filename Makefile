@@ -41,6 +41,10 @@ $(STAMP): pyproject.toml
 		$(BIN)/pip install "torch==$(TORCH_VERSION)"; \
 	fi
 	$(BIN)/pip install -e ".[test]"
+	@# nbgrader (a test dependency) brings JupyterLab menus and server extensions the workbook does not use: off
+	-@$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
+	-@for e in formgrader validate_assignment assignment_list course_list; do \
+		$(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$e >/dev/null 2>&1; done
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (effitrain)" >/dev/null
 	@touch $(STAMP)
 

@@ -22,10 +22,11 @@
     effitrain collectives [--processes N] [--sizes 1000,100000] [--repeats R] [--json]
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
+    effitrain editions --for nbgrader --out DIR [--force] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain prefetch [--dir DIR] [--check] [--json]
     effitrain workbook [--dir DIR] [--fresh LESSON] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain progress [--json]
-    effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--wide FILE.csv] [--deadline TIME] [--summary] [--timeout S] [--resume | --merge | --replace]
+    effitrain grade SUBMISSIONS_DIR --out grades.csv [--feedback DIR] [--wide FILE.csv [--points-row]] [--deadline TIME] [--summary] [--timeout S] [--resume | --merge | --replace]
 
 Bad input prints one line naming the value, what is allowed and how to fix it, and exits with 2.
 """
@@ -538,6 +539,8 @@ def _editions(args) -> int:
         raise ValueError(tr("--out DIR is missing: where to write the editions (or --check to only check the markers)."))
     check_output_folder(args.out, "--out")
     start = time.perf_counter()
+    if args.target == "nbgrader":
+        return _nbgrader_source(args, start)
     summary = build_editions(args.out, source=args.source, force=args.force, solutions=not args.no_solutions,
                              lang=args.lang)
     summary["seconds"] = time.perf_counter() - start
@@ -551,6 +554,27 @@ def _editions(args) -> int:
              else tr("off (graded class)"))
           + (tr("; in {language}: {n} notebooks translated, the others in English", language=args.lang,
                 n=len(summary["translated"])) if args.lang != "en" else ""))
+    return 0
+
+
+def _nbgrader_source(args, start: float) -> int:
+    """``editions --for nbgrader``: the nbgrader course folder (:mod:`~effitrain_helpers.teach.nbgrader_source`)."""
+    import time
+
+    from effitrain_helpers.teach.nbgrader_source import build_nbgrader
+
+    if args.no_solutions:
+        raise ValueError(tr("--no-solutions does not go with --for nbgrader: nbgrader's release never holds the "
+                            "solutions. Fix: leave --no-solutions out."))
+    summary = build_nbgrader(args.out, source=args.source, force=args.force, lang=args.lang)
+    summary["seconds"] = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(tr("wrote {n} nbgrader assignments ({tests} autograded cells, {points} points) to {out}/source in "
+             "{seconds:.1f} s; then, in {out}: nbgrader generate_assignment {first}", n=len(summary["assignments"]),
+             tests=summary["test_cells"], points=summary["points"], out=args.out, seconds=summary["seconds"],
+             first=summary["assignments"][0]))
     return 0
 
 
@@ -618,7 +642,7 @@ def _grade(args) -> int:
     mode = next((m for m in ("resume", "merge", "replace") if getattr(args, m)), None)
     rows = grade(args.submissions, args.out, args.timeout, source=args.source, roster=args.roster, mode=mode,
                  unsafe=args.unsafe, feedback=args.feedback, wide=args.wide, deadline=args.deadline,
-                 jobs=args.jobs)
+                 jobs=args.jobs, points_row=args.points_row)
     counts = Counter(r.status for r in rows)
     print(tr("wrote {rows} rows for {students} students to {out}: {counts}", rows=len(rows),
              students=len({r.student for r in rows}), out=args.out,
@@ -722,6 +746,9 @@ def add_learner_commands(sub) -> None:
     p.add_argument("--wide", metavar="FILE.csv", type=not_empty("--wide"), default=None,
                    help="also write one row per student: a column per exercise (e.g. '1.1 q2'), per lesson total, "
                         "total, late; for Canvas, Moodle, Gradescope")
+    p.add_argument("--points-row", action="store_true",
+                   help="with --wide: a first row 'Points Possible' (what each column is worth), as Canvas's "
+                        "gradebook import reads it")
     p.add_argument("--deadline", type=_deadline, default=None,
                    help="ISO 8601 time (e.g. 2026-12-01T23:59, this machine's zone when none): rows of notebooks "
                         "handed in later (timestamp.txt beside it, else the file's time) are marked late")
@@ -750,6 +777,9 @@ def add_classroom_commands(sub) -> None:
     p = sub.add_parser("editions", help="write the student and instructor editions of the notebooks")
     p.add_argument("--out", type=not_empty("--out"), default=None, help="output folder (gets student/ and instructor/)")
     p.add_argument("--check", action="store_true", help="only check the exercise markers of the source notebooks")
+    p.add_argument("--for", dest="target", choices=["nbgrader"], default=None,
+                   help="nbgrader: write an nbgrader course folder instead (DIR/source/LESSON/LESSON.ipynb, one "
+                        "assignment per lesson: read-only cells, answer cells, test cells worth the exercise's points)")
     p.add_argument("--force", action="store_true", help="replace student/ and instructor/ in a non-empty --out")
     p.add_argument("--no-solutions", action="store_true", help="turn q.solution() off in the student edition (graded class)")
     p.add_argument("--source", type=not_empty("--source"), default=None,

@@ -1,5 +1,6 @@
 """A generated class for the grading tests: a tiny solved lesson (two exercises, the second using the first's
-answer), its student edition, and submissions written from it (honest, blank, forged, mixed up)."""
+answer, and a hidden check of the second on a model of its own), its student edition, and submissions written from
+it (honest, blank, forged, mixed up)."""
 
 from pathlib import Path
 
@@ -29,6 +30,15 @@ model = TinyModel()'''
 Q1 = "matrix_bytes = 1000 * 1000 * 4"
 Q2 = "per_number = matrix_bytes // 1_000_000\ntrain_mib = sum(p.numel() for p in model.parameters()) * per_number * 4 / 2**20"
 CHECK1, CHECK2 = "q1.check(matrix_bytes)", "q2.check(train_mib, model)"
+HIDDEN = f"""class Bigger(TinyModel):
+    def parameters(self):
+        return [Weights(3_000_000)]
+
+
+model = Bigger()
+# ANSWER
+{CHECK2}"""  # q2 on a model the student never sees: an answer that fits the visible check only fails here
+FITS_VISIBLE = "per_number = 4\ntrain_mib = 1_001_000 * 16 / 2**20"  # right for the visible model only
 
 
 def write_lesson(folder: Path):
@@ -36,8 +46,10 @@ def write_lesson(folder: Path):
     cells = [nbformat.v4.new_markdown_cell("# Lesson 9.1 · tiny"), nbformat.v4.new_code_cell(SETUP),
              nbformat.v4.new_code_cell(f"# BEGIN SOLUTION\n{Q1}\n# END SOLUTION\n{CHECK1}"),
              nbformat.v4.new_code_cell(f"# BEGIN SOLUTION\n{Q2}\n# END SOLUTION\n{CHECK2}"),
+             nbformat.v4.new_code_cell(HIDDEN, metadata={"tags": ["hidden-check"]}),
+             nbformat.v4.new_code_cell("assert model.parameters()[0].numel() == 1_000_000  # the set-up's model"),
              nbformat.v4.new_markdown_cell("Done.")]
-    for cell, cell_id in zip(cells, ["title", "setup", "ex1", "ex2", "end"]):
+    for cell, cell_id in zip(cells, ["title", "setup", "ex1", "ex2", "hidden", "after", "end"]):
         cell.id = cell_id
     source = nbformat.v4.new_notebook(cells=cells)
     folder.mkdir(parents=True, exist_ok=True)

@@ -295,6 +295,10 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     pytest.param("6_4_", "lesson_6_4", "q3", "import torch\nimport torch.distributed as dist",
                  marks=pytest.mark.slow),  # it launches 2 processes
     pytest.param("6_4_", "lesson_6_4", "q4", "", marks=pytest.mark.slow),  # it launches 3 processes
+    pytest.param("7_1_", "lesson_7_1", "q1", "import torch\nfrom torch.distributed.fsdp import MixedPrecisionPolicy",
+                 marks=pytest.mark.slow),  # a fake world of 2 ranks in this process (seconds)
+    pytest.param("7_1_", "lesson_7_1", "q2", "from torch.distributed.fsdp import fully_shard",
+                 marks=pytest.mark.slow),
     ("7_3_", "lesson_7_3", "q1", "from effitrain_helpers.measure.planner import parameters_per_rank\n"
      "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
     ("7_3_", "lesson_7_3", "q2", ""),

@@ -246,6 +246,7 @@ def test_hints_leave_something_to_find(stem, q, exercise, solved, secret):
 STOP_AT_THE_IDEA = {"1_1_prepare_models:q2", "1_1_prepare_models:q4", "3_3_mixed_precision:q2",
                     "5_3_checkpoint_crash_resume:q1", "5_3_checkpoint_crash_resume:q2",
                     "5_3_checkpoint_crash_resume:q3", "5_3_checkpoint_crash_resume:q4",
+                    "7_1_mixed_precision_across_ranks:q1", "7_1_mixed_precision_across_ranks:q2",
                     "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2"}
 
 

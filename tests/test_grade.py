@@ -14,9 +14,9 @@ import nbformat
 import psutil
 import pytest
 
-from classroom import CHECK2, LESSON, Q1, Q2, needs_sandbox, submit, write_lesson
+from classroom import CHECK2, FITS_VISIBLE, LESSON, Q1, Q2, needs_sandbox, submit, write_lesson
 from effitrain_helpers.cli import main
-from effitrain_helpers.teach import answers, sandbox
+from effitrain_helpers.teach import answers, editions, sandbox
 from effitrain_helpers.teach.answers import REVIEW, graded_notebook, review
 from effitrain_helpers.teach.editions import exercise_cells, source_notebooks
 
@@ -70,7 +70,8 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     temp.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(temp))
     subs = tmp_path / "subs"
-    submit(edition, subs / "honest.ipynb", Q1, "per_number = 4\ntrain_mib = 1_001_000 * 16 / 2**20")
+    submit(edition, subs / "honest.ipynb", Q1, Q2.replace("per_number = matrix_bytes // 1_000_000", "per_number = 4"))
+    submit(edition, subs / "fits_visible.ipynb", Q1, FITS_VISIBLE)  # right on the visible check only
     submit(edition, subs / "blank.ipynb")
     submit(edition, subs / "wrong_q1.ipynb", "matrix_bytes = 8_000_000", Q2)  # q2 uses q1: judged with q1's reference
     for name, (q1, q2, setup, check2) in FORGERIES.items():
@@ -92,12 +93,17 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     assert ("honest", "q1", "correct") in got and ("honest", "q2", "correct") in got
     assert ("blank", "q1", "not attempted") in got and ("blank", "q2", "not attempted") in got
     assert ("wrong_q1", "q1", "incorrect") in got and ("wrong_q1", "q2", "correct") in got  # one mistake, one exercise
-    credited = [(s, q) for s, q, status in got if status == "correct" and s not in ("honest", "wrong_q1")]
+    credited = [(s, q) for s, q, status in got if status == "correct" and s not in ("honest", "wrong_q1")
+                and (s, q) != ("fits_visible", "q1")]
     assert credited == [], f"credit for work not done: {credited}"
     for name, exercise in FLAGGED.items():
         assert (name, exercise, REVIEW) in got, name
     assert ("f5_context", "q2", "incorrect") in got  # judged with the lesson's own model, not the forged one
+    assert ("fits_visible", "q1", "correct") in got and ("fits_visible", "q2", "incorrect") in got
     details = {(r["student"], r["exercise"]): r["detail"] for r in csv.DictReader(out.open())}
+    assert "a hidden check" in details["fits_visible", "q2"]
+    raised = [r for r in got if r[1] == "error" and r[0] in ("honest", "fits_visible", "wrong_q1", "blank")]
+    assert raised == [], "a lesson cell raised (the kernel's names not put back after the hidden check?)"
     assert "replace ____ with your answer" in details["blank", "q1"]  # the checker's message reaches the student
     assert details["wrong_q1", "q1"] and details["f5_context", "q2"]
     page = (feedback / "wrong_q1.html").read_text()
@@ -138,6 +144,10 @@ def test_no_honest_solution_of_the_workbook_is_flagged():
     ("import sys\nsys.modules['x'].y = 1", 2, "sys.modules"),
     ("f.__globals__['q1'] = 2", 1, "__globals__"),
     ("!cat notes", 1, "get_ipython"),
+    ("x = 1\ncases = In[-1]", 2, "In"),
+    ("cases = _ih[-1]", 1, "_ih"),
+    ("cases = _i7", 1, "_i7"),
+    ("_effitrain_saved['train_mib'] = 1", 1, "_effitrain_saved"),
 ])
 def test_the_review_names_the_line_that_reaches_the_machinery(code, line, says):
     found = review(code)
@@ -162,6 +172,39 @@ def test_the_graded_notebook_is_the_source_with_only_the_answers_in_it(lesson, t
     assert answers.match_source(nbformat.read(path, as_version=4), "renamed.ipynb", sources) == LESSON
 
 
+def test_a_hidden_check_reruns_the_answer_on_its_own_cases_and_puts_the_names_back(lesson, tmp_path):
+    source, edition = lesson
+    path = submit(edition, tmp_path / "s.ipynb", Q1, FITS_VISIBLE)
+    graded = graded_notebook(nbformat.read(path, as_version=4), source_notebooks(source)[LESSON], LESSON)
+    cells = graded.notebook.cells
+    (hidden,) = graded.hidden
+    assert hidden.exercises == [("1.1", "q2")] and cells[hidden.cell].source == CHECK2
+    setup = cells[hidden.needs].source  # the hidden cases, then the student's answer again
+    assert setup.index("model = Bigger()") < setup.index(FITS_VISIBLE) and "# ANSWER" not in setup
+    assert "globals()" in cells[hidden.cell - 2].source and "globals()" in cells[hidden.cell + 1].source
+    assert graded.where[hidden.cell] == "a hidden check of q2"
+    ex2 = next(i for i, c in enumerate(nbformat.read(path, as_version=4).cells) if c.get("id") == "ex2")
+    assert graded.where[graded.checks[1].cell] == f"cell {ex2}"  # numbered as in the student's notebook
+    for name in ("student", "instructor"):  # in no edition
+        built = editions.make_edition(source_notebooks(source)[LESSON], LESSON, name)
+        assert not any("Bigger" in c.source for c in built.cells), name
+
+
+@pytest.mark.parametrize("cells, says", [
+    (["q2.check(x)", "# BEGIN SOLUTION\nx = 1\n# END SOLUTION\nq2.check(x)"], "comes before the cell of that exercise"),
+    (["# BEGIN SOLUTION\nx = 1\n# END SOLUTION\nq2.check(x)", "q2.check(x)\nq3.check(x)"], "checks 2 exercises"),
+    (["# BEGIN SOLUTION\nx = 1\n# END SOLUTION\nq2.check(x)", "# ANSWER\n# ANSWER\nq2.check(x)"], "2 '# ANSWER' lines"),
+    (["# BEGIN SOLUTION\nx = 1\n# END SOLUTION\nq2.check(x)", "if 1:\n    # ANSWER\nq2.check(x)"], "is indented"),
+    (["# BEGIN SOLUTION\nx = 1\n# END SOLUTION\nq2.check(x)", "x = 2"], "calls no qN.check"),
+])
+def test_a_wrong_hidden_check_is_refused_naming_its_cell(cells, says):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.cells[-1 if "before" not in says else 0].metadata["tags"] = ["hidden-check"]
+    with pytest.raises(editions.MarkerError, match=says) as err:
+        editions.check_all({"x.ipynb": nb})
+    assert "x.ipynb, cell" in str(err.value)
+
+
 def _exit_code(argv) -> int:
     """``main``'s exit code, whether it returns it or argparse exits with it."""
     try:
@@ -183,6 +226,7 @@ def _exit_code(argv) -> int:
     (["EMPTY", "--out", "g.csv", "--wide", "EMPTY/w.csv"], "is inside SUBMISSIONS_DIR"),
     (["EMPTY", "--out", "g.csv", "--feedback", "EMPTY/fb"], "--feedback 'EMPTY/fb' is inside SUBMISSIONS_DIR"),
     (["EMPTY", "--out", "g.csv", "--wide", "notes.csv"], "--wide 'notes.csv' exists and is not a table this command"),
+    (["EMPTY", "--out", "g.csv", "--points-row"], "--points-row adds a row to the --wide table, and there is no --wide"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, says):
     (tmp_path / "EMPTY").mkdir()

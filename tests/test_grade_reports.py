@@ -108,6 +108,31 @@ def test_the_wide_table_has_a_column_per_exercise_lesson_totals_total_and_late(t
     assert out.read_text().splitlines()[0] == ",".join(header) and "\n'=bob," in out.read_text()  # no formula
 
 
+def test_the_points_possible_row_says_what_each_column_is_worth(monkeypatch):
+    reports.points_of.cache_clear()
+    monkeypatch.setattr(lesson_1_1.q2, "points", 2.5)
+    try:
+        header, records = reports.wide_table(_class_rows(), points_row=True)
+    finally:
+        reports.points_of.cache_clear()
+    possible = records[0]
+    assert possible["student"] == "Points Possible" and len(records) == 3  # then the two students
+    assert [possible[c] for c in header[2:-1]] == ["1", "2.5", "1", "1", "3.5", "4.5"] and possible["late"] == ""
+
+
+def test_the_instructors_start_page_draws_the_gradebook_or_says_how_to_make_one(tmp_path, capsys):
+    import matplotlib.pyplot as plt
+
+    assert grade.plot_gradebook(tmp_path / "grades.csv") is None
+    assert "effitrain grade SUBMISSIONS_DIR --out" in capsys.readouterr().out
+    grade._write_csv(_class_rows(), tmp_path / "grades.csv")
+    fig = grade.plot_gradebook(tmp_path / "grades.csv")
+    bars = [(round(p.get_width()), round(p.get_y() + p.get_height() / 2)) for p in fig.axes[0].patches]
+    assert [label.get_text() for label in fig.axes[0].get_yticklabels()] == ["start q1", "1.1 q2", "1.1 q10"]
+    assert sum(width for width, _ in bars) == 5  # five exercise rows drawn, each once
+    plt.close(fig)
+
+
 def test_the_summary_counts_each_exercise_in_the_class_language(monkeypatch):
     table = reports.summary_table(_class_rows()).splitlines()
     assert table[0].split() == ["exercise", "correct", "incorrect", "not", "attempted", "other"]

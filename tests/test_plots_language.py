@@ -106,6 +106,9 @@ def _figures():
         "plot_link_rates": plots.plot_link_rates(
             [{"rate": r, "DDP": 0.1, "FSDP": 0.2, "DDP theory": 0.1, "FSDP theory": 0.2} for r in (None, 1e7, 1e9)]),
         "plot_alpha_beta": plots.plot_alpha_beta(40e-6, 1 / 3.5e9, message_bytes=(2**10, 2**20), worlds=(2, 8)),
+        "plot_class_summary": plots.plot_class_summary(
+            [("q1", {"correct": 3, "incorrect": 1, "not attempted": 1, "other": 0}),
+             ("q2", {"correct": 1, "incorrect": 2, "not attempted": 1, "other": 1})]),
         "plot_attention_saved_bytes": plots.plot_attention_saved_bytes(
             [{"way": w, "n": n, "saved_bytes": 2**20 * n, "theory_bytes": 2**20 * n} for w in ("plain", "hand flash")
              for n in (128, 256)]),
@@ -537,6 +540,8 @@ ENGLISH["plot_alpha_beta"] = (2 * ["alpha-beta model, alpha = 40.0 µs, bandwidt
                                   f"all-reduce of {size} KiB", "processes N", "model time (ms)", "ring", "tree",
                                   "parameter server")])
 # lesson 8.1
+ENGLISH["plot_class_summary"] = ["The class, exercise by exercise", "students", "correct", "incorrect",
+                                 "not attempted", "other", "q1", "q2"]  # the instructor's start page
 ENGLISH["plot_attention_saved_bytes"] = ["What attention keeps for backward: n x n against n", "sequence length n",
                                          "MiB saved for backward (dashed: theory)", "plain attention (by hand)",
                                          "FlashAttention by hand", "128", "256"]

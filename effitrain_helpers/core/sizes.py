@@ -49,6 +49,7 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     },
     "6.1": {"small": {"sizes": (1_000, 100_000, 1_000_000)},  # float32 values all-reduced, side by side
             "full": {"sizes": (1_000, 100_000, 1_000_000, 10_000_000)}},
+    "7.1": {"small": {"steps": 4, "batch_size": 8}, "full": {"steps": 30, "batch_size": 32}},  # per process
     "8.1": {  # (batch, heads, d) and the sequence lengths n whose bytes saved for backward are measured
         "small": {"batch": 1, "heads": 2, "d": 32, "lengths": (128, 256, 512)},
         "full": {"batch": 2, "heads": 4, "d": 64, "lengths": (256, 512, 1024, 2048)},

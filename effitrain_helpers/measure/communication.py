@@ -18,7 +18,8 @@ loop triggers:
 
 The bytes of a collective are its *payload*, the size of the whole tensor it works on: the tensor of an
 all-reduce, the gathered output of an all-gather, the input of a reduce-scatter (padding included).
-``bytes_by_collective`` splits them by collective.
+``bytes_by_collective`` splits them by collective, ``dtypes_by_collective`` names the dtypes each one moved
+(lesson 7.1: bfloat16 all-gathers beside float32 reduce-scatters).
 
 The loop calls ``counter.step()`` after each optimizer step; a step *synchronised* if any bytes were
 exchanged during it. Plain data parallelism synchronises at every step; local SGD with ``k`` steps at every
@@ -77,6 +78,7 @@ class CommunicationCounter:
     synchronised_steps: list[int] = field(default_factory=list)
     bytes_by_collective: dict[str, int] = field(default_factory=dict)
     calls_by_collective: dict[str, int] = field(default_factory=dict)
+    dtypes_by_collective: dict[str, set] = field(default_factory=dict)  # e.g. {"all_gather_single": {"bfloat16"}}
     _bytes_at_last_step: int = 0
     _originals: dict = field(default_factory=dict)
 
@@ -110,6 +112,8 @@ class CommunicationCounter:
             self.blocked_seconds += time.perf_counter() - start
             tensors = tensor if isinstance(tensor, (list, tuple)) else [tensor]  # a list: its pieces, all of them
             self._record(name, sum(t.numel() * t.element_size() for t in tensors))
+            self.dtypes_by_collective.setdefault(name, set()).update(str(t.dtype).removeprefix("torch.")
+                                                                     for t in tensors)
             return result
 
         return counted

@@ -8,10 +8,14 @@ are the source's again, in a cell of their own after the answer's (the check cel
 reads verdicts from). After each check cell comes one cell of the grader's own: when that exercise was not
 Correct, it runs the source's solution, so a later exercise that uses this one is judged with the reference in
 its place (one mistake costs one exercise); that the grader's cell ran shows the check cell ran to its end.
+A hidden check of the source (:func:`~effitrain_helpers.teach.editions.hidden_checks`: cases no edition holds)
+runs where the instructor put it, with the student's answer run again on its cases and the kernel's names put
+back after it; the exercise is Correct only when its visible check and every hidden check say so.
 
 :func:`review` reads each answer before it runs: a line that reaches into the checking machinery (the exercise
 objects, :mod:`~effitrain_helpers.teach.verdicts`, ``Exercise``, ``solution_code``, a checker's ``_reference_*``,
-the workbook's notebooks, ``exec``/``eval``, frames, ``gc``, ...) flags the exercise for review by hand, with
+the workbook's notebooks, the notebook's own history (``In``, ``_ih``: a hidden check's code), ``exec``/``eval``,
+frames, ``gc``, ...) flags the exercise for review by hand, with
 that line; a flagged exercise is never credited.
 
 A submission is matched to its lesson (:func:`match_source`) by the lesson the student edition recorded in its
@@ -28,8 +32,9 @@ import textwrap
 import tokenize
 from dataclasses import dataclass, field
 
-from effitrain_helpers.core.language import msg
-from effitrain_helpers.teach.editions import BLANK_IMPORT, INSTRUCTOR_TAG, exercise_cells
+from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.teach.editions import (BLANK_IMPORT, INSTRUCTOR_TAG, _is_instructor_only, exercise_cells,
+                                              hidden_checks)
 from effitrain_helpers.teach.verdicts import CHECKS_PACKAGE, lesson_of
 
 _IMPORT = re.compile(rf"^\s*from\s+{re.escape(CHECKS_PACKAGE)}\.(\w+)\s+import[ \t]+\(?([\w \t,]+)", re.M)
@@ -45,6 +50,8 @@ _NAMES = {  # a name (variable, attribute, import) in an answer that reaches the
                      "__module__", "__wrapped__", "__func__", "__self__", "__getattribute__", "__file__", "f_globals",
                      "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame", "cr_frame"],
                     "the inside of functions and modules"),
+    **dict.fromkeys(["In", "Out", "_ih", "_oh", "_i", "_ii", "_iii", "_dh", "history_manager"],
+                    "the notebook's own history (the cells' code, a hidden check's too)"),
 }
 _CALLS = {"exec", "eval", "compile", "__import__", "globals", "breakpoint"}  # called by their bare name
 _TEXTS = {".ipynb": "a notebook file", "EFFITRAIN_": "the workbook's settings", "vnd.effitrain": "the verdicts",
@@ -53,6 +60,7 @@ _TEXTS = {".ipynb": "a notebook file", "EFFITRAIN_": "the workbook's settings", 
 _LINES = {re.compile(r"effitrain_helpers\s*\.\s*teach"): "effitrain_helpers.teach (the checking machinery)",
           re.compile(r"\bsys\s*\.\s*modules\b"): "sys.modules (code that finds other code)"}
 REVIEW = msg("flagged for review")  # a row status
+_SAVED = "_effitrain_saved"  # the grader's copy of the kernel's names while a hidden check runs
 
 
 @dataclass
@@ -63,6 +71,7 @@ class Check:
     exercises: list[tuple[str, str]]  # (lesson, variable), e.g. ("1.1", "q2")
     flag: str = ""  # why the answer is flagged for review ("" when it is not)
     note: str = ""  # what of the student's cell did not run (lines outside the answer, edited)
+    needs: int | None = None  # a hidden check's cell that must run without an error (its set-up, the answer again)
 
 
 @dataclass
@@ -72,6 +81,8 @@ class Graded:
     source: str  # the lesson's notebook (file name in the source folder)
     notebook: object  # nbformat notebook
     checks: list[Check] = field(default_factory=list)
+    hidden: list[Check] = field(default_factory=list)  # the hidden checks' check cells (editions.hidden_checks)
+    where: list[str] = field(default_factory=list)  # per cell: how an error row names it ("cell 4", ...)
 
 
 def exercise_lessons(nb) -> dict[str, str]:
@@ -131,6 +142,10 @@ def _why(token: str, before: str, after: str) -> str | None:
         return "the exercise object itself"
     if token.startswith("_reference"):
         return "a checker's reference implementation"
+    if token.startswith("_effitrain"):
+        return "the grader's own names"
+    if re.fullmatch(r"_i\d+", token):
+        return "the notebook's own history (the cells' code, a hidden check's too)"
     if token in _CALLS:
         return "code that runs code from text" if before != "." and after == "(" else None
     return _NAMES.get(token)
@@ -218,50 +233,112 @@ def _python(code: str) -> str:
     return TransformerManager().transform_cell(code)
 
 
+def _where(submission, source, i: int, mine=None) -> str:
+    """How an error row names cell ``i`` of the source (an exercise's cell: the student's cell ``mine``): its
+    number in the submission (found by id), else in the student edition (the banner first, no instructor cells)."""
+    if mine is None:
+        mine = next((c for c in submission.cells if c.get("id") and c.get("id") == source.cells[i].get("id")), None)
+    number = submission.cells.index(mine) if mine is not None else \
+        1 + sum(not _is_instructor_only(c) for c in source.cells[:i])
+    return tr("cell {cell}", cell=number)
+
+
+class _Builder:
+    """The graded notebook as it is built: each cell with how an error row names it (:attr:`Graded.where`)."""
+
+    def __init__(self, graded: Graded):
+        self.graded = graded
+
+    def add(self, cell, where: str) -> int:
+        self.graded.notebook.cells.append(cell)
+        self.graded.where.append(where)
+        return len(self.graded.notebook.cells) - 1
+
+
+def _grader_cell(source: str):
+    import nbformat
+
+    return nbformat.v4.new_code_cell(source, metadata={"effitrain": "grader"})
+
+
+def _hidden_cells(hidden, cell, answer: str | None):
+    """The cells that run one hidden check: the grader keeps the kernel's names, then the check's own set-up and
+    the student's ``answer`` run again (a cell of its own: nothing it shows is read), then its check call (where
+    the verdict is read), then the grader puts the names back, so the exercises after it run as they would have."""
+    lines = cell.source.splitlines()
+    at = hidden.answer
+    before, after = (lines[:at], lines[at + 1:]) if at is not None else ([], lines)
+    split = next((k for k, line in enumerate(after) if _CHECK_LINE.match(line)), 0)
+    setup, check = before + ([answer or ""] if at is not None else []) + after[:split], after[split:]
+    return (_grader_cell(f"{_SAVED} = dict(globals())"),
+            _grader_cell("\n".join(setup)) if any(line.strip() for line in setup) else None,
+            _grader_cell("\n".join(check)),
+            _grader_cell(f"(lambda g, kept: (g.clear(), g.update(kept)))(globals(), globals().pop({_SAVED!r}))"))
+
+
 def graded_notebook(submission, source, source_name: str) -> Graded:
     """The notebook to run for ``submission`` (see module docstring), built from ``source`` (a solved notebook
-    named ``source_name``): its cells, its check cells with the exercises each judges, and review flags."""
+    named ``source_name``): its cells, its check cells with the exercises each judges, its hidden checks, review
+    flags, and how an error row names each cell."""
     import nbformat
 
     marked = dict(exercise_cells(source, source_name))
+    hidden = {h.cell: h for h in hidden_checks(source, source_name)}
     lessons = exercise_lessons(source)
     theirs = [c for c in submission.cells if c.cell_type == "code"]
     by_id = {c.get("id"): c for c in theirs if c.get("id")}
     with_check = [c for c in theirs if any(_CHECK_LINE.match(line) for line in c.source.splitlines())]
     out = nbformat.v4.new_notebook(metadata=copy.deepcopy(source.metadata))
-    out.cells.append(nbformat.v4.new_code_cell(BLANK_IMPORT, metadata={"effitrain": "grader"}))  # as the edition
     graded = Graded(source_name, out)
+    build = _Builder(graded)
+    build.add(_grader_cell(BLANK_IMPORT), tr("the grader's own cell"))  # as the edition
+    ran: dict[str, tuple[str, str]] = {}  # exercise variable -> (its answer cell's code, its flag)
     nth = 0
     for i, cell in enumerate(source.cells):
+        if i in hidden:
+            name = hidden[i].exercise
+            answer, flag = ran.get(name, ("", ""))
+            exercise = (lessons.get(name, ""), name)
+            if flag:  # a flagged answer is never run: its flag stands
+                continue
+            where = tr("a hidden check of {exercise}", exercise=name)
+            save, setup, check, restore = _hidden_cells(hidden[i], cell, answer)
+            build.add(save, where)
+            needs = build.add(setup, where) if setup is not None else None
+            graded.hidden.append(Check(build.add(check, where), [exercise], needs=needs))
+            build.add(restore, where)
+            continue
         if INSTRUCTOR_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         restored = copy.deepcopy(cell)
         if restored.cell_type == "code":
             restored.outputs, restored.execution_count = [], None
         if i not in marked:
-            out.cells.append(restored)
+            build.add(restored, _where(submission, source, i))
             continue
         regions = marked[i]
         mine = by_id.get(cell.get("id")) or (with_check[nth] if nth < len(with_check) else None)
         nth += 1
+        where = _where(submission, source, i, mine)
         names = [n for n in re.findall(r"^(q\d+)\.check\(", cell.source, re.M)]
         exercises = [(lessons.get(n, ""), n) for n in dict.fromkeys(names)]
         note = ""
         if mine is None:  # the cell is gone: the starter runs (not attempted)
             found = [(0, r.starter) for r in regions]
-            note = "the exercise's cell is missing from the submission"
+            note = tr("the exercise's cell is missing from the submission")
         else:
             found, changed = answers(mine.source, cell.source, regions)
             if changed:
-                note = (f"cell {submission.cells.index(mine)}: lines outside the answer were edited; the lesson's "
-                        "own lines ran instead")
+                note = tr("cell {cell}: lines outside the answer were edited; the lesson's own lines ran instead",
+                          cell=submission.cells.index(mine))
         flag = ""
         for start, answer in found:
             hit = review("\n".join(answer))
             if hit and not flag and mine is not None:
                 text = answer[hit[0] - 1].strip()[:80] if hit[0] - 1 < len(answer) else ""
-                flag = (f"{REVIEW}: cell {submission.cells.index(mine)}, line {start + hit[0]} uses {hit[1]}: "
-                        f"{text!r}; never run, never credited: read it by hand")
+                flag = tr("{review}: cell {cell}, line {line} uses {what}: {line_text!r}; never run, never credited: read "
+                          "it by hand", review=tr(REVIEW), cell=submission.cells.index(mine), line=start + hit[0],
+                          what=hit[1], line_text=text)
         if flag:  # a flagged answer does not run at all: it could change how every later exercise is judged
             found = [(0, r.starter) for r in regions]
         lines, cursor, new = cell.source.splitlines(), 0, []
@@ -270,15 +347,18 @@ def graded_notebook(submission, source, source_name: str) -> Graded:
             cursor = region.end + 1
         after = lines[cursor:]
         split = next((k for k, line in enumerate(after) if _CHECK_LINE.match(line)), 0)
+        answer_code = "\n".join(new + after[:split])
         if split or new:  # the answer in a cell of its own: nothing it shows lands in the check cell
             answer_cell = copy.deepcopy(restored)
-            answer_cell.source = "\n".join(new + after[:split])
+            answer_cell.source = answer_code
             answer_cell.id = f"effitrain-answer-{len(out.cells)}"
-            out.cells.append(answer_cell)
+            build.add(answer_cell, where)
         restored.source = "\n".join(after[split:])
-        out.cells.append(restored)
-        graded.checks.append(Check(len(out.cells) - 1, exercises, flag, note))
-        out.cells.append(_reference_cell(exercises, _with_solutions(lines, regions)))
+        graded.checks.append(Check(build.add(restored, where), exercises, flag, note))
+        for _, name in exercises:
+            ran[name] = answer_code, flag
+        build.add(_reference_cell(exercises, _with_solutions(lines, regions)),
+                  tr("the lesson's own answer to {exercise}, run after it", exercise=", ".join(dict.fromkeys(names))))
     return graded
 
 

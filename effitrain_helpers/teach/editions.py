@@ -9,6 +9,9 @@ DIR``, ``make editions``) writes two folders of notebooks, outputs stripped:
   whether ``q1.solution()`` works (``--no-solutions`` turns it off for a graded class; hints always work);
 - ``DIR/instructor/``: the solutions and the instructor notes, marker comments removed.
 
+Neither holds a hidden check (a cell tagged ``hidden-check``: :func:`hidden_checks`), which only ``effitrain
+grade`` runs.
+
 Marking an exercise cell in the source (README, "Contributing"): the solution lines go between two comment
 lines, ``# BEGIN SOLUTION`` and ``# END SOLUTION`` (indented like the code they enclose), and the cell's
 ``qN.check(...)`` call comes after them. The student gets, instead of the region, the region's ``# STARTER:``
@@ -36,10 +39,14 @@ from effitrain_helpers.teach.exercises import EDITION_FILE  # written here, read
 
 BEGIN, END, STARTER = "# BEGIN SOLUTION", "# END SOLUTION", "# STARTER:"
 INSTRUCTOR_TAG = "instructor-only"
+HIDDEN_TAG = "hidden-check"  # a check only effitrain grade runs: in no edition (see hidden_checks)
+ANSWER = "# ANSWER"  # in a hidden check: where the grader runs the student's answer again
 EDITIONS = ("student", "instructor")
 _BEGIN = re.compile(r"^(\s*)#\s*BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
 _STARTER = re.compile(r"^\s*#\s*STARTER:(.*)$")
+_ANSWER = re.compile(r"^\s*#\s*ANSWER\s*$")
+_CHECKED = re.compile(r"^(q\d+)\.check\(", re.M)  # the exercise a top-level check call checks
 CHECK_CALL = re.compile(r"\bq\d+\.check\(")
 BLANK_COMMENT = msg("the blank the exercises start with")
 BLANK_IMPORT = "from effitrain_helpers.teach.exercises import ____  # " + BLANK_COMMENT  # in English
@@ -151,7 +158,59 @@ def parse_cell(source: str, where: str) -> list[Region]:
 
 
 def _is_instructor_only(cell) -> bool:
-    return INSTRUCTOR_TAG in cell.get("metadata", {}).get("tags", [])
+    """Whether ``cell`` is left out of the student edition (and the site): instructor notes, hidden self-tests and
+    hidden checks."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    return INSTRUCTOR_TAG in tags or HIDDEN_TAG in tags
+
+
+def is_hidden_check(cell) -> bool:
+    """Whether ``cell`` is a hidden check (:func:`hidden_checks`), which no edition contains."""
+    return cell.cell_type == "code" and HIDDEN_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+@dataclass
+class HiddenCheck:
+    """A hidden check of the source: cell ``cell`` checks ``exercise`` (``"q2"``) on cases of its own, with the
+    student's answer run again at line ``answer`` (0-based; None: the answer is not run again)."""
+
+    cell: int
+    exercise: str
+    answer: int | None
+
+
+def hidden_checks(nb, name: str) -> list[HiddenCheck]:
+    """The hidden checks of a solved notebook: code cells tagged ``hidden-check``, which only ``effitrain grade``
+    runs (neither edition contains them, so a student who fits the visible check cannot see them). Each calls
+    ``qN.check(...)`` of one exercise marked in an earlier cell, on cases of its own; a line ``# ANSWER`` (at most
+    one, not indented) is where the grader runs that exercise's answer again, after the lines that set up the new
+    cases, e.g. ``model = Bigger()`` / ``# ANSWER`` / ``q2.check(train_mib, model)``. The exercise is Correct only
+    when its visible check and every hidden check say so. :class:`MarkerError` naming the cell when one is wrong."""
+    found, seen, errors = [], set(), []
+    for i, cell in enumerate(nb.cells):
+        where = f"{name}, cell {i}"
+        if cell.cell_type == "code" and not _is_instructor_only(cell) and (names := _CHECKED.findall(cell.source)):
+            seen.update(names)
+        if not is_hidden_check(cell):
+            continue
+        names = set(_CHECKED.findall(cell.source))
+        answers = [k for k, line in enumerate(cell.source.splitlines()) if _ANSWER.match(line)]
+        problem = (
+            "a hidden check calls no qN.check(...) at the start of a line" if not names else
+            f"a hidden check checks {len(names)} exercises ({', '.join(sorted(names))}); one only" if len(names) > 1 else
+            f"a hidden check of {min(names)} comes before the cell of that exercise" if min(names) not in seen else
+            f"a hidden check has {len(answers)} '{ANSWER}' lines; one at most" if len(answers) > 1 else
+            f"the '{ANSWER}' line of a hidden check is indented" if answers and
+            cell.source.splitlines()[answers[0]][:1].isspace() else "")
+        if problem:
+            errors.append(f"{where}: {problem}. Fix: a hidden check (tag {HIDDEN_TAG}) follows its exercise's cell, "
+                          f"sets up its own cases, has '{ANSWER}' where the answer runs again, and calls that one "
+                          "exercise's check.")
+        else:
+            found.append(HiddenCheck(i, min(names), answers[0] if answers else None))
+    if errors:
+        raise MarkerError("\n".join(errors))
+    return found
 
 
 def exercise_cells(nb, name: str) -> list[tuple[int, list[Region]]]:
@@ -230,7 +289,7 @@ def make_edition(nb, name: str, edition: str, solutions: bool = True):
     out = copy.deepcopy(nb)
     cells = []
     for i, cell in enumerate(out.cells):
-        if edition == "student" and _is_instructor_only(cell):
+        if (edition == "student" and _is_instructor_only(cell)) or is_hidden_check(cell):
             continue
         if i in marked:
             cell.source = _replace(cell.source, marked[i], keep_solution=edition == "instructor")
@@ -308,6 +367,7 @@ def check_all(notebooks: dict) -> dict[str, list]:
     for name, nb in notebooks.items():  # every notebook checked, every problem reported at once
         try:
             exercises[name] = exercise_cells(nb, name)
+            hidden_checks(nb, name)
         except MarkerError as err:
             errors.append(str(err))
     if errors:

@@ -8,6 +8,7 @@ A lesson's exercises live in ``effitrain_helpers.teach.checks.lesson_X_Y`` as :c
 - ``q1.solution()`` shows the solution code, unless solutions are turned off for the class (see
   :func:`solutions_enabled`: a graded class's student edition, or ``EFFITRAIN_SOLUTIONS=off``).
 
+``q1.require(...)`` is ``check`` for an autograder's test cell (nbgrader's): an AssertionError unless Correct.
 ``q1.evaluate(...)`` returns the :class:`CheckResult` without displaying it (used by tests), and
 ``q1.answer_or(answer, reference)`` hands later cells the learner's answer once it is Correct; only ``check``
 records its verdict for ``effitrain progress``. Everything they show is in the learner's language
@@ -278,6 +279,17 @@ class Exercise:
         result = self.evaluate(*answers, **context)
         record(self, result.status, result.message)
         _show(result)
+
+    def require(self, *answers: Any, **context: Any) -> None:
+        """``check`` for an autograder's test cell (nbgrader's, :mod:`~effitrain_helpers.teach.nbgrader_source`):
+        shows and records the verdict as ``check`` does, then raises AssertionError with the checker's message
+        unless it is Correct (an autograder counts a test cell that raised as no points)."""
+        result = self.evaluate(*answers, **context)
+        record(self, result.status, result.message)
+        _show(result)
+        if not result:
+            raise AssertionError(tr("{exercise} is {verdict}: {message}", exercise=tr(self.name),
+                                    verdict=tr(VERDICT_LABELS[result.status]), message=result.message))
 
     def answer_or(self, answer: Any, reference: Any) -> Any:
         """``answer`` when it checks Correct, else ``reference``, with one line saying which was taken and why.

@@ -48,11 +48,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from effitrain_helpers.core import files
-from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.outputs import check_output_file
 from effitrain_helpers.core.validate import positive_number
 from effitrain_helpers.teach import sandbox, verdicts
 from effitrain_helpers.teach.answers import REVIEW, graded_notebook, lesson_name, match_source
+from effitrain_helpers.teach.exercises import CORRECT, INCORRECT
 
 COLUMNS = ("student", "notebook", "lesson", "exercise", "status", "detail", "submitted", "late")
 FIRST_COLUMNS = COLUMNS[:6]  # a gradebook written before submission times were kept has only these
@@ -215,17 +216,37 @@ def find_submissions(folder: Path, sources: dict, roster: dict | None = None) ->
     return found
 
 
-def _errors(nb) -> list[str]:
+def _errors(nb, where: list[str] | None = None) -> list[str]:
     """``"cell 4 raised NameError: ..."`` (the error's first line) for every cell of an executed notebook that
-    raised, in order: one ``error`` row each, so the feedback lists every failed cell."""
+    raised, in order: one ``error`` row each, so the feedback lists every failed cell. ``where`` names each cell
+    (:attr:`~effitrain_helpers.teach.answers.Graded.where`: its number in the student's notebook, a hidden check,
+    the grader's own cell); without it, a cell is named by its number in ``nb``."""
     found = []
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if out.get("output_type") == "error":
                 first = (str(out.get("evalue", "")).splitlines() or [""])[0]
-                found.append(tr("cell {cell} raised {error}: {message}", cell=i, error=str(out.get("ename")),
+                name = where[i] if where and i < len(where) else tr("cell {cell}", cell=i)
+                found.append(tr("{where} raised {error}: {message}", where=name, error=str(out.get("ename")),
                                 message=first)[:300])
     return found
+
+
+def _raised(cell) -> bool:
+    return any(out.get("output_type") == "error" for out in cell.get("outputs", []))
+
+
+def _hidden_verdict(ran, graded, exercise) -> str | None:
+    """Why ``exercise``, Correct on its visible check, is not Correct on a hidden check of ``graded`` (the
+    checker's message), or None when every hidden check of it said Correct."""
+    for hidden in (h for h in graded.hidden if exercise in h.exercises):
+        if hidden.needs is not None and _raised(ran.cells[hidden.needs]):
+            return tr("your answer raised an error when run again on a hidden check's cases")
+        status, message = _verdicts(ran.cells[hidden.cell], ran.cells[hidden.cell + 1], [exercise]).get(
+            exercise, ("", tr("the hidden check did not run to its end")))
+        if status != CORRECT:
+            return message or tr("not correct")
+    return None
 
 
 def _verdicts(cell, next_cell, exercises) -> dict:
@@ -262,11 +283,12 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
     if sub.problem:
         return [row(status=INVALID, detail=sub.problem)]
     if sub.duplicate_of:
-        return [row(status=DUPLICATE, detail=f"same student and lesson as {sub.duplicate_of} (graded): not graded "
-                                             "twice; keep one, or name their students in a --roster")]
+        return [row(status=DUPLICATE, detail=tr("same student and lesson as {notebook} (graded): not graded twice; "
+                                                "keep one, or name their students in a --roster",
+                                                notebook=sub.duplicate_of))]
     if sub.source is None:
-        return [row(status=NO_EXERCISES, detail="matches no lesson of the source notebooks (by its metadata, its "
-                                                "file name or the exercises it imports): nothing to grade")]
+        return [row(status=NO_EXERCISES, detail=tr("matches no lesson of the source notebooks (by its metadata, its "
+                                                   "file name or the exercises it imports): nothing to grade"))]
     graded = graded_notebook(sub.nb, sources[sub.source], sub.source)
     with tempfile.TemporaryDirectory(prefix="effitrain-grade-") as tmp:
         folder = Path(tmp)
@@ -278,21 +300,27 @@ def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: 
     rows: list[Row] = []
     ran = nbformat.from_dict(result["notebook"]) if result["notebook"] else None
     if result["outcome"] == "timeout":
-        rows.append(row(status=TIMEOUT, detail=result["detail"] or f"ran past the limit of {limit:g} s"))
+        rows.append(row(status=TIMEOUT, detail=tr("ran past the limit of {limit} s; its kernel and every process it "
+                                                  "started were stopped", limit=number(limit, "g"))))
     elif result["outcome"] == "error":
         rows.append(row(status=ERROR, detail=result["detail"]))
     elif ran is not None:
-        rows += [row(status=ERROR, detail=error) for error in _errors(ran)]
+        rows += [row(status=ERROR, detail=error) for error in _errors(ran, graded.where)]
     for check in graded.checks:
         found = _verdicts(ran.cells[check.cell], ran.cells[check.cell + 1], check.exercises) if ran else {}
         for exercise in check.exercises:
             if check.flag:
                 rows.append(row(*exercise, REVIEW, check.flag))
-            else:
-                status, message = found.get(exercise, (NOT_CHECKED, ""))
-                rows.append(row(*exercise, status, "; ".join(t for t in (check.note, message) if t)))
+                continue
+            status, message = found.get(exercise, (NOT_CHECKED, ""))
+            hidden = _hidden_verdict(ran, graded, exercise) if status == CORRECT else None
+            if hidden is not None:
+                status, message = INCORRECT, tr("the visible check passed, but a hidden check (cases only the "
+                                                "instructor holds) did not: {message}", message=hidden)
+            rows.append(row(*exercise, status, "; ".join(t for t in (check.note, message) if t)))
     if not graded.checks:
-        rows.append(row(status=NO_EXERCISES, detail=f"its lesson {sub.source} has no marked exercises"))
+        rows.append(row(status=NO_EXERCISES, detail=tr("its lesson {lesson} has no marked exercises",
+                                                       lesson=sub.source)))
     return rows
 
 
@@ -466,11 +494,11 @@ def check_feedback(path, submissions: Path) -> Path:
 def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: bool = True, *,
           source: str | Path | None = None, roster: str | Path | None = None, mode: str | None = None,
           unsafe: bool = False, feedback: str | Path | None = None, wide: str | Path | None = None,
-          deadline: str | None = None, jobs: int = 1) -> list[Row]:
+          deadline: str | None = None, jobs: int = 1, points_row: bool = False) -> list[Row]:
     """Grade every notebook in ``folder`` into the CSV file ``out`` (module docstring); return this run's rows.
     Once all are graded, from every row of ``out`` (:mod:`~effitrain_helpers.teach.reports`): with ``feedback``, a
     folder, each student's feedback page there; with ``wide``, a CSV file, the one-row-per-student table an LMS
-    imports. A ``deadline`` (ISO 8601) marks the rows of later submissions late. ``jobs`` notebooks are graded at
+    imports (``points_row``: first a ``Points Possible`` row, as Canvas reads it). A ``deadline`` (ISO 8601) marks the rows of later submissions late. ``jobs`` notebooks are graded at
     once, each in its own sandbox, their rows appended as each finishes. Every argument is checked before the first
     notebook runs; SIGTERM ends the run as Ctrl-C does (every notebook running is stopped)."""
     from effitrain_helpers.teach.editions import default_source, source_notebooks
@@ -485,6 +513,9 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     out = check_gradebook(out, submissions_folder)
     feedback_folder = check_feedback(feedback, submissions_folder) if feedback is not None else None
     wide_file = check_wide(wide, submissions_folder, out) if wide is not None else None
+    if points_row and wide_file is None:
+        raise ValueError(tr("--points-row adds a row to the --wide table, and there is no --wide. Fix: add --wide "
+                            "FILE.csv, or leave --points-row out."))
     due = check_deadline(deadline) if deadline is not None else None
     jobs = check_jobs(jobs)
     why = None if unsafe else sandbox.unavailable()
@@ -520,5 +551,23 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     if feedback_folder is not None:
         write_feedback(read_gradebook(out), feedback_folder)
     if wide_file is not None:
-        write_table(*wide_table(read_gradebook(out), roster_ids(roster) if roster else {}), wide_file)
+        write_table(*wide_table(read_gradebook(out), roster_ids(roster) if roster else {}, points_row), wide_file)
     return rows
+
+
+def plot_gradebook(path: str | Path = "grades.csv"):
+    """The instructor's view of a class: the gradebook at ``path`` (an ``--out`` of ``effitrain grade``) drawn per
+    exercise, students correct / incorrect / not attempted / other
+    (:func:`~effitrain_helpers.teach.plots.plot_class_summary`), or None, with one line saying how to make a
+    gradebook, when there is none at ``path``."""
+    from effitrain_helpers.teach.plots import plot_class_summary
+    from effitrain_helpers.teach.reports import class_counts
+
+    path = Path(path).expanduser()
+    rows = read_gradebook(path) if path.is_file() and _is_gradebook(path) else []
+    counts = class_counts(rows)
+    if not counts:
+        print(tr("No graded exercise in {path} yet: grade the class with `effitrain grade SUBMISSIONS_DIR --out "
+                 "{path}`, then run this cell again.", path=str(path)))
+        return None
+    return plot_class_summary(counts)

@@ -6,6 +6,7 @@
 - ``plot_saved_bytes``, ``plot_checkpointing``, ``plot_local_sgd``, ``plot_precision``: chapter 3's measurements
 - ``plot_rank_bytes``: bytes each rank holds under DDP and FSDP, by kind (lesson 5.1)
 - ``plot_step_breakdown``: a training step's phases as stacked bars, one per configuration (lesson 5.2)
+- ``plot_class_summary``: a graded class, students per verdict for each exercise (the instructor's start page)
 
 Every text a figure draws (titles, axis labels, legends, annotations, tick labels that are words) is in the
 learner's language (``tr``, see :mod:`effitrain_helpers.core.language`); a title a lesson passes in is the lesson's
@@ -1037,6 +1038,31 @@ def plot_alpha_beta(alpha: float, beta: float, message_bytes: tuple[int, ...] = 
         ax.legend(fontsize=FONT - 3)
     fig.suptitle(tr("alpha-beta model, alpha = {alpha} µs, bandwidth 1/beta = {bandwidth} GB/s (gloo, here)",
                     alpha=number(alpha * 1e6, ".1f"), bandwidth=number(1 / beta / 1e9, ".2f")), fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def plot_class_summary(counts: list[tuple[str, dict[str, int]]], title: str | None = None) -> "Figure":
+    """Per exercise, how many students were correct, incorrect, did not attempt it, or got another status: one
+    stacked bar each (``counts`` from :func:`~effitrain_helpers.teach.reports.class_counts`; the instructor's start
+    page)."""
+    import matplotlib.pyplot as plt
+
+    colors = {"correct": "#1a7f37", "incorrect": "#cf222e", "not attempted": "#d4a72c", "other": "#8c959f"}
+    words = {"correct": msg("correct"), "incorrect": msg("incorrect"), "not attempted": msg("not attempted"),
+             "other": msg("other")}
+    labels = [label for label, _ in counts]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(counts)))
+    left = [0] * len(counts)
+    for status, color in colors.items():
+        values = [n.get(status, 0) for _, n in counts]
+        ax.barh(labels, values, left=left, color=color, label=tr(words[status]))
+        left = [a + b for a, b in zip(left, values)]
+    ax.invert_yaxis()  # the first exercise on top
+    ax.set_xlabel(tr("students"), fontsize=FONT)
+    ax.set_title(title or tr("The class, exercise by exercise"), fontsize=FONT + 1, pad=30)  # the legend under it
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 

@@ -9,9 +9,11 @@ Built only from the gradebook's rows (:class:`~effitrain_helpers.teach.grade.Row
 - **Wide table** (``--wide FILE.csv``), the one an LMS (Canvas, Moodle, Gradescope) imports: one row per student,
   columns ``student``, ``id`` (the roster's ``id`` column, else empty), one per exercise named ``LESSON EXERCISE``
   (``start q1``, ``1.1 q2``: the points earned, empty when the student handed in no notebook of that lesson), one
-  ``LESSON total`` per lesson, ``total`` (the sum) and ``late`` (the lessons handed in after ``--deadline``).
+  ``LESSON total`` per lesson, ``total`` (the sum) and ``late`` (the lessons handed in after ``--deadline``);
+  with ``--points-row``, a first row ``Points Possible`` (what each column is worth), as Canvas reads it.
 - **Summary** (``--summary``): per exercise, how many students were correct, incorrect, did not attempt it, or got
-  another status (not checked, flagged for review).
+  another status (not checked, flagged for review); :func:`class_counts` is the same count, which the instructor's
+  start page draws (:func:`~effitrain_helpers.teach.grade.plot_gradebook`).
 - **Feedback** (``effitrain grade ... --feedback DIR``): ``DIR/<student>.html`` per student, a page that reads
   offline (no script, no link out; every text escaped): per notebook, each exercise's verdict, the checker's
   message and the points, every cell that failed with its error's first line, and the total.
@@ -71,40 +73,56 @@ def _g(value: float) -> str:
     return format(value, "g")
 
 
-def wide_table(rows: list, ids: dict[str, str] | None = None) -> tuple[list[str], list[dict]]:
+POINTS_POSSIBLE = "Points Possible"  # the first row of a Canvas gradebook CSV: what each column is worth
+
+
+def wide_table(rows: list, ids: dict[str, str] | None = None, points_row: bool = False) -> tuple[list[str], list[dict]]:
     """``(header, records)`` of the wide table (module docstring) from the gradebook's ``rows``; ``ids`` maps a
-    student to the id an LMS knows."""
+    student to the id an LMS knows. ``points_row``: a first row ``Points Possible`` with what each exercise and
+    total is worth, as Canvas's gradebook import reads it."""
     exercises = sorted({(r.lesson, r.exercise) for r in rows if r.exercise}, key=_exercise_key)
     lessons = sorted({lesson for lesson, _ in exercises}, key=_lesson_key)
     header = ["student", "id", *(f"{lesson} {exercise}" for lesson, exercise in exercises),
               *(f"{lesson} total" for lesson in lessons), "total", "late"]
-    records = []
+
+    def record(student: str, got: dict[tuple[str, str], float], late: str = "") -> dict:
+        line = {"student": student, "id": (ids or {}).get(student, "")}
+        line.update({f"{lesson} {exercise}": _g(got[lesson, exercise]) if (lesson, exercise) in got else ""
+                     for lesson, exercise in exercises})
+        line.update({f"{lesson} total": _g(sum(v for (le, _), v in got.items() if le == lesson)) for lesson in lessons})
+        line["total"] = _g(sum(got.values()))
+        line["late"] = late
+        return line
+
+    records = [record(POINTS_POSSIBLE, {key: points_of(*key) for key in exercises})] if points_row else []
     for student in sorted({r.student for r in rows}):
         mine = [r for r in rows if r.student == student]
         got: dict[tuple[str, str], float] = {}
         for r in mine:
             if r.exercise:
                 got[r.lesson, r.exercise] = max(got.get((r.lesson, r.exercise), 0.0), earned(r))
-        record = {"student": student, "id": (ids or {}).get(student, "")}
-        record.update({f"{lesson} {exercise}": _g(got[lesson, exercise]) if (lesson, exercise) in got else ""
-                       for lesson, exercise in exercises})
-        record.update({f"{lesson} total": _g(sum(v for (le, _), v in got.items() if le == lesson)) for lesson in lessons})
-        record["total"] = _g(sum(got.values()))
-        record["late"] = " ".join(sorted({r.lesson or r.notebook for r in mine if r.late == "yes"}, key=_lesson_key))
-        records.append(record)
+        late = " ".join(sorted({r.lesson or r.notebook for r in mine if r.late == "yes"}, key=_lesson_key))
+        records.append(record(student, got, late))
     return header, records
+
+
+STATUSES = ("correct", "incorrect", "not attempted", "other")  # the summary's columns, "other" for the rest
+
+
+def class_counts(rows: list) -> list[tuple[str, dict[str, int]]]:
+    """``[("1.1 q2", {"correct": 12, "incorrect": 3, "not attempted": 1, "other": 0}), ...]``: per exercise (in
+    lesson order), how many rows of the gradebook got each status (:data:`STATUSES`)."""
+    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
+    for r in rows:
+        if r.exercise:
+            counts[r.lesson, r.exercise][r.status if r.status in VERDICT_LABELS else "other"] += 1
+    return [(f"{lesson} {exercise}", counts[lesson, exercise]) for lesson, exercise in sorted(counts, key=_exercise_key)]
 
 
 def summary_table(rows: list) -> str:
     """The class table of ``--summary`` (module docstring), in the class's language."""
-    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for r in rows:
-        if r.exercise:
-            counts[r.lesson, r.exercise][r.status if r.status in VERDICT_LABELS else "other"] += 1
     head = [tr("exercise"), tr("correct"), tr("incorrect"), tr("not attempted"), tr("other")]
-    lines = [[f"{lesson} {exercise}", *(number(counts[lesson, exercise][s]) for s in
-                                        ("correct", "incorrect", "not attempted", "other"))]
-             for lesson, exercise in sorted(counts, key=_exercise_key)]
+    lines = [[label, *(number(n[s]) for s in STATUSES)] for label, n in class_counts(rows)]
     widths = [max(len(line[i]) for line in [head, *lines]) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
                                enumerate(zip(line, widths))) for line in [head, *lines])

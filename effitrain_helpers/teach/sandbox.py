@@ -148,8 +148,8 @@ def run_graded(folder: Path, limit: float, env: dict, hide=(), safe: bool = True
             return result
     except ValueError:
         pass
-    return {"notebook": None, "outcome": "error", "detail": f"the notebook's runner ended (exit {proc.returncode}) "
-                                                            "without a result"}
+    return {"notebook": None, "outcome": "error",
+            "detail": tr("the notebook's runner ended (exit {code}) without a result", code=proc.returncode)}
 
 
 def _end(proc: subprocess.Popen, marker: str, safe: bool) -> None:
@@ -187,7 +187,9 @@ def _this_python_kernel(connection_file: Path):
 
     class ThisPython(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):  # noqa: D102 - the one kernel it knows
-            return self.kernel_spec_class(resource_dir=RESOURCES, **get_kernel_dict())
+            spec = get_kernel_dict()  # no history database: the kernel's code cannot read the cells' code from it
+            spec["argv"] = [*spec["argv"], "--HistoryManager.enabled=False"]
+            return self.kernel_spec_class(resource_dir=RESOURCES, **spec)
 
     return AsyncKernelManager(kernel_name="effitrain-grade", kernel_spec_manager=ThisPython(),
                               connection_file=str(connection_file))
@@ -225,6 +227,7 @@ def main(argv: list[str]) -> None:
         pass
     folder, limit = Path(argv[0]), float(argv[1])
     nb = nbformat.read(folder / NOTEBOOK, as_version=4)
+    (folder / NOTEBOOK).unlink()  # the kernel reads no cell it has not run yet (a hidden check's cases)
     outcome, detail = "ok", ""
     try:
         outcome = asyncio.run(_execute(nb, folder, limit))

@@ -32,6 +32,7 @@ from effitrain_helpers.core.language import msg, tr
 from effitrain_helpers.measure.memory_estimate import layer_activation_bytes
 from effitrain_helpers.measure.planner import PART_TERMS, Layout, Model, parameters_per_rank
 from effitrain_helpers.measure.saved_memory import SavedTensors
+from effitrain_helpers.processes.group import forget_meshes
 from effitrain_helpers.training.tensor_parallel import CopyToRanks, SumFromRanks
 
 FAKE_SHAPE = {"layers": 8, "hidden": 256, "heads": 8, "seq": 32, "vocab": 1024}  # the fake world's model
@@ -147,7 +148,7 @@ def rank_bytes(layout: Layout, rank: int, shape: dict = FAKE_SHAPE, step: bool =
                              "optimizer state": _local_bytes(state)})
     finally:
         dist.destroy_process_group()
-        _forget_meshes()
+        forget_meshes()
     model = Model(whole_model_parameters(shape), **shape)
     count = parameters_per_rank(model, layout, stage_index) / (layout.dp if layout.zero == 3 else 1)
     return {"rank": rank, "stage": stage_index, "bytes": measured,
@@ -158,16 +159,6 @@ def stepped_ranks(layout: Layout) -> list[int]:
     """The first rank (first stage, first data-parallel and tensor-parallel shard) and the last (last stage, last
     shards: FSDP's short one when a dimension does not divide)."""
     return sorted({0, layout.dp * layout.tp * layout.pp - 1})
-
-
-def _forget_meshes() -> None:
-    """DTensor caches its redistribution and sharding plans by mesh, and a mesh equals the previous world's
-    mesh of the same shape while naming that world's (destroyed) groups: forget them before the next rank."""
-    from torch.distributed.tensor import _redistribute
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-
-    _redistribute._gen_transform_infos.cache_clear()
-    _clear_sharding_prop_cache()  # the Python and the C++ fast path's caches
 
 
 def fake_world(layout: Layout, shape: dict = FAKE_SHAPE) -> list[dict]:
