@@ -401,10 +401,9 @@ q3 = Exercise(
            "its `blocked_autorange()` (or `timeit(number)`) returns a Measurement whose `median` is the seconds "
            "of one run of `stmt` (PyTorch docs, 'Benchmark Utils - torch.utils.benchmark'). A GFLOP is a "
            "billion FLOPs: write that power of ten yourself.",
-           "a = torch.____(n, n, dtype=____)\n"
-           "timer = benchmark.Timer(stmt=____, globals=____)\n"
-           "seconds = timer.____\n"
-           "return ____ / seconds / ____"],
+           "Make both matrices with torch's standard-normal generator in the dtype given, hand the Timer "
+           "their product as a string with the two tensors in its globals, and read the median seconds of one"
+           " product from its measurement; then FLOPs over seconds, in billions."],
     solution_code=(
         "from torch.utils import benchmark\n\n"
         "def matmul_gflops(n, dtype):\n"

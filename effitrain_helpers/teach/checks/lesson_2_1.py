@@ -276,7 +276,8 @@ q2 = Exercise(
            "NumPy: each row's predicted class is the index of its largest logit (a NumPy array method; which "
            "axis?); the mean of a boolean array is the fraction of True (transformers docs, 'Trainer', "
            "compute_metrics).",
-           "return {\"accuracy\": float((____ == ____).mean())}"],
+           "Compare the predicted classes with the labels element by element: the mean of that comparison is "
+           "the accuracy. Return it as a Python float, in a dict, under the name 'accuracy'."],
     solution_code=(
         "def my_metrics(eval_pred):\n    logits, labels = eval_pred\n"
         "    return {\"accuracy\": float((logits.argmax(-1) == labels).mean())}\n\nq2.check(my_metrics)"

@@ -211,12 +211,9 @@ q1 = Exercise(
            "DistributedDataParallel, the context manager that disables gradient synchronisations). Number the "
            "micro-batches of DataLoader(dataset, batch_size=4) with a Python built-in, to know which is the "
            "k-th; the k summed gradients must average, not add up.",
-           "for i, batch in ____:  # the micro-batches of 4, numbered from 0\n"
-           "    if (i + 1) % k:  # not the k-th: accumulate only\n"
-           "        with model.____():\n"
-           "            ...  # forward, then backward of this micro-batch's share of the big batch's loss\n"
-           "    else:\n"
-           "        ...  # the same outside it (all-reduced), then step and zero_grad"],
+           "Walk through the micro-batches with their numbers. Every micro-batch but the k-th runs its "
+           "forward and backward (its loss divided by k) inside the context manager; the k-th runs them "
+           "outside it, and only then does the optimizer step and the gradients get cleared."],
     solution_code=(
         "def train_by_hand(model, optimizer, dataset, k):\n"
         "    for i, batch in enumerate(DataLoader(dataset, batch_size=4)):\n"
@@ -264,8 +261,9 @@ q3 = Exercise(
            "Take the largest micro-batch that fits the budget and divides 64, then k makes up the rest.",
            "The micro-batches that divide the recipe's batch are its powers of two; one fits when b x "
            "bytes_per_sample <= budget. Python's max() over a generator picks the largest.",
-           "micro_batch = max(b for b in range(1, ____) if ____ and ____ <= budget)\n"
-           "then k is the recipe's batch divided by micro_batch."],
+           "Try every micro-batch size from 1 up to the recipe's batch; keep those that divide it exactly and"
+           " whose activations (the size times bytes_per_sample) fit the budget. The largest one kept is the "
+           "micro-batch; the recipe's batch divided by it is k."],
     solution_code=(
         "budget = 20 * bytes_per_sample\n"
         "micro_batch = max(b for b in range(1, 65) if 64 % b == 0 and b * bytes_per_sample <= budget)\n"

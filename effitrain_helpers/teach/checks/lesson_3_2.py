@@ -232,7 +232,8 @@ q2 = Exercise(
     usage="q2.check(layer_input_bytes, model.config)",
     hints=["With checkpointing, each transformer layer keeps only its input: batch x sequence length x dim numbers.",
            "The config says how many layers (n_layers) and how wide (dim); a float32 takes 4 bytes.",
-           "layer_input_bytes = model.config.n_layers * ____ * ____ * model.config.dim * ____"],
+           "Multiply the number of layers by one layer's input in bytes: the batch size and the sequence "
+           "length of this lesson's run (above), the width from the config, and the bytes of one float32."],
     solution_code=("layer_input_bytes = model.config.n_layers * 8 * 64 * model.config.dim * 4\n"
                    "q2.check(layer_input_bytes, model.config)"),
 )

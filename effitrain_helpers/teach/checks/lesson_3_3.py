@@ -145,9 +145,8 @@ q3 = Exercise(
            "PyTorch's automatic mixed precision has a context manager that takes a device type and a dtype "
            "(PyTorch docs, 'Automatic Mixed Precision package'); the types are torch.bfloat16 and torch.float16; "
            "DEVICE above is the device type.",
-           "dtype = torch.bfloat16 if LOW == ____ else ____\n"
-           "with torch.____(device_type=____, dtype=____):\n"
-           "    return ____"],
+           "Pick the dtype from LOW, then run the model's forward pass inside autocast for DEVICE with that "
+           "dtype and return its logits; the model itself stays in float32."],
     solution_code=("def low_precision_logits(model, batch):\n"
                    "    dtype = torch.bfloat16 if LOW == \"bf16\" else torch.float16\n"
                    "    with torch.autocast(device_type=DEVICE, dtype=dtype):\n"

@@ -269,8 +269,8 @@ q2 = Exercise(
            "The algorithm box of the torch.optim.AdamW documentation gives the order: decay the parameter "
            "(p times 1 - lr * weight_decay), update m and v, divide them by 1 - beta**t, then subtract "
            "lr * m_hat / (sqrt(v_hat) + eps). LR, BETAS, EPS and WEIGHT_DECAY are imported for you.",
-           "Inside the loop over the gradients:\n    p = p * (1 - ____)\n    m = b1 * m + ____\n"
-           "    v = ____\n    p = p - LR * (m / ____) / (math.sqrt(____) + EPS)\nthen keep each new p in a list and return it."],
+           "Inside the loop over the gradients, the four updates in the order of hint 2, each written with "
+           "the names imported for you and the step counter t; keep every new p in a list and return it."],
     solution_code=(
         "def adamw_by_hand(p, grads):\n    b1, b2 = BETAS\n    m = v = 0.0\n    values = []\n"
         "    for t, g in enumerate(grads, start=1):\n        p = p * (1 - LR * WEIGHT_DECAY)\n"

@@ -212,7 +212,9 @@ q1 = Exercise(
            "dimensions keeps one mean per row and one per column.",
            "transformers/optimization.py, Adafactor.step, creates exp_avg_sq_row with shape grad_shape[:-1] and "
            "exp_avg_sq_col with shape grad_shape[:-2] + grad_shape[-1:]; math.prod multiplies a shape out.",
-           "For a vector return ____; otherwise\n    return math.prod(____) + math.prod(____) * ____"],
+           "A vector keeps one value per entry: its length. Otherwise add the two shapes of hint 2, each "
+           "multiplied out: the row statistics (every dimension but the last) and the column statistics "
+           "(every dimension but the one before last)."],
     solution_code=(
         "def second_moment_numel(shape):\n    if len(shape) < 2:\n        return shape[0]\n"
         "    return math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]\n\nq1.check(second_moment_numel)"),

@@ -352,9 +352,9 @@ q2 = Exercise(
            "of them, one float32 absmax per block of 256 values (the last block may be partial).",
            "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size decides the dtype (its "
            "default is in the signature of bitsandbytes.optim.AdamW8bit), and a partial last block counts as one.",
-           "    if n < ____:\n"
-           "        return ____ * n\n"
-           "    return ____ * n + ____ * math.ceil(____)"],
+           "Below min_8bit_size values: two float32 states of n values each. From it on: two states of one "
+           "byte per value, plus for each state one float32 per block of 256 values, the last partial block "
+           "counted as a whole one."],
     solution_code=("def adamw8bit_bytes(n):\n    if n < 4096:\n        return 8 * n\n"
                    "    return 2 * n + 2 * 4 * math.ceil(n / 256)\n\nq2.check(adamw8bit_bytes)"),
 )
@@ -367,7 +367,8 @@ q3 = Exercise(
            "A shape's number of values is the product of its sides (Python's math module has a function for it); "
            "Optimizer2State.init_state compares p.numel() with min_8bit_size: read on which side a tensor of "
            "exactly min_8bit_size values falls.",
-           "names_in_32_bit = {name for name, shape in Q3_SHAPES.items() if ____}"],
+           "Build the set with a comprehension over Q3_SHAPES, keeping the names whose number of values falls"
+           " on the 32-bit side of min_8bit_size (its value: hint 2's signature)."],
     solution_code=("print(Q3_SHAPES)\n"
                    "names_in_32_bit = {name for name, shape in Q3_SHAPES.items() if math.prod(shape) < 4096}\n"
                    "q3.check(names_in_32_bit)"),
@@ -384,10 +385,9 @@ q4 = OptionalExercise(
            "bitsandbytes.optim has an 8-bit AdamW that takes the same arguments as torch.optim.AdamW "
            "(bitsandbytes documentation, Optimizers > AdamW: find its class name); state_bytes(optimizer) adds "
            "up optimizer.state.",
-           "    optimizer = bnb.optim.____(layer.parameters(), lr=____)\n"
-           "    layer(____).sum().____()\n"
-           "    optimizer.____()\n"
-           "    return optimizer, ____(____)"],
+           "Build the 8-bit AdamW on the layer's parameters with the exercise's learning rate; run the layer "
+           "on the random batch the exercise gives, backward from the sum of its outputs, one optimizer step;"
+           " return the optimizer and what state_bytes counts."],
     solution_code=("def adamw8bit_state(layer):\n    import bitsandbytes as bnb\n\n"
                    "    optimizer = bnb.optim.AdamW8bit(layer.parameters(), lr=1e-3)\n"
                    "    layer(torch.randn(4, 256)).sum().backward()\n    optimizer.step()\n"

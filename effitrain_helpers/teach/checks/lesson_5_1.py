@@ -319,6 +319,7 @@ q4 = Exercise(
            "whole 16-bit parameters.",
            "The ZeRO paper's accounting, in effitrain_helpers/measure/memory_estimate.py (or `effitrain memory "
            "--help`): ZeRO-2 keeps p·Ψ + (g + K)·Ψ/N bytes per device; here p = g = 2 bytes.",
-           "zero2_gb = (____ * 7.5e9 + (____ + ____) * 7.5e9 / ____) / 1e9"],
+           "Put the exercise's numbers into hint 2's formula: Ψ is the number of parameters, N the devices, p"
+           " and g 2 bytes each, K Adam's 12 bytes of state in mixed precision; then turn bytes into GB."],
     solution_code="zero2_gb = (2 * 7.5e9 + (2 + 12) * 7.5e9 / 64) / 1e9\nq4.check(zero2_gb)",
 )

@@ -26,10 +26,11 @@ def _run_learner(profile_fn) -> dict:
     import torch
     from accelerate import Accelerator
 
-    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows, watch_stale_gradients
 
     accelerator = Accelerator(cpu=True)
     model = tiny_model()
+    stale = watch_stale_gradients(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     stepped = []
     optimizer.register_step_post_hook(lambda *_: stepped.append(1))
@@ -39,7 +40,7 @@ def _run_learner(profile_fn) -> dict:
                for i in range(0, len(rows), BATCH_SIZE)]
     prof = profile_fn(model, optimizer, batches)
     found = {"world": accelerator.num_processes, "stepped": len(stepped), "returned": type(prof).__name__,
-             "is_profile": isinstance(prof, torch.profiler.profile)}
+             "is_profile": isinstance(prof, torch.profiler.profile), "stale": sum(stale[1:])}
     if not found["is_profile"]:
         return found
     events = list(prof.events() or [])
@@ -70,6 +71,11 @@ def _judge(rank: int, found: dict) -> None:
     if found["stepped"] != BATCHES:
         raise Incorrect(tr("on rank {rank}: the optimizer stepped {stepped} times for {batches} batches: train "
                            "one step per batch.", rank=rank, stepped=found["stepped"], batches=BATCHES))
+    if found["stale"]:
+        raise Incorrect(tr("on rank {rank}: {count} of {batches} backward passes began with the gradients of "
+                           "earlier batches still in the parameters, so they add up from step to step: clear them "
+                           "once per optimizer step (optimizer.zero_grad()).", rank=rank, count=found["stale"],
+                           batches=BATCHES))
     if found["recorded"] != RECORDED:
         why = (tr("give profile(...) a schedule (without one it marks no steps) and call prof.step() once at "
                   "the end of each training step") if found["recorded"] == 0 else
@@ -179,7 +185,8 @@ q3 = Exercise(
            "stays: the best they can do is remove the loading's share of the step.",
            f"one.phases_ms['data loading'] is the loading's ms per step, and another attribute of one holds the "
            f"whole step's (both from the run without workers); {OTHER!r} is not part of the loading.",
-           "best_gain = one.phases_ms[____] / one.____"],
+           "The best gain is the loading's share of the whole step, both read from the run without workers: "
+           "its data-loading phase over its step time."],
     solution_code="best_gain = one.phases_ms[\"data loading\"] / one.step_ms\nq3.check(best_gain, one)",
 )
 
@@ -288,9 +295,9 @@ q4 = Exercise(
            "profile(activities=[ProfilerActivity.CPU]) as a `with` block; the profiler's export_chrome_trace "
            "and key_averages() methods after the block; each row of key_averages() has a name and times, and "
            "Python's max() takes key= (PyTorch docs: 'PyTorch Profiler' recipe).",
-           "# profile the step, save the trace, then:\n"
-           "top = max(prof.key_averages(), key=lambda e: e.____).____\n"
-           "# and return both the profiler and top"],
+           "After the `with` block: export the trace to the path, then take the row of key_averages() with "
+           "the largest self CPU time (an attribute of each row, beside its total) and return the profiler "
+           "with that row's name."],
     solution_code=(
         "def profile_and_save(step, path):\n"
         "    with profile(activities=[ProfilerActivity.CPU]) as prof:\n"

@@ -192,6 +192,8 @@ q3 = Exercise(
            "gradient, and the link carries bits, not bytes.",
            "This lesson's bandwidth section: each rank sends 2 (N - 1) / N times the tensor's bytes; float32 "
            "is 4 bytes per value; the link's rate is in bits per second.",
-           "seconds = 2 * (____ - 1) / ____ * 124_000_000 * ____ * 8 / ____"],
+           "Bytes one node sends per step: hint 2's ring factor for the exercise's number of nodes, times the"
+           " model's parameters, times the bytes of a float32; turn them into bits and divide by the link's "
+           "rate."],
     solution_code="seconds = 2 * (8 - 1) / 8 * 124_000_000 * 4 * 8 / 25e9\nq3.check(seconds)",
 )
