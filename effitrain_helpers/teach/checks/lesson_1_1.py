@@ -359,10 +359,9 @@ q1 = Exercise(
            "sequence-classification head is named after its task (transformers docs, 'Auto Classes': "
            "AutoModelFor...); its `from_pretrained` takes the number of labels. `AutoTokenizer` reads the "
            "tokenizer the same way; then the Accelerator and its `prepare` method (accelerate docs, 'Accelerator').",
-           "model = ____.from_pretrained(____, ____=2)\n"
-           "tokenizer = ____.from_pretrained(____)\n"
-           "accelerator = ____\n"
-           "model = ____.prepare(____)"],
+           "Load both from `path` with their Auto classes (two labels for the head), make an Accelerator, and"
+           " give the model to its prepare: keep what prepare returns as your model, since that is the one "
+           "placed on the device."],
     solution_code=(
         "def load_and_prepare(path):\n"
         "    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)\n"

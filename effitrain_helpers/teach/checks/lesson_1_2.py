@@ -174,7 +174,9 @@ q4 = Exercise(
     hints=["Resample every clip to 16 kHz first, as in `preprocess_audio`; then make every clip 0.5 s long.",
            "0.5 s x 16,000 Hz samples; the extractor cuts with `truncation=True` and `max_length=`, and fills "
            "with `padding=\"max_length\"` (transformers docs, 'Padding and truncation').",
-           "return feature_extractor(waves, sampling_rate=16_000, max_length=____, truncation=____, padding=____)"],
+           "Resample the batch's clips as in `preprocess_audio`, then call the extractor once on the whole "
+           "list at 16 kHz with the three arguments of hint 2: the length in samples, cutting on, and padding"
+           " up to that length."],
     solution_code=(
         "def half_second(batch):\n"
         "    waves = [resample(a[\"array\"], a[\"sampling_rate\"], 16_000) for a in batch[\"audio\"]]\n"

@@ -148,7 +148,8 @@ q3 = Exercise(
     hints=["GPU tensor cores are fastest when sizes are multiples of 8.",
            "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that "
            "length up (transformers docs, 'Data Collator').",
-           "collator_8 = DataCollatorWithPadding(tokenizer, ____=____)"],
+           "Make the collator with the tokenizer as `collator` above does, adding the argument of hint 2 with"
+           " the multiple the exercise asks for."],
     solution_code="collator_8 = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
     "q3.check(collator_8, tokenized[\"train\"])",
 )

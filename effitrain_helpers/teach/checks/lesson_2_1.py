@@ -252,9 +252,10 @@ q1 = Exercise(
         "Trainer that gets the model, the arguments, both datasets, a collator that pads and the metrics.",
         "transformers docs, 'Trainer' and 'TrainingArguments'; the cells above build both. The collator is "
         "DataCollatorWithPadding(tokenizer); compute_metrics is the workbook's trainer_metrics.",
-        "args = TrainingArguments(output_dir=____, num_train_epochs=____, learning_rate=____, ...)\n"
-        "return Trainer(model=____, args=____, train_dataset=____, eval_dataset=____,\n"
-        "               data_collator=____, compute_metrics=____)",
+        "Build the TrainingArguments with the folder you were given and the values the exercise lists "
+        "(epochs, learning rate, batch size, when to evaluate and log, the CPU, no checkpoints, no "
+        "reporting), then return a Trainer given the model, those arguments, the train and evaluation splits,"
+        " the padding collator and trainer_metrics.",
     ],
     solution_code=(
         "def make_trainer(model, tokenizer, train_data, eval_data, output_dir):\n"
@@ -312,9 +313,9 @@ q4 = Exercise(
            "batch of each device and one for accumulating gradients; Trainer's get_total_train_batch_size "
            "shows how they combine with the world size. Keep the run on the CPU with the same argument as "
            "exercise 1.",
-           "accumulation = ____ // (____)  # micro-batches per process per step\n"
-           "return TrainingArguments(output_dir=____, per_device_train_batch_size=____,\n"
-           "                         ____, ____)"],
+           "Work out the accumulation from the global batch, the per-device batch and the number of "
+           "processes; return TrainingArguments with the folder given, the per-device batch of the exercise, "
+           "that accumulation, and the CPU."],
     solution_code=(
         "def make_arguments(output_dir):\n"
         "    accumulation = 16 // (4 * 2)\n"

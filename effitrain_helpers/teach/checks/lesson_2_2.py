@@ -275,14 +275,10 @@ q1 = Exercise(
            "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "
            "'Accelerator.prepare'); in the loop, the backward pass is accelerator.backward(...), then the "
            "optimizer step, the scheduler step and zero_grad.",
-           "accelerator = ____()\n"
-           "model, optimizer, ____ = accelerator.prepare(____)\n"
-           "for epoch in range(____):\n"
-           "    for batch in ____:\n"
-           "        loss = ____\n"
-           "        accelerator.____(____)\n"
-           "        ... three more calls ...\n"
-           "return ____"],
+           "Inside the function: an Accelerator; one prepare call for the model, the optimizer, the loader "
+           "and the scheduler, keeping the four it returns; the model in training mode; then, for each epoch "
+           "and each batch, the loss, its backward through the accelerator, and the three calls of hint 2. "
+           "Return the prepared model."],
     solution_code=(
         "def my_training(model, optimizer, train_loader, scheduler, epochs):\n"
         "    accelerator = Accelerator()\n"
@@ -314,11 +310,9 @@ q2 = Exercise(
         "transformers' get_linear_schedule_with_warmup takes num_warmup_steps and num_training_steps (docs: "
         "'Optimization', 'Schedules'); accelerator.prepare(...) wraps a scheduler too; the Accelerator knows "
         "how many processes run (an attribute: Accelerate docs, 'Accelerator').",
-        "total = ____ * len(____) * ____\n"
-        "scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=____,\n"
-        "                                            num_training_steps=____)\n"
-        "scheduler = accelerator.____(____)\n"
-        "... and one scheduler call in the loop: once per batch or once per epoch?",
+        "Count the optimizer steps of the whole run: epochs times this process's batches times the number of "
+        "processes. Build the schedule with a quarter of that for the warm-up and all of it for the length, "
+        "prepare it, and step it once per batch, after the optimizer.",
     ],
     solution_code=(
         "def train_with_warmup(accelerator, model, optimizer, train_loader, epochs):\n"

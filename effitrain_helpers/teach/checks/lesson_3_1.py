@@ -237,12 +237,9 @@ q2 = Exercise(
            "Accelerator(gradient_accumulation_steps=...), accelerator.prepare(...) on the model, the optimizer "
            "and a DataLoader (from torch.utils.data), and accelerator.accumulate(...) as a `with` block around "
            "each micro-batch's forward, backward and step (Accelerate docs: 'Performing gradient accumulation').",
-           "accelerator = Accelerator(____=____)\n"
-           "model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=____))\n"
-           "for batch in ____:\n"
-           "    with accelerator.____(____):\n"
-           "        loss = ____\n"
-           "        ...  # backward, step and zero_grad, as in lesson 2.2"],
+           "Create the Accelerator with k, prepare the model, the optimizer and a DataLoader of the dataset "
+           "in batches of 4, then for each batch of the prepared loader run the forward, the backward through"
+           " the accelerator, the step and zero_grad inside the accumulate block, given the prepared model."],
     solution_code=(
         "def train_accumulated(model, optimizer, dataset, k):\n"
         "    accelerator = Accelerator(gradient_accumulation_steps=k)\n"

@@ -249,9 +249,8 @@ q3 = Exercise(
            "torch.utils.checkpoint.checkpoint(function, *inputs, ...) (PyTorch docs, 'torch.utils.checkpoint') "
            "returns what function(*inputs) returns; the docs ask you to set one keyword argument explicitly: "
            "choose the non-reentrant variant they recommend.",
-           "for block in ____:\n"
-           "    x = checkpoint(____, ____, ____=False)\n"
-           "return ____"],
+           "Loop over the blocks you were given, each time replacing x with what the checkpoint function "
+           "returns for that block and x (with the keyword of hint 2), and return the last x."],
     solution_code=("def checkpointed_forward(blocks, x):\n    for block in blocks:\n"
                    "        x = checkpoint(block, x, use_reentrant=False)\n    return x\n\n"
                    "q3.check(checkpointed_forward)"),
@@ -267,10 +266,9 @@ q4 = Exercise(
            "extra call after each optimizer step that averages the parameters every k-th time.",
            "accelerate.local_sgd.LocalSGD(accelerator=..., model=..., local_sgd_steps=...) is a context manager; "
            "its .step() counts steps and averages (Accelerate docs, 'Using Local SGD with Accelerate').",
-           "with LocalSGD(accelerator=____, model=____, local_sgd_steps=____) as local_sgd:\n"
-           "    for batch in ____:\n"
-           "        ...  # forward, accelerator.backward, step, zero_grad\n"
-           "        local_sgd.____()"],
+           "Prepare the model, the optimizer and a DataLoader in batches of 4 as in lesson 2.2; open the "
+           "LocalSGD block with the accelerator, the prepared model and k; inside it, for each batch: the "
+           "forward, the backward through the accelerator, the step, zero_grad, then the LocalSGD's own step."],
     solution_code=(
         "def train_local_sgd(model, optimizer, dataset, k):\n"
         "    accelerator = Accelerator()\n    loader = DataLoader(dataset, batch_size=4)\n"
