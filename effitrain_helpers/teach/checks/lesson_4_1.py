@@ -291,9 +291,9 @@ q3 = Exercise(
            "[{'params': [...], 'weight_decay': ...}, ...] (\"Per-parameter options\" in the torch.optim "
            "documentation). model.named_parameters() gives (name, tensor) pairs; the names say 'bias' or "
            "'norm'.",
-           "Sort each (name, p) of model.named_parameters() into a list decay or no_decay, then\n"
-           "    return torch.optim.AdamW([{\"params\": decay, \"weight_decay\": ____},\n"
-           "                              {\"params\": ____, \"weight_decay\": ____}], lr=____)"],
+           "Sort each named parameter into one of two lists by its name, build the two group dicts of hint 2 "
+           "(the exercise's decay for one list, none for the other) and give them to AdamW with the "
+           "exercise's learning rate."],
     solution_code=(
         "print([name for name, _ in q3_model().named_parameters()])\n\n"
         "def make_adamw(model):\n    decay, no_decay = [], []\n    for name, p in model.named_parameters():\n"

@@ -230,8 +230,9 @@ q2 = Exercise(
            "transformers.Adafactor(params, lr=..., scale_parameter=..., relative_step=..., warmup_init=...): "
            "see the Adafactor page of the transformers documentation (Optimization), or "
            "transformers/trainer_optimizer.py, _get_adafactor.",
-           "    return Adafactor(params, lr=____, scale_parameter=____, relative_step=____,\n"
-           "                     warmup_init=____)"],
+           "Return an Adafactor over params with the exercise's learning rate and the three options of hint 1"
+           " each set so that the rate you pass is the one it steps by; _get_adafactor shows the values "
+           "Trainer passes."],
     solution_code=("def make_adafactor(params):\n"
                    "    return Adafactor(params, lr=Q2_LR, scale_parameter=False, relative_step=False,\n"
                    "                     warmup_init=False)\n\nq2.check(make_adafactor)"),

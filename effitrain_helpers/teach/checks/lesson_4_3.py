@@ -328,9 +328,9 @@ q1 = Exercise(
            "bitsandbytes.optim (the state table above built it). Adafactor takes its step size from the rate you "
            "pass only with two of its own options turned off: its docstring names them, and "
            "Trainer(optim=\"adafactor\") sets them.",
-           "    if name == \"adafactor\":\n"
-           "        return transformers.Adafactor(params, lr=____, ____=False, ____=False, weight_decay=____)\n"
-           "    raise ValueError(f\"unknown optimizer {____!r}: ____\")"],
+           "For 'adafactor', the Adafactor of lesson 4.2's exercise 2 with the rate given and the "
+           "comparison's weight decay; for a name that is none of the three, raise ValueError with a message "
+           "that names it and lists the three allowed."],
     solution_code=("def build_optimizer(name, params, lr):\n"
                    "    \"\"\"Chapter 4's three optimizers, each over params with learning rate lr.\"\"\"\n"
                    "    if name == \"adamw\":\n"
@@ -403,8 +403,8 @@ q5 = Exercise(
            "weight decay are arguments too.",
            "The names are listed in transformers.training_args.OptimizerNames; the bitsandbytes 8-bit AdamW is "
            "one of them. Also set output_dir, use_cpu=True and report_to='none'.",
-           "TrainingArguments(output_dir=out.name, optim=____, learning_rate=____, "
-           "weight_decay=____, use_cpu=True, report_to='none')"],
+           "One TrainingArguments call: the optimizer by its name from OptimizerNames, the exercise's "
+           "learning rate and weight decay, and the three settings of hint 2."],
     solution_code=("my_args = TrainingArguments(output_dir=out.name, optim=\"adamw_bnb_8bit\",\n"
                    "                            learning_rate=1e-3, weight_decay=0.01, use_cpu=True,\n"
                    "                            report_to=\"none\")\n"

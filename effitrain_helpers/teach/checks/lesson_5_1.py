@@ -239,8 +239,9 @@ q1 = Exercise(
            "torch.distributed.fsdp.fully_shard(module) works in place and returns the module; the layers are in "
            "model.blocks. The fully_shard docstring says to call it on sub-modules first. The optimizer is "
            "torch.optim.AdamW (its documentation: pytorch.org/docs, torch.optim).",
-           "def shard(model):\n    for ____ in ____:\n        fully_shard(____)\n    ____\n"
-           "    optimizer = torch.optim.AdamW(____, ____)\n    return model, optimizer"],
+           "fully_shard each block of model.blocks in a loop, then the whole model; only then make AdamW over"
+           " the model's parameters (their rate: the one the lesson's cells use), and return the model and "
+           "the optimizer."],
     solution_code=(
         "def shard(model):\n    for block in model.blocks:\n        fully_shard(block)\n"
         "    fully_shard(model)\n    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
@@ -261,9 +262,9 @@ q2 = Exercise(
            "the global tensor (torch.distributed.tensor, documented at pytorch.org/docs). A tensor's bytes are "
            "its number of elements times the bytes of one element, both Tensor methods. The gradient is "
            "p.grad; optimizer.state maps each parameter to a dict whose values are its state tensors.",
-           "# params: the model's parameters, as a list\n"
-           "tensors = params + [____ for p in params] + [____ for s in ____ for v in ____]\n"
-           "total = sum(____ for t in tensors)  # t: its local part when it is a DTensor"],
+           "Gather the three kinds of tensor of hint 1 in one list (the gradients that exist, every value of "
+           "every state dict), take each one's local piece when it is a DTensor, and add up elements times "
+           "bytes per element."],
     solution_code=(
         "from torch.distributed.tensor import DTensor\n\n\n"
         "def bytes_on_this_rank(model, optimizer):\n"

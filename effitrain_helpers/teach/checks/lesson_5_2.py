@@ -145,11 +145,9 @@ q1 = Exercise(
            "active=...)) as a `with` block; torch.profiler.record_function('forward') and the like as `with` "
            "blocks; the profiler's step() method at the end of each step (PyTorch docs: 'PyTorch Profiler' recipe, 'Using profiler to "
            "analyze long-running jobs').",
-           "plan = schedule(wait=____, warmup=____, active=____)\n"
-           "with profile(activities=[____], schedule=____) as prof:\n"
-           "    for ____ in ____:\n        with ____(____):\n            ...\n"
-           "        ...  # the 'backward' and 'optimizer' ranges, then tell the profiler the step ended\n"
-           "# and return the profiler"],
+           "Make the schedule of hint 1 from the number of batches; open the profiler with the CPU activity "
+           "and that schedule; for each batch, wrap the forward, the backward and the optimizer's step and "
+           "zero_grad each in its labelled range, then tell the profiler the step ended; return the profiler."],
     solution_code=(
         "def profile_training(model, optimizer, batches):\n"
         "    plan = schedule(wait=1, warmup=1, active=len(batches) - 2)\n"

@@ -153,10 +153,10 @@ q1 = Exercise(
            "torchrun --help (or the 'torchrun (Elastic Launch)' page of the PyTorch docs): --nnodes, "
            "--nproc-per-node, --node-rank, --rdzv-backend, --rdzv-endpoint HOST:PORT, --rdzv-id; gloo reads "
            "GLOO_SOCKET_IFNAME (NCCL: NCCL_SOCKET_IFNAME).",
-           "args = ['--nnodes', '2', '--nproc-per-node', '2', '--node-rank', str(node_rank),\n"
-           "        '--rdzv-backend', ____, '--rdzv-endpoint', f'{FIRST}:{PORT}', '--rdzv-id', ____,\n"
-           "        '-m', 'effitrain_helpers.training.train', '--json']\n"
-           "return args, {____: INTERFACE}"],
+           "The arguments are hint 2's flags in torchrun's order with this exercise's values (2 nodes of 2 "
+           "processes, this node's rank as text, the c10d rendezvous on the first node's address and port, a "
+           "job id of your choice), then the module to run; the environment maps the socket-interface "
+           "variables of hint 2 to INTERFACE."],
     solution_code=(
         'def agent(node_rank):\n'
         '    args = ["--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node_rank),\n'
@@ -177,7 +177,8 @@ q2 = Exercise(
            "torchrun tells each process how many processes its node runs in an environment variable (the "
            "'torchrun (Elastic Launch)' page of the PyTorch docs lists them: LOCAL_RANK, RANK, GROUP_RANK, "
            "LOCAL_WORLD_SIZE, WORLD_SIZE...); environment variables are text.",
-           "return node * ____ + local_rank"],
+           "Multiply the node's number by the processes per node (read from that variable, turned into a "
+           "number), then add the local rank."],
     solution_code=("def global_rank(node, local_rank):\n"
                    "    return node * int(os.environ[\"LOCAL_WORLD_SIZE\"]) + local_rank\n\n\n"
                    "q2.check(global_rank, run[\"ranks\"])"),
