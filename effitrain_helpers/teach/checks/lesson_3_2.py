@@ -222,7 +222,8 @@ q1 = Exercise(
            "transformers 5 calls it activation checkpointing (gradient checkpointing is the older name, kept as "
            "a deprecated alias): look for the method that enables it among PreTrainedModel's methods, in the "
            "'Model' reference of the docs.",
-           "model.____()"],
+           "One call on the model does it: the enabling method of hint 2, called with no argument; the model "
+           "stays in training mode."],
     solution_code=("def turn_on_checkpointing(model):\n    model.activation_checkpointing_enable()\n\n"
                    "q1.check(turn_on_checkpointing)"),
 )

@@ -284,7 +284,8 @@ q3 = Exercise(
            "tensor but one N-th of it; an all-reduce is a reduce-scatter followed by an all-gather.",
            "DDP: one all-reduce of the gradients per step. FSDP with every group resharded after forward: "
            "an all-gather in forward, another in backward, and a reduce-scatter of the gradients.",
-           "fsdp_over_ddp = (____ + ____ + ____) / ____   # unit: what one all-gather of the model sends"],
+           "Count in the unit of one all-gather of the model: add up what FSDP's three collectives send, then"
+           " divide by what DDP's one all-reduce sends (hint 1 says how many all-gathers' worth that is)."],
     solution_code="fsdp_over_ddp = (1 + 1 + 1) / 2\nq3.check(fsdp_over_ddp)",
 )
 

@@ -172,7 +172,8 @@ q2 = Exercise(
            "milliseconds per step in your 1-process run?",
            "one.phases_ms is a dict {phase: ms per step}; Python's max() takes a key= function, and a dict has "
            "a method that returns the value of a key.",
-           "slowest = max(____, key=____)"],
+           "Take the max over the dict's keys, ranked by each key's milliseconds: the dict's own lookup "
+           "method is the key function."],
     solution_code="slowest = max(one.phases_ms, key=one.phases_ms.get)\nq2.check(slowest, one)",
 )
 q3 = Exercise(
