@@ -20,7 +20,7 @@ def _hand_vs_ddp(steps: int, rounds: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel
 
     from effitrain_helpers.core.sizes import lesson_size
-    from effitrain_helpers.training.gradient_sync import flat_weights, loss_of, shard, sync_model, time_steps
+    from effitrain_helpers.training.ddp_by_hand import flat_weights, loss_of, shard, sync_model, time_steps
 
     size, rank = lesson_size("6.2"), dist.get_rank()
     hand = sync_model(seed=rank, width=size.width, depth=size.depth)

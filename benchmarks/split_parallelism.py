@@ -1,6 +1,6 @@
 """Lesson 6.4's targets: tensor parallelism's bytes per token, and the pipeline bubble, against theory.
 
-- TP: the house's Megatron MLP in N processes (``training/tensor_parallel.py``): all-reduce payload per token
+- TP: the house's Megatron MLP in N processes (``engines/tensor_parallel.py``): all-reduce payload per token
   in forward and in backward must equal ``4 x d`` bytes each (exact), outputs and gradients within 1e-5 of the
   unsplit MLP;
 - PP: both schedules over several m in 2 processes (``training/pipeline.py``): the measured bubble (median of
@@ -21,15 +21,16 @@ PP_SHAPE = {"size": 32, "hidden": 1024, "blocks_per_stage": 6}
 
 
 def _sweeps(ms, repeats):
+    from effitrain_helpers.engines.pipeline import SCHEDULES
     from effitrain_helpers.training import pipeline
 
-    return {name: pipeline.bubble_sweep(name, ms, repeats, **PP_SHAPE) for name in pipeline.SCHEDULES}
+    return {name: pipeline.bubble_sweep(name, ms, repeats, **PP_SHAPE) for name in SCHEDULES}
 
 
 def tp_bytes_per_token(processes: int = 2, tokens: int = 64) -> dict:
     """Measured all-reduce bytes per token against theory, and the largest difference from the unsplit MLP."""
     from effitrain_helpers.processes.launch import launch
-    from effitrain_helpers.training.tensor_parallel import measured_tp_run, theory_bytes_per_token
+    from effitrain_helpers.training.tensor_parallel_run import measured_tp_run, theory_bytes_per_token
 
     ranks = launch(measured_tp_run, n_tokens=tokens, num_processes=processes, cpu=True, quiet=True)
     width = ranks[0]["full_output"].shape[1]
@@ -46,19 +47,20 @@ def tp_bytes_per_token(processes: int = 2, tokens: int = 64) -> dict:
 def pipeline_bubble(processes: int = 2, ms=(1, 2, 4, 8), repeats: int = 3) -> dict:
     """Measured bubble per schedule and m (median of ``repeats``) next to theory; loss against the unsplit."""
     from effitrain_helpers.measure.bench import SPREAD_MAX, relative_iqr
+    from effitrain_helpers.engines.pipeline import SCHEDULES, theory_bubble
     from effitrain_helpers.processes.launch import launch
     from effitrain_helpers.training import pipeline
 
     swept = launch(_sweeps, ms, repeats, num_processes=processes, cpu=True, quiet=True)
     rows, checks = [], []
-    for name in pipeline.SCHEDULES:
+    for name in SCHEDULES:
         runs = [list(run) for run in zip(*(rank[name] for rank in swept))]
         for m in ms:
             mine = [run for run in runs if run[0]["m"] == m]
             steps = [max(r["end"] for r in run) - min(r["start"] for r in run) for run in mine]
             rows.append({"schedule": name, "m": m,
                          "measured": statistics.median(pipeline.bubble_fraction(run) for run in mine),
-                         "theory": pipeline.theory_bubble(processes, m),
+                         "theory": theory_bubble(processes, m),
                          "reliable": relative_iqr(steps) <= SPREAD_MAX})
         first, last = (next(r["measured"] for r in rows if r["schedule"] == name and r["m"] == m)
                        for m in (ms[0], ms[-1]))

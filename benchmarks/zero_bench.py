@@ -1,13 +1,13 @@
 """Lesson 6.3's target: ZeRO state bytes per rank against 1/N, for the stages written by hand.
 
 Run by ``run_benchmarks.py`` (target 10): lesson 5.1's model trained with ``lesson_size("5.1")`` in 2 and in
-3 CPU processes by :func:`effitrain_helpers.training.zero.zero_stages`. Targets, for each N:
+3 CPU processes by :func:`effitrain_helpers.training.zero_stages.zero_stages`. Targets, for each N:
 
 - ZeRO-1 by hand: the ranks' optimizer state adds up to AdamW's exactly, and the largest rank holds at most
   1/N of it plus one tensor's state (whole tensors: the imbalance is reported); byte for byte the same as
   torch's ``ZeroRedundancyOptimizer``; the weights are plain AdamW's (largest difference <= 1e-6);
 - peak bytes per rank (parameters and gradients at their most during a step, master copies counted) for
-  AdamW with averaged gradients (DDP by hand), ZeRO-1, -2 and -3, against ``zero.theory``;
+  AdamW with averaged gradients (DDP by hand), ZeRO-1, -2 and -3, against ``zero_stages.theory``;
 - ZeRO-2 by hand: the largest rank's gradients *at the peak* at most 1/N plus one bucket (plus one piece
   copied where a bucket's slice spans the padding), below every full gradient (what DDP holds); it sends
   what an all-reduce sends (ring bytes within 1% of it);
@@ -27,7 +27,7 @@ def _one_world(n: int) -> dict:
     from effitrain_helpers.core.sizes import lesson_size
     from effitrain_helpers.processes.launch import launch
     from effitrain_helpers.training.model_sharding import sharding_batches
-    from effitrain_helpers.training.zero import theory, zero_stages
+    from effitrain_helpers.training.zero_stages import theory, zero_stages
 
     size = lesson_size("5.1")
     ranks = launch(zero_stages, sharding_batches(size.steps, n * size.batch_size), num_processes=n, cpu=True,
@@ -83,7 +83,7 @@ def zero_state_bytes(worlds=(2, 3)) -> dict:
 
 def zero_lines(z: dict) -> list[str]:
     """The report's section for :func:`zero_state_bytes`."""
-    from effitrain_helpers.training.zero import HELD
+    from effitrain_helpers.training.zero_stages import HELD
 
     lines = ["", "## Lesson 6.3: ZeRO by hand, bytes per rank against 1/N (CPU processes)", "",
              "| N | AdamW state B | ZeRO-1 state per rank B | largest / (1/N) | ZeRO-2 peak gradients per rank B "

@@ -121,7 +121,7 @@ def averages():
 def accumulations():
     import torch.distributed as dist
 
-    from effitrain_helpers.training.gradient_sync import loss_of
+    from effitrain_helpers.training.ddp_by_hand import loss_of
 
     def average(model):
         for p in model.parameters():

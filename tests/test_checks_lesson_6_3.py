@@ -11,8 +11,8 @@ import torch
 from effitrain_helpers.teach.checks import lesson_6_3
 from effitrain_helpers.teach.checks.lesson_6_3 import q1, q2
 from effitrain_helpers.teach.exercises import ____
-from effitrain_helpers.training import zero
-from effitrain_helpers.training.zero import balanced_owners
+from effitrain_helpers.engines import zero
+from effitrain_helpers.engines.zero import balanced_owners
 
 
 def _round_robin(sizes, world_size):
@@ -332,7 +332,7 @@ def test_q2_judges_a_class_defined_in_a_script(tmp_path):
 def test_zero_stages_by_hand_hold_their_share_and_train_adamws_weights():
     from effitrain_helpers.processes.launch import launch
     from effitrain_helpers.training.model_sharding import sharding_batches
-    from effitrain_helpers.training.zero import theory, zero_stages
+    from effitrain_helpers.training.zero_stages import theory, zero_stages
 
     ranks = launch(zero_stages, sharding_batches(2, 8), num_processes=2, cpu=True, quiet=True, timeout=180)
     for r in ranks:
@@ -361,7 +361,7 @@ class _Shards:
     def __init__(self, model, bucket_bytes):
         import torch.distributed as dist
 
-        from effitrain_helpers.training.zero import gradient_buckets
+        from effitrain_helpers.engines.gradient_sync import gradient_buckets
 
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
         self.buckets = gradient_buckets(model.parameters(), bucket_bytes)
@@ -405,10 +405,10 @@ class _ShardsFromPieces(_Shards):
     def send(self, b):
         import torch
 
-        from effitrain_helpers.training.zero import _reduce_scatter_gradients
+        from effitrain_helpers.engines.zero import reduce_scatter_gradients
 
         out = torch.empty(self.chunks[b])
-        _reduce_scatter_gradients(out, self.buckets[b], self.world)
+        reduce_scatter_gradients(out, self.buckets[b], self.world)
         self.shards[b] = out
         self.free(b)
 

@@ -12,8 +12,9 @@ from torch import nn
 
 from effitrain_helpers.teach.checks.lesson_6_4 import q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import ____  # a global, as in a notebook's starter
+from effitrain_helpers.engines import pipeline as schedules
 from effitrain_helpers.training import pipeline
-from effitrain_helpers.training.tensor_parallel import CopyToRanks, SumFromRanks, split_mlp
+from effitrain_helpers.engines.tensor_parallel import CopyToRanks, SumFromRanks, split_mlp
 
 
 def _split(first_rows, second_cols, bias=False, use_rank=True):
@@ -294,9 +295,9 @@ def test_q4_static_mistakes_need_no_process():
     (no_pipelining, "no pipelining: every stage runs F0 B0 F1 B1 F2 B2 F3 B3"),
     (warm_up_one_short, "stage 0 of 3 runs 2 forward(s) before its first backward (F0 F1 B0"),
     (warm_by_stage, "stage 0 of 3 runs 1 forward(s) before its first backward (F0 B0"),
-    (pipeline.all_forward_all_backward, "That is all-forward-all-backward"),
-    (pipeline.one_f_one_b, "hands the work to pipeline.one_f_one_b"),
-    (lambda stage, stages, m: pipeline.SCHEDULES["1F1B"](stage, stages, m), "hands the work to"),
+    (schedules.all_forward_all_backward, "That is all-forward-all-backward"),
+    (schedules.one_f_one_b, "hands the work to pipeline.one_f_one_b"),
+    (lambda stage, stages, m: schedules.SCHEDULES["1F1B"](stage, stages, m), "hands the work to"),
 ], ids=["no-pipelining", "warm-up-one-short", "warm-up-reversed", "all-forward-all-backward", "the-lessons-own",
         "the-lessons-own-by-its-table"])
 def test_q4_refuses_what_is_not_exactly_1f1b_without_a_process(answer, words):
@@ -333,7 +334,7 @@ def test_one_f_one_b_holds_at_most_p_minus_s_and_covers_every_micro_batch():
     for stages in (2, 3, 4):
         for m in (1, 2, 5, 8):
             for stage in range(stages):
-                order = pipeline.one_f_one_b(stage, stages, m)
+                order = schedules.one_f_one_b(stage, stages, m)
                 assert sorted(order) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
                 held = peak = 0
                 for kind, _ in order:
@@ -343,8 +344,8 @@ def test_one_f_one_b_holds_at_most_p_minus_s_and_covers_every_micro_batch():
 
 
 def test_theory_bubble_and_bubble_fraction():
-    assert pipeline.theory_bubble(2, 1) == 0.5
-    assert pipeline.theory_bubble(4, 8) == pytest.approx(3 / 11)
+    assert schedules.theory_bubble(2, 1) == 0.5
+    assert schedules.theory_bubble(4, 8) == pytest.approx(3 / 11)
     # two stages, one busy the whole step, one half of it: mean idle share 0.25
     ranks = [{"start": 0.0, "end": 2.0, "events": [("F", 0, 0.0, 2.0)]},
              {"start": 0.0, "end": 2.0, "events": [("F", 0, 1.0, 2.0)]}]
@@ -366,7 +367,7 @@ def test_both_schedules_in_4_stages_train_the_unsplit_model():
 
     stages, m, shape = 4, 6, {"size": 8, "width": 32, "hidden": 64, "blocks_per_stage": 1}
     want_loss, want_grads = pipeline.unsplit_loss(m, stages, **shape)
-    for name, order in pipeline.SCHEDULES.items():
+    for name, order in schedules.SCHEDULES.items():
         ranks = launch(pipeline.run_schedule, order, m, num_processes=stages, cpu=True, quiet=True,
                        timeout=120, **shape)
         assert [r["stage"] for r in ranks] == list(range(stages)), name
@@ -374,7 +375,7 @@ def test_both_schedules_in_4_stages_train_the_unsplit_model():
         got = [g for r in ranks for g in r["grads"]]
         assert max(float((a - b).abs().max()) for a, b in zip(got, want_grads)) <= 1e-5, name
         held = [r["in_flight"] for r in ranks]
-        assert held == ([m] * stages if order is pipeline.all_forward_all_backward
+        assert held == ([m] * stages if order is schedules.all_forward_all_backward
                         else [stages - s for s in range(stages)]), (name, held)
 
 

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from effitrain_helpers.teach.checks.lesson_8_1 import forward_or_reference, q1, q2
 from effitrain_helpers.teach.exercises import ____
-from effitrain_helpers.training import flash_attention as fa
+from effitrain_helpers.engines import flash_attention as fa
+from effitrain_helpers.training import attention_memory
 
 
 def _forward(q, k, v, is_causal, tile, rescale_sum=True, rescale_out=True, subtract_max=True, diagonal=1,
@@ -121,7 +122,7 @@ def test_the_autograd_function_matches_sdpa_and_saves_the_lse(is_causal):
 
 
 def test_bytes_saved_match_the_theory_n_squared_against_n():
-    rows = {r["way"]: r for r in fa.saved_bytes_compared(1, 2, 128, 16)}
+    rows = {r["way"]: r for r in attention_memory.saved_bytes_compared(1, 2, 128, 16)}
     assert all(r["saved_bytes"] == r["theory_bytes"] for r in rows.values()), rows
     assert rows["plain"]["saved_bytes"] > 2 * rows["hand flash"]["saved_bytes"]
 
@@ -152,5 +153,5 @@ def test_the_bytes_prediction_names_each_slip(answer, words):
 
 def test_the_prediction_s_theory_is_what_the_hooks_measure():
     """q2's answer comes from saved_bytes_theory, which the saved-tensor hooks confirm at a small size."""
-    rows = fa.saved_bytes_compared(1, 2, 64, 16, function=fa.FlashAttention)
-    assert [r["saved_bytes"] for r in rows] == [fa.saved_bytes_theory(r["way"], 1, 2, 64, 16) for r in rows]
+    rows = attention_memory.saved_bytes_compared(1, 2, 64, 16, function=fa.FlashAttention)
+    assert [r["saved_bytes"] for r in rows] == [attention_memory.saved_bytes_theory(r["way"], 1, 2, 64, 16) for r in rows]

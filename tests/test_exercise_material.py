@@ -245,7 +245,9 @@ def test_hints_leave_something_to_find(stem, q, exercise, solved, secret):
 # hint writes a solution line with blanks to fill in; the answer is only in solution(). Every exercise of the
 # start page and chapters 1-5, and these of the later chapters:
 STOP_AT_THE_IDEA = {f"{stem}:{q}" for stem, q, *_ in CASES if stem[0] in "012345"} | {
-    "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2"}
+    "7_1_mixed_precision_across_ranks:q1", "7_1_mixed_precision_across_ranks:q2",
+    "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2", "8_2_activation_memory:q1",
+    "8_2_activation_memory:q2"}
 
 
 @pytest.mark.parametrize("stem, q, exercise, solved, secret",

@@ -9,8 +9,10 @@ from datetime import datetime, timezone
 import nbformat
 import pytest
 
+from classroom import LESSON, submit, write_lesson
 from effitrain_helpers.core.settings import SETTINGS
-from effitrain_helpers.teach import grade, reports, verdicts
+from effitrain_helpers.teach import exercises, grade, reports, sandbox, verdicts
+from effitrain_helpers.teach.editions import source_notebooks
 from effitrain_helpers.teach.answers import REVIEW
 from effitrain_helpers.teach.checks import lesson_1_1
 from effitrain_helpers.teach.grade import Row
@@ -29,11 +31,27 @@ def _rows(student="alice"):
 def test_a_verdict_shown_to_the_grader_carries_the_checkers_message():
     check = nbformat.v4.new_code_cell("q2.check(train_mib, model)")
     check.outputs = [nbformat.v4.new_output("display_data", data={verdicts.VERDICT_MIME: {
-        "lesson": "1.1", "exercise": "q2", "status": "incorrect", "message": "2 times too large" + "x" * 5000}})]
+        "lesson": "1.1", "exercise": "q2", "status": "incorrect", "message": "2 times too large" + "x" * 5000,
+        "seal": exercises.seal(lesson_1_1.q2)}})]
     after = nbformat.v4.new_code_cell("", execution_count=3)
     found = grade._verdicts(check, after, [("1.1", "q2")])
     status, message = found["1.1", "q2"]
     assert status == "incorrect" and message.startswith("2 times too large") and len(message) == grade.MAX_MESSAGE
+
+
+def test_a_verdict_decided_by_changed_machinery_is_flagged_not_credited(monkeypatch):
+    honest = exercises.seal(lesson_1_1.q2)
+    monkeypatch.setattr(exercises.Exercise, "evaluate", lambda self, *a, **k: exercises.CheckResult("q2", "correct"))
+    forged = exercises.seal(lesson_1_1.q2)
+    assert [k for k in honest if honest[k] != forged[k]] == ["Exercise.evaluate"]
+    monkeypatch.undo()
+    for seal in (forged, {}, None):
+        check = nbformat.v4.new_code_cell("q2.check(train_mib, model)")
+        check.outputs = [nbformat.v4.new_output("display_data", data={verdicts.VERDICT_MIME: {
+            "lesson": "1.1", "exercise": "q2", "status": "correct", "message": "", "seal": seal}})]
+        status, message = grade._verdicts(check, nbformat.v4.new_code_cell("", execution_count=3), [("1.1", "q2")])[
+            "1.1", "q2"]
+        assert status == REVIEW and "was changed before its check" in message, seal
 
 
 def test_every_cell_that_raised_gets_its_own_row_with_the_errors_first_line():
@@ -42,6 +60,22 @@ def test_every_cell_that_raised_gets_its_own_row_with_the_errors_first_line():
     nb.cells[0].outputs = [nbformat.v4.new_output("error", ename="NameError", evalue="name 'a'\nmore", traceback=[])]
     nb.cells[2].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="bad", traceback=[])]
     assert grade._errors(nb) == ["cell 0 raised NameError: name 'a'", "cell 2 raised ValueError: bad"]
+
+
+def test_the_rows_about_a_whole_notebook_speak_the_class_language(monkeypatch, tmp_path):
+    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    edition = write_lesson(tmp_path / "src")
+    sources = source_notebooks(tmp_path / "src")
+    nb = nbformat.read(submit(edition, tmp_path / "s.ipynb"), as_version=4)
+    copy = grade.Submission("ana", "ana/9_1_tiny-Copy1.ipynb", tmp_path / "s.ipynb", nb, source=LESSON,
+                            duplicate_of="ana/9_1_tiny.ipynb")
+    (row,) = grade.grade_notebook(copy, 1.0, sources)
+    assert row.status == "duplicate" and row.detail.startswith("mesmo aluno e mesma lição que ana/9_1_tiny.ipynb")
+    monkeypatch.setattr(sandbox, "run_graded", lambda *a, **k: {"notebook": None, "outcome": "timeout", "detail": ""})
+    late = grade.Submission("ana", "ana.ipynb", tmp_path / "s.ipynb", nb, source=LESSON)
+    rows = grade.grade_notebook(late, 0.5, sources)
+    assert rows[0].status == "timeout" and rows[0].detail.startswith("passou do limite de 0,5 s")
+    assert {r.status for r in rows[1:]} == {"not checked"}
 
 
 def test_points_come_from_the_exercise_and_only_correct_earns_them(monkeypatch):

@@ -107,13 +107,13 @@ def test_the_tables_of_5_3_name_files_pieces_and_costs_in_portuguese(portuguese)
 
 
 def test_the_runs_and_methods_of_chapter_6_are_named_in_portuguese_and_keep_the_english_keys(portuguese):
-    """6.3's runs (training.zero.RUNS) and 6.1's methods (measure.all_reduce_cost.METHODS), shown by styled."""
+    """6.3's runs (training.zero_stages.RUNS) and 6.1's methods (measure.all_reduce_cost.METHODS), shown by styled."""
     import pandas as pd
 
     from effitrain_helpers.core.language import styled
     from effitrain_helpers.measure.all_reduce_cost import METHODS
     from effitrain_helpers.training.model_sharding import KINDS
-    from effitrain_helpers.training.zero import RUNS
+    from effitrain_helpers.training.zero_stages import RUNS
 
     held = pd.DataFrame([{"rodada": run, "rank": 0, "optimizer state (B)": 131139, "estado / AdamW": 0.5}
                          for run in RUNS]).set_index(["rodada", "rank"])

@@ -50,9 +50,19 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     "6.1": {"small": {"sizes": (1_000, 100_000, 1_000_000)},  # float32 values all-reduced, side by side
             "full": {"sizes": (1_000, 100_000, 1_000_000, 10_000_000)}},
     "7.1": {"small": {"steps": 4, "batch_size": 8}, "full": {"steps": 30, "batch_size": 32}},  # per process
+    "7.2": {  # TinyLM's shape, global batch (sequences of seq tokens), AdamW steps and learning rate per run
+        "small": {"vocab": 64, "hidden": 32, "heads": 4, "layers": 2, "seq": 16, "batch": 8, "steps": 4,
+                  "lr": 1e-2},
+        "full": {"vocab": 512, "hidden": 128, "heads": 8, "layers": 4, "seq": 64, "batch": 16, "steps": 10,
+                 "lr": 1e-2},
+    },
     "8.1": {  # (batch, heads, d) and the sequence lengths n whose bytes saved for backward are measured
         "small": {"batch": 1, "heads": 2, "d": 32, "lengths": (128, 256, 512)},
         "full": {"batch": 2, "heads": 4, "d": 64, "lengths": (256, 512, 1024, 2048)},
+    },
+    "8.2": {  # the block's shape: sequence s, batch b, hidden h, heads a (a s / h = 8: attention's squares dominate)
+        "small": {"s": 128, "b": 2, "h": 64, "a": 4},
+        "full": {"s": 1024, "b": 4, "h": 512, "a": 8},
     },
     "6.2": {  # the MLP timed with and without overlap: width, layers, rows per rank, timed steps, bucket MiB
         "small": {"width": 512, "depth": 6, "batch_size": 32, "steps": 8, "bucket_mib": 2},

@@ -8,7 +8,7 @@ AdamW, in the same N processes, trained six ways, each with torch's own tool whe
 - **FSDP, reshard_after_forward=False**: ``fully_shard(..., reshard_after_forward=False)`` per block (gathered
   once per step; "ZeRO-2-like": sharded between steps, every block whole from its forward to its backward);
 - **ZeRO-3**: ``fully_shard(...)`` per block (gathered in forward and again in backward);
-- **TP**: every block split Megatron-style (:mod:`~effitrain_helpers.training.tensor_parallel`), each rank
+- **TP**: every block split Megatron-style (:mod:`~effitrain_helpers.engines.tensor_parallel`), each rank
   the whole batch;
 - **PP**: one stage per rank, 1F1B over ``m`` micro-batches (:mod:`~effitrain_helpers.training.pipeline`).
 
@@ -38,7 +38,7 @@ def _batch(rows: int, width: int):
 
 def _tensor_parallel(model, rank: int, world: int):
     """``model`` (stages of residual blocks) with every block's MLP replaced by this rank's ParallelMLP."""
-    from effitrain_helpers.training.tensor_parallel import ParallelMLP
+    from effitrain_helpers.engines.tensor_parallel import ParallelMLP
 
     class ParallelResidual(torch.nn.Module):
         def __init__(self, block):
@@ -83,7 +83,8 @@ def _measure(strategy: str, rows: int, m: int, steps: int) -> dict[str, Any]:
 
     from effitrain_helpers.measure.communication import CommunicationCounter
     from effitrain_helpers.training.model_sharding import rank_bytes
-    from effitrain_helpers.training.pipeline import one_f_one_b, run_schedule
+    from effitrain_helpers.engines.pipeline import one_f_one_b
+    from effitrain_helpers.training.pipeline import run_schedule
 
     rank, world = dist.get_rank(), dist.get_world_size()
     if strategy == "PP":

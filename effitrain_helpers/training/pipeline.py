@@ -3,20 +3,14 @@
 A model of ``p * blocks_per_stage`` MLP blocks is cut into ``p`` **stages**, one per process. A batch is cut
 into ``m`` **micro-batches**; stage s receives each micro-batch's activations from stage s-1
 (``dist.recv``), runs its blocks, sends the result to stage s+1 (``dist.isend``); in backward the gradient
-of the activations travels the other way. A **schedule** is the order of a stage's operations, each
-``("F", i)`` (forward of micro-batch i) or ``("B", i)`` (its backward):
+of the activations travels the other way, in the order a **schedule** gives
+(:mod:`effitrain_helpers.engines.pipeline`: GPipe's all-forward-all-backward and 1F1B, and the bubble each
+leaves in theory).
 
-- all-forward-all-backward (GPipe): every forward, then every backward; a stage holds all m micro-batches'
-  activations at once;
-- 1F1B (PipeDream-flush): ``p - 1 - s`` forwards to fill the pipe, then one forward and one backward in
-  turn, then the last backwards; a stage holds at most ``p - s`` micro-batches' activations.
-
-Both keep each stage idle for the same share of the step, the **bubble**: ``(p - 1) / (m + p - 1)`` when
-every stage takes the same time per micro-batch. :func:`run_schedule` runs a schedule in each rank of a
-group, with a timestamp (``time.time()``, one clock for the processes of one machine) around every
-operation; :func:`bubble_fraction` turns them into the measured bubble. Sends are non-blocking, so only the
-order of the *receives* can deadlock: each rank prints what it waits for before it waits, which ``launch``'s
-time limit then shows for every waiting rank.
+:func:`run_schedule` runs a schedule in each rank of a group, with a timestamp (``time.time()``, one clock for
+the processes of one machine) around every operation; :func:`bubble_fraction` turns them into the measured
+bubble. Sends are non-blocking, so only the order of the *receives* can deadlock: each rank prints what it waits
+for before it waits, which ``launch``'s time limit then shows for every waiting rank.
 """
 
 from __future__ import annotations
@@ -27,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 from effitrain_helpers.core.validate import positive_int
+from effitrain_helpers.engines.pipeline import SCHEDULES
 
 
 def pipeline_model(stages: int, width: int = 128, hidden: int = 512, blocks_per_stage: int = 2,
@@ -57,29 +52,6 @@ def micro_batches(m: int, size: int = 16, width: int = 128, seed: int = 1) -> li
     positive_int("m", m, example="m=4")
     g = torch.Generator().manual_seed(seed)
     return [(torch.randn(size, width, generator=g), torch.randn(size, width, generator=g)) for _ in range(m)]
-
-
-def all_forward_all_backward(stage: int, stages: int, m: int) -> list[tuple[str, int]]:
-    """GPipe's order: every forward, then every backward."""
-    return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-
-
-def one_f_one_b(stage: int, stages: int, m: int) -> list[tuple[str, int]]:
-    """1F1B: ``stages - 1 - stage`` forwards to fill the pipe, then a forward and a backward in turn, then the
-    backwards left (the house's reference for lesson 6.4's exercise)."""
-    warm = min(stages - 1 - stage, m)
-    order = [("F", i) for i in range(warm)]
-    for i in range(m - warm):
-        order += [("F", warm + i), ("B", i)]
-    return order + [("B", i) for i in range(m - warm, m)]
-
-
-SCHEDULES: dict[str, Callable] = {"all-forward-all-backward": all_forward_all_backward, "1F1B": one_f_one_b}
-
-
-def theory_bubble(stages: int, m: int) -> float:
-    """The share of a step each stage is idle, for equal stages: ``(p - 1) / (m + p - 1)``."""
-    return (stages - 1) / (m + stages - 1)
 
 
 def unsplit_loss(m: int, stages: int, **shape: Any) -> tuple[float, list[torch.Tensor]]:

@@ -3,7 +3,7 @@ them, and q2 (whose answer divides by the world size) in 2 and then 3, so that a
 
 Every checker runs the learner's function through :func:`~effitrain_helpers.teach.exercises.run_learner_in_processes`
 (a time limit; a rank that raises is named) and names the bug it recognises from what each rank recorded
-(:class:`~effitrain_helpers.training.gradient_sync.ReplicaRecord`): the weights at step 0, the gradients of
+(:class:`~effitrain_helpers.training.ddp_by_hand.ReplicaRecord`): the weights at step 0, the gradients of
 step 1 before and after the sync, the collectives called and their bytes, the optimizer steps. The learner's
 function may come from a notebook or from a plain script: it travels to the workers by value.
 """
@@ -20,30 +20,27 @@ TOLERANCE = 1e-6  # largest allowed gap between the learner's final weights and 
 
 def _reference_broadcast(model) -> None:
     """Rank 0's weights into every rank (what q2's and q3's runs start from)."""
-    import torch.distributed as dist
+    from effitrain_helpers.engines.gradient_sync import broadcast_parameters
 
-    for p in model.parameters():
-        dist.broadcast(p.data, src=0)
+    broadcast_parameters(model.parameters())
 
 
 def _reference_average(model) -> None:
     """The averaged gradient on every rank (what q1's run trains with)."""
-    import torch.distributed as dist
+    from effitrain_helpers.engines.gradient_sync import average_gradients
 
-    for p in model.parameters():
-        dist.all_reduce(p.grad)
-        p.grad /= dist.get_world_size()
+    average_gradients(model.parameters())
 
 
 def _by_hand_and_ddp(broadcast, average, steps):
     """In each rank: the hand-written run, then DDP's on the same shards."""
-    from effitrain_helpers.training.gradient_sync import train_by_hand, train_with_ddp
+    from effitrain_helpers.training.ddp_by_hand import train_by_hand, train_with_ddp
 
     return train_by_hand(broadcast, average, steps), train_with_ddp(steps)
 
 
 def _accumulated_and_ddp(train, steps, k):
-    from effitrain_helpers.training.gradient_sync import train_accumulated_by_hand, train_with_ddp
+    from effitrain_helpers.training.ddp_by_hand import train_accumulated_by_hand, train_with_ddp
 
     return train_accumulated_by_hand(train, steps, k), train_with_ddp(steps, k)
 
@@ -67,7 +64,7 @@ def _gap(a, b) -> float:
 
 def _parameter_names(indices) -> list[str]:
     """The names of the parameters of ``sync_model`` that hold the flat positions ``indices``."""
-    from effitrain_helpers.training.gradient_sync import sync_model
+    from effitrain_helpers.training.ddp_by_hand import sync_model
 
     names, start = [], 0
     for name, p in sync_model(0).named_parameters():
@@ -97,7 +94,7 @@ def _compare_with_ddp(records, ddp, what: str) -> None:
 
 # ---------------------------------------------------------------- q1: broadcast_parameters
 def _check_broadcast(broadcast_parameters) -> None:
-    from effitrain_helpers.training.gradient_sync import flat_weights, sync_model
+    from effitrain_helpers.training.ddp_by_hand import flat_weights, sync_model
 
     records, ddp = _run(_by_hand_and_ddp, broadcast_parameters, _reference_average, STEPS)
     own = [flat_weights(sync_model(r.rank)) for r in records]
@@ -218,7 +215,7 @@ def _accumulated(steps: int, loss_scale: float, last_only: bool):
     ``loss_scale`` (1: not divided by k), and only the last micro-batch's gradient kept when ``last_only``."""
     import torch
 
-    from effitrain_helpers.training.gradient_sync import LR, flat_weights, loss_of, shard, sync_model
+    from effitrain_helpers.training.ddp_by_hand import LR, flat_weights, loss_of, shard, sync_model
 
     model = sync_model(0)
     params = list(model.parameters())
@@ -288,3 +285,4 @@ q3 = Exercise(
         "\nq3.check(train_accumulated)"
     ),
 )
+

@@ -50,7 +50,7 @@ def _greedy(sizes: list, world: int, order) -> list[int]:
 
 
 def _check_owners(assign) -> None:
-    from effitrain_helpers.training.zero import balanced_owners
+    from effitrain_helpers.engines.zero import balanced_owners
 
     if not callable(assign):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=assign))
@@ -108,7 +108,7 @@ def _train(model, make_optimizer, batches, rank: int, world: int) -> tuple:
     after each step, the indices of the parameters left with a nonzero gradient after ``zero_grad``)."""
     import torch
 
-    from effitrain_helpers.training.zero import average_gradients
+    from effitrain_helpers.engines.gradient_sync import average_gradients
 
     optimizer, after, left = make_optimizer(model.parameters()), [], set()
     params = list(model.parameters())
@@ -137,7 +137,7 @@ def _run_learners(cls, folder: str, *more) -> list[dict]:
     import torch.distributed as dist
 
     from effitrain_helpers.measure.traffic import CollectiveAgreement, CollectivesDisagree
-    from effitrain_helpers.training.zero import state_bytes
+    from effitrain_helpers.training.zero_stages import state_bytes
 
     rank, world = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(0)
@@ -391,7 +391,8 @@ def _q3_run(cls) -> dict:
     import torch.distributed as dist
 
     from effitrain_helpers.measure.communication import CommunicationCounter
-    from effitrain_helpers.training.zero import _grads_held, _pieces, gradient_buckets
+    from effitrain_helpers.engines.gradient_sync import gradient_buckets
+    from effitrain_helpers.engines.zero import flat_pieces, gradient_bytes
 
     rank, world = dist.get_rank(), dist.get_world_size()
     model, reference = _q3_model(), _q3_model()
@@ -403,7 +404,7 @@ def _q3_run(cls) -> dict:
 
     def sample(_):
         shards = [s for s in (getattr(sync, "shards", None) or []) if isinstance(s, torch.Tensor)]
-        peak[0] = max(peak[0], _grads_held(params) + sum(s.numel() * s.element_size() for s in shards))
+        peak[0] = max(peak[0], gradient_bytes(params) + sum(s.numel() * s.element_size() for s in shards))
 
     for p in model.parameters():
         p.register_post_accumulate_grad_hook(sample)  # after the learner's own hook on the same parameter
@@ -431,7 +432,7 @@ def _q3_run(cls) -> dict:
                     dist.all_reduce(p.grad)
                     p.grad /= world
                 chunk = math.ceil(sum(p.numel() for p in bucket) / world)
-                want.append(_pieces([p.grad for p in bucket], chunk, world)[0][rank].clone())
+                want.append(flat_pieces([p.grad for p in bucket], chunk, world)[0][rank].clone())
             for p in reference.parameters():
                 p.grad = None
             counter.watch()
@@ -511,7 +512,7 @@ q3 = Exercise(
     api=True,
     checked=("checked in 2 and 3 processes over two backward passes: each rank's slice of every bucket equals "
              "the average of the ranks' gradients there, every full gradient is freed, and no rank ever holds "
-             "much more than 1/N of the gradients plus a bucket."),
+             "more than 1/N of the gradients plus two buckets."),
     hints=["Nothing waits for backward to end: a hook on every parameter counts the gradients of its bucket; "
            "the bucket's last one sends the bucket at once, every rank keeping only its own slice of the sum, "
            "and the full gradients are dropped right away.",

@@ -66,8 +66,8 @@ def _check_shapes(up, down, world: int) -> None:
 def _check_split(split_mlp) -> None:
     import torch
 
-    from effitrain_helpers.training import tensor_parallel
-    from effitrain_helpers.training.tensor_parallel import mlp_block, tokens
+    from effitrain_helpers.engines import tensor_parallel
+    from effitrain_helpers.training.tensor_parallel_run import mlp_block, tokens
 
     if not callable(split_mlp):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=split_mlp))
@@ -98,7 +98,7 @@ def _tp_run(copy, total):
     import torch
     import torch.distributed as dist
 
-    from effitrain_helpers.training.tensor_parallel import measured_tp_run
+    from effitrain_helpers.training.tensor_parallel_run import measured_tp_run
 
     found = measured_tp_run(copy, total, width=WIDTH, hidden=HIDDEN, n_tokens=32, repeats=1)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -112,14 +112,14 @@ def _tp_run(copy, total):
 
 
 def _check_copy(CopyToRanks) -> None:
-    from effitrain_helpers.training import tensor_parallel
+    from effitrain_helpers.engines import tensor_parallel
 
     _refuse_the_house(CopyToRanks, tensor_parallel.CopyToRanks, "CopyToRanks")
     _check_pair(CopyToRanks, tensor_parallel.SumFromRanks, "CopyToRanks", CopyToRanks)
 
 
 def _check_sum(SumFromRanks) -> None:
-    from effitrain_helpers.training import tensor_parallel
+    from effitrain_helpers.engines import tensor_parallel
 
     _refuse_the_house(SumFromRanks, tensor_parallel.SumFromRanks, "SumFromRanks")
     _check_pair(tensor_parallel.CopyToRanks, SumFromRanks, "SumFromRanks", SumFromRanks)
@@ -137,7 +137,7 @@ def _check_pair(copy, total, name: str, answer) -> None:
     """The learner's ``answer`` (one of the pair, named ``name``), the house's other one, in 2 processes."""
     import torch
 
-    from effitrain_helpers.training.tensor_parallel import mlp_block, theory_bytes_per_token
+    from effitrain_helpers.training.tensor_parallel_run import mlp_block, theory_bytes_per_token
 
     if not (isinstance(answer, type) and issubclass(answer, torch.autograd.Function)):
         raise Incorrect(tr("{name} should be a torch.autograd.Function subclass (with forward and backward "
@@ -215,7 +215,7 @@ def _check_structure(ops: list[tuple], stage: int) -> None:
     """``ops`` is exactly 1F1B for ``stage``: ``stages - 1 - stage`` forwards (the warm-up), then one forward and
     one backward in turn, then the backwards left, micro-batches in order. A bound on the micro-batches in
     flight alone lets through no pipelining at all (``F0 B0 F1 B1 ...``) and a warm-up one forward short."""
-    from effitrain_helpers.training.pipeline import one_f_one_b
+    from effitrain_helpers.engines.pipeline import one_f_one_b
 
     m, want = PP_MICRO_BATCHES, min(PP_STAGES - 1 - stage, PP_MICRO_BATCHES)
     if ops == one_f_one_b(stage, PP_STAGES, m):
@@ -250,7 +250,8 @@ def _waiting(message: str) -> str:
 
 
 def _check_one_f_one_b(one_f_one_b, timeout: float = 60.0) -> None:
-    from effitrain_helpers.training import pipeline
+    from effitrain_helpers.engines import pipeline
+    from effitrain_helpers.training.pipeline import unsplit_loss
 
     if not callable(one_f_one_b):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=one_f_one_b))
@@ -273,7 +274,7 @@ def _check_one_f_one_b(one_f_one_b, timeout: float = 60.0) -> None:
                            "orders your function returned here are 1F1B: does it return the same order each "
                            "time it is called? Each process calls it again.", stages=PP_STAGES,
                            timeout=timeout, waiting=_waiting(str(err)))) from None
-    loss, grads = pipeline.unsplit_loss(PP_MICRO_BATCHES, PP_STAGES, **PP_SHAPE)
+    loss, grads = unsplit_loss(PP_MICRO_BATCHES, PP_STAGES, **PP_SHAPE)
     got = ranks[-1]["loss"]
     if abs(got - loss) > TOLERANCE:
         raise Incorrect(tr("the pipeline's loss {got:.6f} differs from the unsplit model's {want:.6f}.",

@@ -22,8 +22,8 @@ LARGE = 30.0  # q scaled so scores reach ~100: exp(100) overflows float32 (max a
 
 def forward_or_reference(forward):
     """``forward`` once the learner has written it (no ``____`` left), else the house's
-    :func:`~effitrain_helpers.training.flash_attention.flash_forward` (the lesson then says so)."""
-    from effitrain_helpers.training.flash_attention import flash_forward
+    :func:`~effitrain_helpers.engines.flash_attention.flash_forward` (the lesson then says so)."""
+    from effitrain_helpers.engines.flash_attention import flash_forward
 
     return flash_forward if _unfinished(forward) else forward
 
@@ -95,7 +95,7 @@ def _name_the_mistake(fn, n: int, is_causal: bool, out, lse, want, want_lse) -> 
     import torch
     import torch.nn.functional as F
 
-    from effitrain_helpers.training.flash_attention import sdpa_with_lse
+    from effitrain_helpers.engines.flash_attention import sdpa_with_lse
 
     if is_causal:
         q, k, v = _inputs(n, n)
@@ -137,7 +137,7 @@ def _name_the_mistake(fn, n: int, is_causal: bool, out, lse, want, want_lse) -> 
 def _check(fn) -> None:
     import torch
 
-    from effitrain_helpers.training.flash_attention import flash_forward, sdpa_with_lse
+    from effitrain_helpers.engines.flash_attention import flash_forward, sdpa_with_lse
 
     if not callable(fn):
         raise Incorrect(tr("pass your function itself: q1.check(flash_forward); you gave {fn!r}.", fn=fn))
@@ -225,10 +225,10 @@ MIB = 2**20
 
 def _check_bytes(math_mib, flash_mib) -> None:
     """The MiB SDPA's math and flash kernels keep for backward at ``PREDICT``, from
-    :func:`~effitrain_helpers.training.flash_attention.saved_bytes_theory` (measured equal at small n in the
+    :func:`~effitrain_helpers.training.attention_memory.saved_bytes_theory` (measured equal at small n in the
     lesson), within 0.25 MiB; the usual slips named."""
     from effitrain_helpers.teach.exercises import as_number
-    from effitrain_helpers.training.flash_attention import saved_bytes_theory
+    from effitrain_helpers.training.attention_memory import saved_bytes_theory
 
     math_mib, flash_mib = as_number(math_mib), as_number(flash_mib)
     b, h, n, d = PREDICT["batch"], PREDICT["heads"], PREDICT["n"], PREDICT["d"]

@@ -1,19 +1,9 @@
-"""How is one MLP block split across ranks, and what does it exchange? (lesson 6.4, tensor parallelism)
+"""Does the split MLP compute what the whole one does, and what does it send? (lesson 6.4, tensor parallelism)
 
-Megatron-LM's MLP (Shoeybi et al., 2019) splits ``Linear(d, h) -> GELU -> Linear(h, d)`` over N ranks:
-
-- the first layer is **column-parallel**: rank r keeps rows ``r*h/N .. (r+1)*h/N`` of its weight (and of its
-  bias), so it computes its own h/N of the hidden features, and GELU applies to them with no communication;
-- the second is **row-parallel**: rank r keeps the matching h/N *columns* of its weight, so it computes a
-  partial sum of the output; the sum over ranks (one all-reduce) is the output, and the bias is added after;
-- two autograd functions make the pair: ``f`` (identity forward, all-reduce of the gradient backward) before
-  the first layer and ``g`` (all-reduce forward, identity backward) after the second. One all-reduce of
-  ``tokens x d`` values per block in forward, one in backward.
-
-This module holds the house's reference version (what the checkers compare a learner's against and the
-closing table runs): :func:`split_mlp`, :class:`CopyToRanks`, :class:`SumFromRanks`, :class:`ParallelMLP`,
-and :func:`measured_tp_run`, which runs a split MLP in each rank of a group and compares it with the unsplit
-one, counting the all-reduces (:class:`~effitrain_helpers.measure.communication.CommunicationCounter`).
+:func:`measured_tp_run` runs a Megatron-split MLP (:mod:`effitrain_helpers.engines.tensor_parallel`, or the
+learner's pieces) in each rank of a group beside the unsplit one, on the same tokens, and counts its
+all-reduces (:class:`~effitrain_helpers.measure.communication.CommunicationCounter`); :func:`mlp_block` and
+:func:`tokens` are the lesson's block and data, :func:`theory_bytes_per_token` what it should send.
 """
 
 from __future__ import annotations
@@ -23,8 +13,8 @@ from typing import Any
 
 import torch
 
-from effitrain_helpers.core.language import tr
 from effitrain_helpers.core.validate import positive_int
+from effitrain_helpers.engines.tensor_parallel import CopyToRanks, ParallelMLP, SumFromRanks, split_mlp
 
 FLOAT32_BYTES = 4
 
@@ -41,74 +31,6 @@ def tokens(n: int = 64, width: int = 64, seed: int = 1) -> torch.Tensor:
     """``n`` fixed token vectors of ``width`` values (the same on every rank: tensor parallelism splits the
     layer, not the data)."""
     return torch.randn(n, width, generator=torch.Generator().manual_seed(seed))
-
-
-def split_mlp(mlp: torch.nn.Sequential, rank: int, world: int) -> tuple[torch.nn.Linear, torch.nn.Linear]:
-    """Rank ``rank`` 's share of ``mlp``: ``(up, down)``, a column-parallel ``Linear(d, h/N)`` (rows of the
-    first weight and its bias) and a row-parallel ``Linear(h/N, d, bias=False)`` (columns of the second
-    weight; its bias is added once, after the sum). ``h`` must be a multiple of ``world``."""
-    first, last = mlp[0], mlp[2]
-    if first.out_features % world:
-        raise ValueError(tr("hidden={out_features} is not a multiple of world={world}: choose a hidden size that the "
-                            "number of ranks divides.", out_features=first.out_features, world=world))
-    k = first.out_features // world
-    rows = slice(rank * k, (rank + 1) * k)
-    up = torch.nn.Linear(first.in_features, k)
-    down = torch.nn.Linear(k, last.out_features, bias=False)
-    with torch.no_grad():
-        up.weight.copy_(first.weight[rows])
-        up.bias.copy_(first.bias[rows])
-        down.weight.copy_(last.weight[:, rows])
-    return up, down
-
-
-class CopyToRanks(torch.autograd.Function):
-    """Megatron's ``f``: the input as it is in forward; in backward, the gradients of all ranks summed (each
-    rank's share of the layer contributed part of the input's gradient)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        import torch.distributed as dist
-
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
-
-
-class SumFromRanks(torch.autograd.Function):
-    """Megatron's ``g``: the partial sums of all ranks summed in forward; the gradient as it is in backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        import torch.distributed as dist
-
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-class ParallelMLP(torch.nn.Module):
-    """This rank's part of a Megatron MLP: ``g(down(gelu(up(f(x))))) + bias``. ``copy`` and ``total`` are the
-    two autograd functions (default: the house's :class:`CopyToRanks` and :class:`SumFromRanks`); ``split``
-    makes ``(up, down)`` (default :func:`split_mlp`)."""
-
-    def __init__(self, mlp, rank: int, world: int, copy=CopyToRanks, total=SumFromRanks, split=split_mlp):
-        super().__init__()
-        self.up, self.down = split(mlp, rank, world)
-        self.bias = torch.nn.Parameter(mlp[2].bias.detach().clone())  # replicated: added once, after the sum
-        self.copy, self.total = copy, total
-
-    def forward(self, x):
-        hidden = torch.nn.functional.gelu(self.up(self.copy.apply(x)))
-        return self.total.apply(self.down(hidden)) + self.bias
 
 
 def theory_bytes_per_token(width: int, blocks: int = 1) -> dict[str, int]:
