@@ -247,7 +247,8 @@ def test_hints_leave_something_to_find(stem, q, exercise, solved, secret):
 STOP_AT_THE_IDEA = {f"{stem}:{q}" for stem, q, *_ in CASES if stem[0] in "012345"} | {
     "7_1_mixed_precision_across_ranks:q1", "7_1_mixed_precision_across_ranks:q2",
     "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2", "8_2_activation_memory:q1",
-    "8_2_activation_memory:q2"}
+    "8_2_activation_memory:q2", "8_3_sequence_and_context_parallelism:q1",
+    "8_3_sequence_and_context_parallelism:q2"}
 
 
 @pytest.mark.parametrize("stem, q, exercise, solved, secret",

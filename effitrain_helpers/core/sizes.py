@@ -64,6 +64,10 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "small": {"s": 128, "b": 2, "h": 64, "a": 4},
         "full": {"s": 1024, "b": 4, "h": 512, "a": 8},
     },
+    "8.3": {  # ranks; ring attention's (batch, n, d); the sequence-parallel block's tokens, width and hidden size
+        "small": {"processes": 2, "batch": 2, "n": 96, "d": 16, "tokens": 64, "width": 64, "hidden": 256},
+        "full": {"processes": 4, "batch": 4, "n": 2048, "d": 64, "tokens": 1024, "width": 256, "hidden": 1024},
+    },
     "6.2": {  # the MLP timed with and without overlap: width, layers, rows per rank, timed steps, bucket MiB
         "small": {"width": 512, "depth": 6, "batch_size": 32, "steps": 8, "bucket_mib": 2},
         "full": {"width": 1024, "depth": 8, "batch_size": 64, "steps": 20, "bucket_mib": 8},
