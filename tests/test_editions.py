@@ -391,7 +391,7 @@ def test_solution_can_be_turned_off_by_the_edition_or_the_environment(tmp_path, 
 
 def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tmp_path):
     rows = lesson_table()
-    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 26
+    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 27
     lesson_files = {p.name for p in SOURCE if re.match(r"\d_\d_", p.name)}
     assert {r.notebook for r in rows if r.notebook} == lesson_files, "every N_M_ notebook is a syllabus lesson"
     readme = (ROOT / "README.md").read_text()
