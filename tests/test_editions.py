@@ -299,12 +299,20 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
                  marks=pytest.mark.slow),  # a fake world of 2 ranks in this process (seconds)
     pytest.param("7_1_", "lesson_7_1", "q2", "from torch.distributed.fsdp import fully_shard",
                  marks=pytest.mark.slow),
+    pytest.param("7_2_", "lesson_7_2", "q1", "from torch.distributed.device_mesh import init_device_mesh\n"
+                 "from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel",
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # 4 processes; nbval runs it every time
     ("7_3_", "lesson_7_3", "q1", "from effitrain_helpers.measure.planner import parameters_per_rank\n"
      "from effitrain_helpers.measure.memory_estimate import layer_activation_bytes"),
     ("7_3_", "lesson_7_3", "q2", ""),
     ("7_3_", "lesson_7_3", "q3", "from effitrain_helpers.measure.planner import Cluster, Model, plan"),
     pytest.param("8_1_", "lesson_8_1", "q1", "import torch", marks=pytest.mark.slow),  # ten small attentions
     ("8_1_", "lesson_8_1", "q2", ""),
+    ("8_2_", "lesson_8_2", "q1", ""),
+    ("8_2_", "lesson_8_2", "q2", "import torch\nfrom effitrain_helpers.engines import recomputation as rc"),
+    ("8_3_", "lesson_8_3", "q1", "import torch"),
+    pytest.param("8_3_", "lesson_8_3", "q2", "import torch\nimport torch.distributed as dist",
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # it launches 3 processes
 ]
 
 
@@ -383,7 +391,7 @@ def test_solution_can_be_turned_off_by_the_edition_or_the_environment(tmp_path, 
 
 def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tmp_path):
     rows = lesson_table()
-    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 24
+    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 27
     lesson_files = {p.name for p in SOURCE if re.match(r"\d_\d_", p.name)}
     assert {r.notebook for r in rows if r.notebook} == lesson_files, "every N_M_ notebook is a syllabus lesson"
     readme = (ROOT / "README.md").read_text()

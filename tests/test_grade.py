@@ -42,10 +42,13 @@ FORGERIES = {  # issue 42's credit for work not done: name -> (q1 answer, q2 ans
                             "    exec(json.load(open(p))['cells'][2]['source'][0])", None, "", CHECK2),
     "f8_reference": (None, "from effitrain_helpers.teach.checks.lesson_1_1 import _reference_gflops\n"
                      "train_mib = _reference_gflops", "", CHECK2),
+    "f10_disguised": ("import sys as s0\nm = getattr(s0, 'mod' + 'ules')['effitrain_helpers.te' + 'ach.exercises']\n"
+                      "E = getattr(m, 'Exer' + 'cise')\nE.evaluate = lambda self, *a, **k: getattr(m, 'Check' + "
+                      "'Result')(self.name, 'correct')\nmatrix_bytes = ____", None, "", CHECK2),  # the review misses it
     "f9_outlives": ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
                     f"{MARKER!r}], start_new_session=True, env={{}})\nmatrix_bytes = ____", None, "", CHECK2),
 }
-FLAGGED = {"f3_record": "q2", "f4_checker": "q1", "f6_solution_code": "q1", "f7_solved_notebooks": "q1",
+FLAGGED = {"f3_record": "q2", "f4_checker": "q1", "f10_disguised": "q1", "f6_solution_code": "q1", "f7_solved_notebooks": "q1",
            "f8_reference": "q2"}
 
 
@@ -72,6 +75,8 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     subs = tmp_path / "subs"
     submit(edition, subs / "honest.ipynb", Q1, Q2.replace("per_number = matrix_bytes // 1_000_000", "per_number = 4"))
     submit(edition, subs / "fits_visible.ipynb", Q1, FITS_VISIBLE)  # right on the visible check only
+    submit(edition, subs / "special_case.ipynb", Q1,  # right on the visible model, raises on any other
+           "train_mib = 1_001_000 * 16 / 2**20 if len(model.parameters()) == 2 else 1 / 0")
     submit(edition, subs / "blank.ipynb")
     submit(edition, subs / "wrong_q1.ipynb", "matrix_bytes = 8_000_000", Q2)  # q2 uses q1: judged with q1's reference
     for name, (q1, q2, setup, check2) in FORGERIES.items():
@@ -94,7 +99,7 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     assert ("blank", "q1", "not attempted") in got and ("blank", "q2", "not attempted") in got
     assert ("wrong_q1", "q1", "incorrect") in got and ("wrong_q1", "q2", "correct") in got  # one mistake, one exercise
     credited = [(s, q) for s, q, status in got if status == "correct" and s not in ("honest", "wrong_q1")
-                and (s, q) != ("fits_visible", "q1")]
+                and (s, q) not in (("fits_visible", "q1"), ("special_case", "q1"))]
     assert credited == [], f"credit for work not done: {credited}"
     for name, exercise in FLAGGED.items():
         assert (name, exercise, REVIEW) in got, name
@@ -102,10 +107,12 @@ def test_a_class_with_every_forgery(lesson, tmp_path, capsys, monkeypatch):
     assert ("fits_visible", "q1", "correct") in got and ("fits_visible", "q2", "incorrect") in got
     details = {(r["student"], r["exercise"]): r["detail"] for r in csv.DictReader(out.open())}
     assert "a hidden check" in details["fits_visible", "q2"]
+    assert ("special_case", "q2", "incorrect") in got and "raised an error when run again" in details["special_case", "q2"]
     raised = [r for r in got if r[1] == "error" and r[0] in ("honest", "fits_visible", "wrong_q1", "blank")]
     assert raised == [], "a lesson cell raised (the kernel's names not put back after the hidden check?)"
     errors = [(r["student"], r["detail"]) for r in csv.DictReader(out.open()) if r["status"] == "error"]
     assert ("f2b_shown_verdict", "cell 4 raised SystemExit: ") in errors  # its q2 cell, as the student numbers it
+    assert ("special_case", "a hidden check of q2 raised ZeroDivisionError: division by zero") in errors
     assert "replace ____ with your answer" in details["blank", "q1"]  # the checker's message reaches the student
     assert details["wrong_q1", "q1"] and details["f5_context", "q2"]
     page = (feedback / "wrong_q1.html").read_text()
@@ -181,9 +188,9 @@ def test_a_hidden_check_reruns_the_answer_on_its_own_cases_and_puts_the_names_ba
     cells = graded.notebook.cells
     (hidden,) = graded.hidden
     assert hidden.exercises == [("1.1", "q2")] and cells[hidden.cell].source == CHECK2
-    setup = cells[hidden.needs].source  # the hidden cases, then the student's answer again
-    assert setup.index("model = Bigger()") < setup.index(FITS_VISIBLE) and "# ANSWER" not in setup
-    assert "globals()" in cells[hidden.cell - 2].source and "globals()" in cells[hidden.cell + 1].source
+    assert cells[hidden.setup].source.endswith("model = Bigger()") and cells[hidden.answer].source == FITS_VISIBLE
+    assert hidden.setup < hidden.answer < hidden.cell and "# ANSWER" not in cells[hidden.setup].source
+    assert "globals()" in cells[hidden.setup - 1].source and "globals()" in cells[hidden.cell + 1].source
     assert graded.where[hidden.cell] == "a hidden check of q2"
     ex2 = next(i for i, c in enumerate(nbformat.read(path, as_version=4).cells) if c.get("id") == "ex2")
     assert graded.where[graded.checks[1].cell] == f"cell {ex2}"  # numbered as in the student's notebook
@@ -205,6 +212,19 @@ def test_a_wrong_hidden_check_is_refused_naming_its_cell(cells, says):
     with pytest.raises(editions.MarkerError, match=says) as err:
         editions.check_all({"x.ipynb": nb})
     assert "x.ipynb, cell" in str(err.value)
+
+
+def test_a_wrong_hidden_check_in_the_source_stops_grade_before_any_notebook_runs(lesson, tmp_path, capsys):
+    source, edition = lesson
+    nb = nbformat.read(source / LESSON, as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell("q2.check(1)", metadata={"tags": ["hidden-check"]}))  # before q2
+    nbformat.write(nb, source / LESSON)
+    submit(edition, tmp_path / "subs" / "ana.ipynb", Q1, Q2)
+    out = tmp_path / "grades.csv"
+    assert _exit_code(["grade", str(tmp_path / "subs"), "--out", str(out), "--source", str(source), "--unsafe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot be graded" in err and "comes before the cell of that exercise" in err and "\n" not in err
+    assert not out.exists()
 
 
 def _exit_code(argv) -> int:

@@ -50,9 +50,29 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
     "6.1": {"small": {"sizes": (1_000, 100_000, 1_000_000)},  # float32 values all-reduced, side by side
             "full": {"sizes": (1_000, 100_000, 1_000_000, 10_000_000)}},
     "7.1": {"small": {"steps": 4, "batch_size": 8}, "full": {"steps": 30, "batch_size": 32}},  # per process
+    "7.2": {  # TinyLM's shape, global batch (sequences of seq tokens), AdamW steps and learning rate per run
+        "small": {"vocab": 64, "hidden": 32, "heads": 4, "layers": 2, "seq": 16, "batch": 8, "steps": 4,
+                  "lr": 1e-2},
+        "full": {"vocab": 512, "hidden": 128, "heads": 8, "layers": 4, "seq": 64, "batch": 16, "steps": 10,
+                 "lr": 1e-2},
+    },
     "8.1": {  # (batch, heads, d) and the sequence lengths n whose bytes saved for backward are measured
         "small": {"batch": 1, "heads": 2, "d": 32, "lengths": (128, 256, 512)},
         "full": {"batch": 2, "heads": 4, "d": 64, "lengths": (256, 512, 1024, 2048)},
+    },
+    "8.2": {  # the block's shape: sequence s, batch b, hidden h, heads a (a s / h = 8: attention's squares dominate)
+        "small": {"s": 128, "b": 2, "h": 64, "a": 4},
+        "full": {"s": 1024, "b": 4, "h": 512, "a": 8},
+    },
+    "8.3": {  # ranks; ring attention's (batch, n, d); the sequence-parallel block's tokens, width and hidden size
+        "small": {"processes": 2, "batch": 2, "n": 96, "d": 16, "tokens": 64, "width": 64, "hidden": 256},
+        "full": {"processes": 4, "batch": 4, "n": 2048, "d": 64, "tokens": 1024, "width": 256, "hidden": 1024},
+    },
+    "8.4": {  # the expert-parallel layer: tokens on each rank (one entry per rank), widths, experts, routing
+        "small": {"tokens": (96, 80, 72, 64), "d": 32, "hidden": 64, "experts": 8, "top_k": 2,
+                  "capacity_factor": 1.25},
+        "full": {"tokens": (2048, 1792, 1536, 1280), "d": 256, "hidden": 1024, "experts": 8, "top_k": 2,
+                 "capacity_factor": 1.25},
     },
     "6.2": {  # the MLP timed with and without overlap: width, layers, rows per rank, timed steps, bucket MiB
         "small": {"width": 512, "depth": 6, "batch_size": 32, "steps": 8, "bucket_mib": 2},

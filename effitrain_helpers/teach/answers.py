@@ -71,7 +71,8 @@ class Check:
     exercises: list[tuple[str, str]]  # (lesson, variable), e.g. ("1.1", "q2")
     flag: str = ""  # why the answer is flagged for review ("" when it is not)
     note: str = ""  # what of the student's cell did not run (lines outside the answer, edited)
-    needs: int | None = None  # a hidden check's cell that must run without an error (its set-up, the answer again)
+    setup: int | None = None  # a hidden check's cell of its own set-up (it must run without an error)
+    answer: int | None = None  # a hidden check's cell running the student's answer again (the same)
 
 
 @dataclass
@@ -261,19 +262,21 @@ def _grader_cell(source: str):
     return nbformat.v4.new_code_cell(source, metadata={"effitrain": "grader"})
 
 
-def _hidden_cells(hidden, cell, answer: str | None):
-    """The cells that run one hidden check: the grader keeps the kernel's names, then the check's own set-up and
-    the student's ``answer`` run again (a cell of its own: nothing it shows is read), then its check call (where
-    the verdict is read), then the grader puts the names back, so the exercises after it run as they would have."""
+def _hidden_cells(hidden, cell, answer: str | None) -> list:
+    """The cells that run one hidden check, as ``(role, cell)``: the grader keeps the kernel's names (``save``), the
+    check's own lines before ``# ANSWER`` (``setup``), the student's ``answer`` run again (a cell of its own: nothing
+    it shows is read), the check's lines after it (``check``: where the verdict is read), then the grader puts the
+    names back (``restore``), so the exercises after it run as they would have."""
     lines = cell.source.splitlines()
     at = hidden.answer
     before, after = (lines[:at], lines[at + 1:]) if at is not None else ([], lines)
-    split = next((k for k, line in enumerate(after) if _CHECK_LINE.match(line)), 0)
-    setup, check = before + ([answer or ""] if at is not None else []) + after[:split], after[split:]
-    return (_grader_cell(f"{_SAVED} = dict(globals())"),
-            _grader_cell("\n".join(setup)) if any(line.strip() for line in setup) else None,
-            _grader_cell("\n".join(check)),
-            _grader_cell(f"(lambda g, kept: (g.clear(), g.update(kept)))(globals(), globals().pop({_SAVED!r}))"))
+    made = [("save", _grader_cell(f"{_SAVED} = dict(globals())"))]
+    if any(line.strip() for line in before):
+        made.append(("setup", _grader_cell("\n".join(before))))
+    if at is not None:
+        made.append(("answer", _grader_cell(answer or "")))
+    return made + [("check", _grader_cell("\n".join(after))), ("restore", _grader_cell(
+        f"(lambda g, kept: (g.clear(), g.update(kept)))(globals(), globals().pop({_SAVED!r}))"))]
 
 
 def graded_notebook(submission, source, source_name: str) -> Graded:
@@ -302,11 +305,8 @@ def graded_notebook(submission, source, source_name: str) -> Graded:
             if flag:  # a flagged answer is never run: its flag stands
                 continue
             where = tr("a hidden check of {exercise}", exercise=name)
-            save, setup, check, restore = _hidden_cells(hidden[i], cell, answer)
-            build.add(save, where)
-            needs = build.add(setup, where) if setup is not None else None
-            graded.hidden.append(Check(build.add(check, where), [exercise], needs=needs))
-            build.add(restore, where)
+            at = {role: build.add(made, where) for role, made in _hidden_cells(hidden[i], cell, answer)}
+            graded.hidden.append(Check(at["check"], [exercise], setup=at.get("setup"), answer=at.get("answer")))
             continue
         if INSTRUCTOR_TAG in cell.get("metadata", {}).get("tags", []):
             continue

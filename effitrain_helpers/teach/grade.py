@@ -15,7 +15,9 @@
   the instructor's solved notebooks (``--source``, default the workbook's ``notebooks/``); what runs is that
   lesson with only the student's answer lines in it, the rest restored, and the lesson's reference in place of
   a wrong answer for the exercises after it. Verdicts are read from the restored check cells' outputs only; an
-  answer that reaches into the checking machinery is ``flagged for review`` and never credited.
+  answer that reaches into the checking machinery is ``flagged for review`` and never credited, and so is a verdict
+  whose seal (:func:`~effitrain_helpers.teach.exercises.seal`) shows the code that decided it was changed. Hidden
+  checks (:func:`~effitrain_helpers.teach.editions.hidden_checks`) must agree for an exercise to be Correct.
 - **In a sandbox** (:mod:`~effitrain_helpers.teach.sandbox`): no network, no view of the other submissions, the
   gradebook, the instructor's notebooks or this command; every process it starts ends with it. Without
   bubblewrap grade refuses, unless ``--unsafe``.
@@ -45,6 +47,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 from effitrain_helpers.core import files
@@ -240,7 +243,9 @@ def _hidden_verdict(ran, graded, exercise) -> str | None:
     """Why ``exercise``, Correct on its visible check, is not Correct on a hidden check of ``graded`` (the
     checker's message), or None when every hidden check of it said Correct."""
     for hidden in (h for h in graded.hidden if exercise in h.exercises):
-        if hidden.needs is not None and _raised(ran.cells[hidden.needs]):
+        if hidden.setup is not None and _raised(ran.cells[hidden.setup]):
+            return tr("the hidden check's own set-up raised an error (the instructor's code: tell your instructor)")
+        if hidden.answer is not None and _raised(ran.cells[hidden.answer]):
             return tr("your answer raised an error when run again on a hidden check's cases")
         status, message = _verdicts(ran.cells[hidden.cell], ran.cells[hidden.cell + 1], [exercise]).get(
             exercise, ("", tr("the hidden check did not run to its end")))
@@ -263,8 +268,31 @@ def _verdicts(cell, next_cell, exercises) -> dict:
         if isinstance(rec, dict) and (rec.get("lesson"), rec.get("exercise")) in exercises \
                 and rec.get("status") in ("correct", "incorrect", "not attempted"):
             message = rec.get("message") if isinstance(rec.get("message"), str) else ""
-            found[rec["lesson"], rec["exercise"]] = rec["status"], message[:MAX_MESSAGE]
+            found[rec["lesson"], rec["exercise"]] = _sealed(rec) or (rec["status"], message[:MAX_MESSAGE])
     return found
+
+
+@lru_cache(maxsize=None)
+def _expected_seal(lesson: str, exercise: str) -> tuple | None:
+    from effitrain_helpers.teach.exercises import seal
+
+    found = verdicts.exercise_object(lesson, exercise)
+    return tuple(sorted(seal(found).items())) if found is not None else None
+
+
+def _sealed(rec: dict) -> tuple[str, str] | None:
+    """``(flagged for review, why)`` when the verdict ``rec`` was decided by other code than the installed package's
+    (:func:`~effitrain_helpers.teach.exercises.seal`: an answer replaced the checker or the machinery), else None."""
+    expected = _expected_seal(rec["lesson"], rec["exercise"])
+    if expected is None:
+        return None
+    seal = rec.get("seal") if isinstance(rec.get("seal"), dict) else {}
+    changed = [name for name, digest in expected if seal.get(name) != digest]
+    if not changed:
+        return None
+    return REVIEW, tr("{review}: the code that checks {exercise} was changed before its check ({names}); never "
+                      "credited: read the answers before it by hand", review=tr(REVIEW), exercise=rec["exercise"],
+                      names=", ".join(changed))
 
 
 def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: bool = True,
@@ -501,7 +529,7 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     imports (``points_row``: first a ``Points Possible`` row, as Canvas reads it). A ``deadline`` (ISO 8601) marks the rows of later submissions late. ``jobs`` notebooks are graded at
     once, each in its own sandbox, their rows appended as each finishes. Every argument is checked before the first
     notebook runs; SIGTERM ends the run as Ctrl-C does (every notebook running is stopped)."""
-    from effitrain_helpers.teach.editions import default_source, source_notebooks
+    from effitrain_helpers.teach.editions import MarkerError, check_all, default_source, source_notebooks
 
     limit = check_timeout(limit)
     if mode is not None and mode not in KEEP_MODES:
@@ -522,6 +550,12 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     if why:
         raise ValueError(tr("grade refuses to run submissions outside a sandbox: {why}.", why=why))
     sources = source_notebooks(source)
+    try:  # every lesson's markers and hidden checks, before any notebook runs
+        check_all(sources)
+    except MarkerError as err:
+        problems = str(err).splitlines()[1:] or [str(err)]
+        raise ValueError(tr("the source notebooks cannot be graded: {problems}. Fix: correct them (effitrain editions "
+                            "--check --source DIR lists every problem).", problems="; ".join(problems))) from None
     subs = find_submissions(submissions_folder, sources, read_roster(roster) if roster else None)
     hide = hidden_paths(submissions_folder, out, Path(source).expanduser() if source else default_source(), roster,
                         feedback_folder, wide_file)

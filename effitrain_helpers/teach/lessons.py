@@ -57,6 +57,9 @@ SYLLABUS = (
     ("7.2", msg("A mesh of devices")),
     ("7.3", msg("Choosing a configuration")),
     ("8.1", msg("Attention that fits")),
+    ("8.2", msg("Activation memory")),
+    ("8.3", msg("Sequence and context parallelism")),
+    ("8.4", msg("Experts")),
 )
 
 

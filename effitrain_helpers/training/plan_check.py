@@ -29,10 +29,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from effitrain_helpers.core.language import msg, tr
+from effitrain_helpers.engines.mesh_parallel import Block, block_plan
+from effitrain_helpers.engines.tensor_parallel import CopyToRanks, SumFromRanks
 from effitrain_helpers.measure.memory_estimate import layer_activation_bytes
 from effitrain_helpers.measure.planner import PART_TERMS, Layout, Model, parameters_per_rank
 from effitrain_helpers.measure.saved_memory import SavedTensors
-from effitrain_helpers.engines.tensor_parallel import CopyToRanks, SumFromRanks
 from effitrain_helpers.processes.group import forget_meshes
 
 FAKE_SHAPE = {"layers": 8, "hidden": 256, "heads": 8, "seq": 32, "vocab": 1024}  # the fake world's model
@@ -40,25 +41,6 @@ ADAM_FP32 = {"parameters": 4, "gradients": 4, "optimizer state": 8}  # bytes per
 DROPOUT = 0.1
 TERMS = PART_TERMS + (msg("rank"), msg("stage"), msg("part"), msg("measured bytes"), msg("predicted bytes"),
                       msg("recompute"), msg("measured"), msg("formula"), msg("measured / formula"))  # table labels
-
-
-class Block(nn.Module):
-    """A pre-norm transformer block of separate ``q``, ``k``, ``v`` and ``out`` projections and a 4h MLP
-    (``up``, ``down``): the layers ``parallelize_module`` splits in :func:`fake_world`."""
-
-    def __init__(self, hidden: int, heads: int):
-        super().__init__()
-        self.head_dim, self.norm1, self.norm2 = hidden // heads, nn.LayerNorm(hidden), nn.LayerNorm(hidden)
-        self.q, self.k, self.v, self.out = (nn.Linear(hidden, hidden) for _ in range(4))
-        self.up, self.down = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm1(x)
-        b, s, _ = y.shape
-        q, k, v = (f(y).view(b, s, -1, self.head_dim).transpose(1, 2) for f in (self.q, self.k, self.v))
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1)
-        x = x + self.out(attended)
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
 
 
 class Stage(nn.Module):
@@ -99,9 +81,7 @@ def _tensor_parallel(stage: Stage, tp_mesh) -> None:
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    plan = {f"blocks.{i}.{name}": style for i in range(len(stage.blocks))
-            for name, style in (("q", ColwiseParallel()), ("k", ColwiseParallel()), ("v", ColwiseParallel()),
-                                ("out", RowwiseParallel()), ("up", ColwiseParallel()), ("down", RowwiseParallel()))}
+    plan = {f"blocks.{i}.{name}": style for i in range(len(stage.blocks)) for name, style in block_plan().items()}
     if stage.embed is not None:
         plan["embed"] = RowwiseParallel(input_layouts=Replicate())
     if stage.head is not None:
