@@ -41,6 +41,9 @@ Targets (checked here, never in timed tests):
     exactly half of float32's), a rank's held bytes unchanged and all float32, the loss gap below 0.05.
 15. lesson 7.2 (``mesh_traffic.py``, 4 CPU processes): FSDP x TP on a 2 x 2 mesh and HSDP follow 1-D FSDP's
     loss within 1e-5 (relative) on the same batches, and every mesh dimension's bytes per rank equal theory.
+16. lesson 8.2 (``activation_memory.py``): a float32 block's bytes saved for backward (no, selective and full
+    recomputation; a tensor-parallel rank's share at t = 2 and 4) on shapes up to s = 1024, h = 512, against its
+    formula: every byte predicted.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -67,6 +70,7 @@ import precision_bytes  # lesson 7.1's targets: mixed precision's bytes against 
 import mesh_traffic  # lesson 7.2's targets: a 2-D mesh against 1-D FSDP, bytes per dimension
 from collectives_bench import all_reduce_costs, collectives_lines  # benchmarks/, beside this script
 import hand_ddp  # lesson 6.2 (benchmarks/ is this script's folder)
+import activation_memory  # lesson 8.2: a block's bytes against its formula
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_RATIO_MIN = 0.95
@@ -379,6 +383,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += precision_bytes.report_lines(report["precision"])
     if "mesh" in report:
         lines += mesh_traffic.report_lines(report["mesh"])
+    if "activations" in report:
+        lines += activation_memory.report_lines(report["activations"])
     if "collectives" in report:
         lines += collectives_lines(report["collectives"])
     if "hand_ddp" in report:
@@ -428,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan": {"fake": plan_accuracy.fake_world_error(), "activations": plan_accuracy.activation_error()},
         "precision": precision_bytes.precision_bytes(),
         "mesh": mesh_traffic.mesh_traffic(),
+        "activations": activation_memory.bytes_against_theory(),
         "collectives": all_reduce_costs(),
         "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
         "busy": verdicts_under_load(),
@@ -438,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
               + [report["busy"]]
               + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
               + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"]
-              + [report["plan"]["fake"], report["plan"]["activations"], report["mesh"]]
+              + [report["plan"]["fake"], report["plan"]["activations"], report["mesh"], report["activations"]]
               + report["precision"]["checks"]
               + report["collectives"]["checks"]
               + report["hand_ddp"]["checks"])

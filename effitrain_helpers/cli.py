@@ -780,7 +780,8 @@ def add_classroom_commands(sub) -> None:
     p.add_argument("--for", dest="target", choices=["nbgrader"], default=None,
                    help="nbgrader: write an nbgrader course folder instead (DIR/source/LESSON/LESSON.ipynb, one "
                         "assignment per lesson: read-only cells, answer cells, test cells worth the exercise's points)")
-    p.add_argument("--force", action="store_true", help="replace student/ and instructor/ in a non-empty --out")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out: replace the notebooks a "
+                   "build wrote (student/ and instructor/; with --for nbgrader, source/), keep every other file")
     p.add_argument("--no-solutions", action="store_true", help="turn q.solution() off in the student edition (graded class)")
     p.add_argument("--source", type=not_empty("--source"), default=None,
                    help="folder of solved notebooks (default: the workbook's notebooks/)")

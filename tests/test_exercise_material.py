@@ -247,7 +247,8 @@ STOP_AT_THE_IDEA = {"1_1_prepare_models:q2", "1_1_prepare_models:q4", "3_3_mixed
                     "5_3_checkpoint_crash_resume:q1", "5_3_checkpoint_crash_resume:q2",
                     "5_3_checkpoint_crash_resume:q3", "5_3_checkpoint_crash_resume:q4",
                     "7_1_mixed_precision_across_ranks:q1", "7_1_mixed_precision_across_ranks:q2",
-                    "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2"}
+                    "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2", "8_2_activation_memory:q1",
+                    "8_2_activation_memory:q2"}
 
 
 @pytest.mark.parametrize("stem, q, exercise, solved, secret",

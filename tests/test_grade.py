@@ -42,10 +42,13 @@ FORGERIES = {  # issue 42's credit for work not done: name -> (q1 answer, q2 ans
                             "    exec(json.load(open(p))['cells'][2]['source'][0])", None, "", CHECK2),
     "f8_reference": (None, "from effitrain_helpers.teach.checks.lesson_1_1 import _reference_gflops\n"
                      "train_mib = _reference_gflops", "", CHECK2),
+    "f10_disguised": ("import sys as s0\nm = getattr(s0, 'mod' + 'ules')['effitrain_helpers.te' + 'ach.exercises']\n"
+                      "E = getattr(m, 'Exer' + 'cise')\nE.evaluate = lambda self, *a, **k: getattr(m, 'Check' + "
+                      "'Result')(self.name, 'correct')\nmatrix_bytes = ____", None, "", CHECK2),  # the review misses it
     "f9_outlives": ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
                     f"{MARKER!r}], start_new_session=True, env={{}})\nmatrix_bytes = ____", None, "", CHECK2),
 }
-FLAGGED = {"f3_record": "q2", "f4_checker": "q1", "f6_solution_code": "q1", "f7_solved_notebooks": "q1",
+FLAGGED = {"f3_record": "q2", "f4_checker": "q1", "f10_disguised": "q1", "f6_solution_code": "q1", "f7_solved_notebooks": "q1",
            "f8_reference": "q2"}
 
 

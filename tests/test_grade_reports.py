@@ -11,7 +11,7 @@ import pytest
 
 from classroom import LESSON, submit, write_lesson
 from effitrain_helpers.core.settings import SETTINGS
-from effitrain_helpers.teach import grade, reports, sandbox, verdicts
+from effitrain_helpers.teach import exercises, grade, reports, sandbox, verdicts
 from effitrain_helpers.teach.editions import source_notebooks
 from effitrain_helpers.teach.answers import REVIEW
 from effitrain_helpers.teach.checks import lesson_1_1
@@ -31,11 +31,27 @@ def _rows(student="alice"):
 def test_a_verdict_shown_to_the_grader_carries_the_checkers_message():
     check = nbformat.v4.new_code_cell("q2.check(train_mib, model)")
     check.outputs = [nbformat.v4.new_output("display_data", data={verdicts.VERDICT_MIME: {
-        "lesson": "1.1", "exercise": "q2", "status": "incorrect", "message": "2 times too large" + "x" * 5000}})]
+        "lesson": "1.1", "exercise": "q2", "status": "incorrect", "message": "2 times too large" + "x" * 5000,
+        "seal": exercises.seal(lesson_1_1.q2)}})]
     after = nbformat.v4.new_code_cell("", execution_count=3)
     found = grade._verdicts(check, after, [("1.1", "q2")])
     status, message = found["1.1", "q2"]
     assert status == "incorrect" and message.startswith("2 times too large") and len(message) == grade.MAX_MESSAGE
+
+
+def test_a_verdict_decided_by_changed_machinery_is_flagged_not_credited(monkeypatch):
+    honest = exercises.seal(lesson_1_1.q2)
+    monkeypatch.setattr(exercises.Exercise, "evaluate", lambda self, *a, **k: exercises.CheckResult("q2", "correct"))
+    forged = exercises.seal(lesson_1_1.q2)
+    assert [k for k in honest if honest[k] != forged[k]] == ["Exercise.evaluate"]
+    monkeypatch.undo()
+    for seal in (forged, {}, None):
+        check = nbformat.v4.new_code_cell("q2.check(train_mib, model)")
+        check.outputs = [nbformat.v4.new_output("display_data", data={verdicts.VERDICT_MIME: {
+            "lesson": "1.1", "exercise": "q2", "status": "correct", "message": "", "seal": seal}})]
+        status, message = grade._verdicts(check, nbformat.v4.new_code_cell("", execution_count=3), [("1.1", "q2")])[
+            "1.1", "q2"]
+        assert status == REVIEW and "was changed before its check" in message, seal
 
 
 def test_every_cell_that_raised_gets_its_own_row_with_the_errors_first_line():

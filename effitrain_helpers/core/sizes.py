@@ -60,6 +60,10 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "small": {"batch": 1, "heads": 2, "d": 32, "lengths": (128, 256, 512)},
         "full": {"batch": 2, "heads": 4, "d": 64, "lengths": (256, 512, 1024, 2048)},
     },
+    "8.2": {  # the block's shape: sequence s, batch b, hidden h, heads a (a s / h = 8: attention's squares dominate)
+        "small": {"s": 128, "b": 2, "h": 64, "a": 4},
+        "full": {"s": 1024, "b": 4, "h": 512, "a": 8},
+    },
     "6.2": {  # the MLP timed with and without overlap: width, layers, rows per rank, timed steps, bucket MiB
         "small": {"width": 512, "depth": 6, "batch_size": 32, "steps": 8, "bucket_mib": 2},
         "full": {"width": 1024, "depth": 8, "batch_size": 64, "steps": 20, "bucket_mib": 8},

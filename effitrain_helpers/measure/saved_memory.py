@@ -10,7 +10,8 @@ or two views of one buffer, occupy memory once), and splits the total into
 With activation checkpointing, a checkpointed layer keeps only its *inputs* (to recompute its activations
 during backward); everything saved inside it is dropped. Pass ``model`` and the part of ``activation_bytes``
 that is such layer inputs is also reported as ``recompute_input_bytes``, and the bytes saved *inside* those
-layers as ``inside_layer_bytes`` (what checkpointing would drop).
+layers as ``inside_layer_bytes`` (what checkpointing would drop). ``saved`` lists the activations one by one, in the
+order they were saved: ``(shape, dtype, bytes)`` (lesson 8.2 traces each to a term of its formula).
 
 This is an exact count of what backward will need, independent of the allocator, the device and other
 processes, unlike process RSS.
@@ -39,6 +40,7 @@ class SavedTensors:
     _depth: int = 0
     parameter_bytes: int = 0
     count: int = 0
+    saved: list = field(default_factory=list)
     _seen: set = field(default_factory=set)
     _hooks: Any = None
     _handles: list = field(default_factory=list)
@@ -65,6 +67,7 @@ class SavedTensors:
             self.parameter_bytes += storage.nbytes()
         else:
             self.activation_bytes += storage.nbytes()
+            self.saved.append((tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."), storage.nbytes()))
             self.recompute_input_bytes += storage.nbytes() if recompute else 0
             self.inside_layer_bytes += storage.nbytes() if self._depth and not recompute else 0
 

@@ -234,6 +234,60 @@ def solutions_enabled() -> tuple[bool, str]:
     return True, ""
 
 
+def _digest(code: types.CodeType, into) -> None:
+    """``code``'s instructions, names and plain constants (nested functions' too) fed to the hash ``into``: the
+    same in every process running the same source (no address, no hash-ordered set)."""
+    into.update(code.co_code)
+    into.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _digest(const, into)
+        elif const is None or isinstance(const, (str, bytes, int, float)):
+            into.update(repr(const).encode())
+
+
+def _code_of(obj: Any) -> types.CodeType | None:
+    """The code a callable runs: a function's, a method's, a ``functools.partial``'s, a class instance's
+    ``__call__``."""
+    for _ in range(4):
+        if isinstance(obj, types.CodeType):
+            return obj
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, types.CodeType):
+            return code
+        obj = getattr(obj, "__func__", None) or getattr(obj, "func", None) or getattr(type(obj), "__call__", None)
+    return None
+
+
+def seal(exercise: "Exercise") -> dict[str, str]:
+    """``{name: digest}`` of the code that decides ``exercise``'s verdict: its checker and the machinery around it
+    (``Exercise.evaluate``/``check``/``require``, the blank's rules, ``verdicts.record``, IPython's ``display``).
+    Under grade each verdict carries it, and the grader compares it with its own, computed from the installed
+    package: an answer that replaced any of them (under a disguised name the review cannot see) gets its
+    exercise flagged for review instead of credited. Raises the bar, is no proof: code that forges this too is
+    still possible (README, "Classroom")."""
+    import hashlib
+
+    from IPython.display import display
+
+    from effitrain_helpers.teach import verdicts
+
+    parts = {"checker": exercise.checker, "Exercise.evaluate": Exercise.evaluate, "Exercise.check": Exercise.check,
+             "Exercise.require": Exercise.require, "Exercise.__post_init__": Exercise.__post_init__,
+             "_unfinished": _unfinished, "_is_blank": _is_blank, "_uses_blank": _uses_blank,
+             "CheckResult.__bool__": CheckResult.__bool__, "verdicts.record": verdicts.record,
+             "verdicts._show_to_grader": verdicts._show_to_grader, "verdicts._key": verdicts._key,
+             "verdicts.grading": verdicts.grading, "display": display}
+    found = {}
+    for name, obj in parts.items():
+        into = hashlib.sha256()
+        code = _code_of(obj)
+        if code is not None:
+            _digest(code, into)
+        found[name] = into.hexdigest()[:16] if code is not None else "none"
+    return found
+
+
 @dataclass
 class Exercise:
     """One exercise: a checker that raises :class:`Incorrect` for a wrong answer, hints, a solution."""
@@ -277,7 +331,7 @@ class Exercise:
         """Show Correct / Incorrect / Not attempted for ``answers``, and record it on this machine (see
         :mod:`effitrain_helpers.teach.verdicts`: ``effitrain progress`` counts these records)."""
         result = self.evaluate(*answers, **context)
-        record(self, result.status, result.message)
+        record(self, result.status, result.message, seal(self) if grading() else None)
         _show(result)
 
     def require(self, *answers: Any, **context: Any) -> None:
@@ -285,7 +339,7 @@ class Exercise:
         shows and records the verdict as ``check`` does, then raises AssertionError with the checker's message
         unless it is Correct (an autograder counts a test cell that raised as no points)."""
         result = self.evaluate(*answers, **context)
-        record(self, result.status, result.message)
+        record(self, result.status, result.message, seal(self) if grading() else None)
         _show(result)
         if not result:
             raise AssertionError(tr("{exercise} is {verdict}: {message}", exercise=tr(self.name),

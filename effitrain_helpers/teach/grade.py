@@ -15,7 +15,9 @@
   the instructor's solved notebooks (``--source``, default the workbook's ``notebooks/``); what runs is that
   lesson with only the student's answer lines in it, the rest restored, and the lesson's reference in place of
   a wrong answer for the exercises after it. Verdicts are read from the restored check cells' outputs only; an
-  answer that reaches into the checking machinery is ``flagged for review`` and never credited.
+  answer that reaches into the checking machinery is ``flagged for review`` and never credited, and so is a verdict
+  whose seal (:func:`~effitrain_helpers.teach.exercises.seal`) shows the code that decided it was changed. Hidden
+  checks (:func:`~effitrain_helpers.teach.editions.hidden_checks`) must agree for an exercise to be Correct.
 - **In a sandbox** (:mod:`~effitrain_helpers.teach.sandbox`): no network, no view of the other submissions, the
   gradebook, the instructor's notebooks or this command; every process it starts ends with it. Without
   bubblewrap grade refuses, unless ``--unsafe``.
@@ -45,6 +47,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 from effitrain_helpers.core import files
@@ -265,8 +268,31 @@ def _verdicts(cell, next_cell, exercises) -> dict:
         if isinstance(rec, dict) and (rec.get("lesson"), rec.get("exercise")) in exercises \
                 and rec.get("status") in ("correct", "incorrect", "not attempted"):
             message = rec.get("message") if isinstance(rec.get("message"), str) else ""
-            found[rec["lesson"], rec["exercise"]] = rec["status"], message[:MAX_MESSAGE]
+            found[rec["lesson"], rec["exercise"]] = _sealed(rec) or (rec["status"], message[:MAX_MESSAGE])
     return found
+
+
+@lru_cache(maxsize=None)
+def _expected_seal(lesson: str, exercise: str) -> tuple | None:
+    from effitrain_helpers.teach.exercises import seal
+
+    found = verdicts.exercise_object(lesson, exercise)
+    return tuple(sorted(seal(found).items())) if found is not None else None
+
+
+def _sealed(rec: dict) -> tuple[str, str] | None:
+    """``(flagged for review, why)`` when the verdict ``rec`` was decided by other code than the installed package's
+    (:func:`~effitrain_helpers.teach.exercises.seal`: an answer replaced the checker or the machinery), else None."""
+    expected = _expected_seal(rec["lesson"], rec["exercise"])
+    if expected is None:
+        return None
+    seal = rec.get("seal") if isinstance(rec.get("seal"), dict) else {}
+    changed = [name for name, digest in expected if seal.get(name) != digest]
+    if not changed:
+        return None
+    return REVIEW, tr("{review}: the code that checks {exercise} was changed before its check ({names}); never "
+                      "credited: read the answers before it by hand", review=tr(REVIEW), exercise=rec["exercise"],
+                      names=", ".join(changed))
 
 
 def grade_notebook(sub: Submission, limit: float, sources: dict, hide=(), safe: bool = True,

@@ -57,6 +57,7 @@ SYLLABUS = (
     ("7.2", msg("A mesh of devices")),
     ("7.3", msg("Choosing a configuration")),
     ("8.1", msg("Attention that fits")),
+    ("8.2", msg("Activation memory")),
 )
 
 

@@ -22,7 +22,6 @@ Built only from the gradebook's rows (:class:`~effitrain_helpers.teach.grade.Row
 from __future__ import annotations
 
 import html
-import importlib
 import re
 from collections import defaultdict
 from functools import lru_cache
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from effitrain_helpers.core.language import number, tr
 from effitrain_helpers.teach.exercises import VERDICT_LABELS
-from effitrain_helpers.teach.verdicts import CHECKS_PACKAGE, START
+from effitrain_helpers.teach.verdicts import START, exercise_object
 
 CORRECT = "correct"
 
@@ -39,12 +38,7 @@ CORRECT = "correct"
 def points_of(lesson: str, exercise: str) -> float:
     """What exercise ``exercise`` (``"q2"``) of ``lesson`` (``"1.1"``, ``"start"``) is worth: its
     ``Exercise.points``, 1 when the module or the exercise is not found."""
-    leaf = "start_here" if lesson == START else "lesson_" + lesson.replace(".", "_")
-    try:
-        module = importlib.import_module(f"{CHECKS_PACKAGE}.{leaf}")
-    except ImportError:
-        return 1.0
-    return float(getattr(getattr(module, exercise, None), "points", 1))
+    return float(getattr(exercise_object(lesson, exercise), "points", 1))
 
 
 def earned(row) -> float:

@@ -13,7 +13,8 @@ of its own this way), else ``progress.jsonl`` in the workbook's cache folder (``
 Under ``effitrain grade`` (:data:`GRADING_ENV` set in the sandboxed kernel) no file is written: each verdict is
 shown as an output of the check cell itself, of type :data:`VERDICT_MIME`, and the grader takes from the
 executed notebook only the verdicts found in the check cells it restored from the instructor's source, for the
-exercises those cells check (:mod:`effitrain_helpers.teach.grade`). :func:`passed` tells the grader's own cells
+exercises those cells check (:mod:`effitrain_helpers.teach.grade`), each with the seal of the code that decided
+it (:func:`~effitrain_helpers.teach.exercises.seal`). :func:`passed` tells the grader's own cells
 whether an exercise was Correct (they then run the reference in its place).
 """
 
@@ -47,13 +48,14 @@ def passed(exercises) -> bool:
     return all(_LAST.get(tuple(e)) == "correct" for e in exercises)
 
 
-def _show_to_grader(lesson: str, name: str, status: str, message: str) -> None:
-    """The verdict and the checker's message as an output of the running cell (under grade), where the grader
-    reads it."""
+def _show_to_grader(lesson: str, name: str, status: str, message: str, seal: dict) -> None:
+    """The verdict, the checker's message and the ``seal`` of the machinery that decided it as an output of the
+    running cell (under grade), where the grader reads it."""
     from IPython.display import display
 
     _LAST[lesson, name] = status
-    display({VERDICT_MIME: {"lesson": lesson, "exercise": name, "status": status, "message": message}}, raw=True)
+    display({VERDICT_MIME: {"lesson": lesson, "exercise": name, "status": status, "message": message, "seal": seal}},
+            raw=True)
 
 
 def verdicts_file() -> Path:
@@ -73,6 +75,19 @@ def lesson_of(module: str) -> str | None:
     return leaf.removeprefix("lesson_").replace("_", ".") if leaf.startswith("lesson_") else None
 
 
+def exercise_object(lesson: str, name: str) -> Any:
+    """The installed exercise ``name`` (``"q2"``) of ``lesson`` (``"1.1"``, ``"start"``), or None when the package
+    has no such lesson or exercise."""
+    import importlib
+
+    leaf = "start_here" if lesson == START else "lesson_" + lesson.replace(".", "_")
+    try:
+        module = importlib.import_module(f"{CHECKS_PACKAGE}.{leaf}")
+    except ImportError:
+        return None
+    return getattr(module, name, None)
+
+
 def _key(exercise: Any) -> tuple[str | None, str | None]:
     """``(lesson, variable name)`` of an exercise, e.g. ``("1.1", "q2")``, found from its checker's module."""
     module = getattr(getattr(exercise, "checker", None), "__module__", "") or ""
@@ -80,16 +95,17 @@ def _key(exercise: Any) -> tuple[str | None, str | None]:
     return lesson_of(module), next((n for n, v in names.items() if v is exercise), None)
 
 
-def record(exercise: Any, status: str, message: str = "") -> None:
+def record(exercise: Any, status: str, message: str = "", seal: dict | None = None) -> None:
     """Append one verdict of ``exercise`` (an :class:`~effitrain_helpers.teach.exercises.Exercise`) to
     :func:`verdicts_file`; an exercise that is not a lesson's (a test's own) is not recorded. Under grade the
-    checker's ``message`` goes with the verdict (the student's feedback). Never raises."""
+    checker's ``message`` goes with the verdict (the student's feedback), and the ``seal`` of the machinery that
+    decided it (:func:`~effitrain_helpers.teach.exercises.seal`). Never raises."""
     try:
         lesson, name = _key(exercise)
         if lesson is None or name is None:
             return
         if grading():
-            _show_to_grader(lesson, name, status, str(message))
+            _show_to_grader(lesson, name, status, str(message), seal or {})
             return
         line = json.dumps({"lesson": lesson, "exercise": name, "name": exercise.name, "status": status,
                            "time": datetime.now(timezone.utc).isoformat(timespec="seconds")})
