@@ -37,7 +37,7 @@ TIMING_CELLS = {  # each lesson's timing cells (cell ids), and the budget a cell
     "1_1_prepare_models.ipynb": {"abb0b247": 20, "e16fb8b8": None, "614e2a33": 10},
     "3_3_mixed_precision.ipynb": {"64852c67": 10, "01ee3a8d": 30, "a19cf2f7": None},
     "6_2_data_parallelism_by_hand.ipynb": {"e2722c47": None},
-}
+}  # 3.3's 01ee3a8d budgets its training steps (bench.step_budget); its two process starts fit BUDGET_MARGIN_S
 BUDGET_MARGIN_S = 15  # a budgeted cell may overrun by the warm-ups and the last repeats started in time
 
 
