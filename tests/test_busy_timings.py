@@ -333,7 +333,8 @@ def test_training_runs_keep_their_step_budget_on_a_busy_machine():
     quiet = bench.step_budget(30, 1.0, runs=3, budget_s=30, busy="")
     assert quiet.steps == 30 and quiet.note() == ""  # a quiet machine runs what the lesson asked
     cut = bench.step_budget(30, 1.0, runs=3, budget_s=30, busy=busy)
-    assert cut.steps == 10 and "trained 10 of its 30 steps" in cut.note() and busy in cut.note()
+    assert cut.steps == 10 and "trains 10 of its 30 steps" in cut.note() and busy in cut.note()
+    assert cut.announce().endswith(cut.note())  # said before the runs: the cut is decided then
     assert "about 90 s of steps" in cut.announce(fresh_processes=2) and "2 fresh processes" in cut.announce(2)
     assert "within 30 s" in cut.announce()
     assert bench.step_budget(30, 100.0, runs=3, budget_s=30, busy=busy).steps == bench.MIN_STEPS

@@ -328,25 +328,27 @@ class StepBudget:
                   steps=self.asked, step_ms=self.step_s * 1e3)
         if fresh_processes:
             line += tr(", plus starting {n} fresh processes", n=fresh_processes)
-        return line + tr("; on a busy machine the steps are cut to keep within {budget:.0f} s, and a note says so",
-                         budget=self.budget_s)
+        line += tr("; on a busy machine the steps are cut to keep within {budget:.0f} s, and a note says so",
+                   budget=self.budget_s)
+        return "\n".join(filter(None, [line, self.note()]))
 
     def note(self) -> str:
-        """What the cell prints after its runs when the budget cut their steps ("" when it did not)."""
+        """Why the runs take fewer steps than asked ("" when they do not); :meth:`announce` ends with it."""
         if self.steps == self.asked:
             return ""
-        return tr("the machine is busy ({busy}), so each run trained {kept} of its {asked} steps to keep within "
+        return tr("the machine is busy ({busy}), so each run trains {kept} of its {asked} steps to keep within "
                   "{budget:.0f} s; fewer steps give a rougher time per step and a loss from earlier in training",
                   busy=self.busy, kept=self.steps, asked=self.asked, budget=self.budget_s)
 
 
-def step_budget(asked: int, step_s: float, runs: int, budget_s: float, busy: str) -> StepBudget:
+def step_budget(asked: int, step_s: float, runs: int, budget_s: float, busy: str | None = None) -> StepBudget:
     """The steps ``runs`` training runs may take: ``asked``, unless the machine is ``busy`` (a reason from
-    :func:`busy_reason`) and ``runs x asked x step_s`` exceeds ``budget_s``; then as many as fit, at least
-    :data:`MIN_STEPS` (never more than asked)."""
+    :func:`busy_reason`, sampled now when None; kept in the result) and ``runs x asked x step_s`` exceeds
+    ``budget_s``; then as many as fit, at least :data:`MIN_STEPS` (never more than asked)."""
     positive_int("asked", asked)
     positive_int("runs", runs)
     positive_number("budget_s", budget_s, example="budget_s=30")
+    busy = busy_reason() if busy is None else busy
     steps = asked
     if busy and runs * asked * step_s > budget_s:
         steps = min(asked, max(MIN_STEPS, int(budget_s // (runs * max(step_s, 1e-9)))))
