@@ -92,9 +92,23 @@ def _check_split(split_mlp) -> None:
 
 
 def _tp_run(copy, total):
+    """In each process: the MLP split with ``copy`` and ``total`` against the unsplit one, then each function
+    where autograd shares its tensor with another branch (``f(x) + x``): all_reduce works in place, so a
+    function that reduces the tensor it was handed changes the other branch's value too."""
+    import torch
+    import torch.distributed as dist
+
     from effitrain_helpers.training.tensor_parallel_run import measured_tp_run
 
-    return measured_tp_run(copy, total, width=WIDTH, hidden=HIDDEN, n_tokens=32, repeats=1)
+    found = measured_tp_run(copy, total, width=WIDTH, hidden=HIDDEN, n_tokens=32, repeats=1)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x = torch.full((4,), float(rank + 1), requires_grad=True)
+    (copy.apply(x) + x).backward(torch.ones(4))  # right: every rank's 1 summed, plus the residual's 1
+    found["shared_grad_ok"] = bool(torch.allclose(x.grad, torch.full((4,), world + 1.0)))
+    partial = torch.full((4,), float(rank + 1), requires_grad=True) * 1
+    summed = total.apply(partial) + partial  # right: 1 + 2 + ... + world, plus this rank's own partial sum
+    found["shared_input_ok"] = bool(torch.allclose(summed, torch.full((4,), world * (world + 1) / 2 + rank + 1)))
+    return found
 
 
 def _check_copy(CopyToRanks) -> None:
@@ -155,6 +169,14 @@ def _check_pair(copy, total, name: str, answer) -> None:
         raise Incorrect(tr("the weights' gradients differ from the unsplit MLP's by {gap:.1e}: every rank already "
                            "holds the whole gradient of the output, so SumFromRanks.backward returns it as it is.",
                            gap=weights))
+    if not all(r["shared_grad_ok"] for r in ranks):
+        raise Incorrect(tr("CopyToRanks.backward reduced the gradient it was handed, in place (all_reduce writes "
+                           "into its tensor): autograd may hand that same tensor to another branch, and with "
+                           "f(x) + x the other branch got the reduced gradient too. All-reduce a copy."))
+    if not all(r["shared_input_ok"] for r in ranks):
+        raise Incorrect(tr("SumFromRanks.forward reduced the tensor it was handed, in place (all_reduce writes "
+                           "into its tensor): the caller's partial sum became the total, and with g(x) + x the "
+                           "other branch read the total. All-reduce a copy."))
     want = {k: v * first["tokens"] for k, v in theory_bytes_per_token(WIDTH).items()}
     if first["payload"] != want:
         raise Incorrect(tr("right values, but the all-reduces moved {got} bytes (forward, backward); one "
