@@ -44,6 +44,13 @@ Targets (checked here, never in timed tests):
 16. lesson 8.2 (``activation_memory.py``): a float32 block's bytes saved for backward (no, selective and full
     recomputation; a tensor-parallel rank's share at t = 2 and 4) on shapes up to s = 1024, h = 512, against its
     formula: every byte predicted.
+17. lesson 8.3 (``long_context.py``): sequence parallelism's collective payloads and bytes kept for backward
+    per rank equal theory (the norm and dropout region 1/N of tensor parallelism's); ring attention, causal, over
+    2-4 processes: bytes sent forward and backward and query-key pairs per rank equal theory, values within 1e-5
+    of attention on the whole sequence, zig-zag's imbalance exactly 1 and the contiguous split's above it.
+18. lesson 8.4 (``experts_bench.py``, 2 and 4 CPU processes): the expert-parallel layer equals the one-process
+    layer (output and gradients within 1e-5, relative above 1), and every rank's socket bytes per phase are within 1% of the
+    theory from its splits; the imbalance and the even-routing estimate are reported without a target.
 
 Also measured, without a target: the launch overhead (seconds to start N processes, form the group and
 return), next to the time to start one bare ``python -c "import torch"`` (the floor any launcher pays).
@@ -64,6 +71,8 @@ import time
 from pathlib import Path
 
 from zero_bench import zero_lines, zero_state_bytes  # benchmarks/, next to this script
+import long_context  # lesson 8.3's targets, in their own module
+import experts_bench  # lesson 8.4's targets (benchmarks/ is this script's folder)
 import split_parallelism  # lesson 6.4's targets, in their own module (benchmarks/ is this script's folder)
 import plan_accuracy  # lesson 7.3's targets: the planner against real tensors
 import precision_bytes  # lesson 7.1's targets: mixed precision's bytes against theory
@@ -377,6 +386,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += zero_lines(report["zero"])
     if "split" in report:
         lines += split_parallelism.report_lines(report["split"]["tp"], report["split"]["pp"])
+    if "long_context" in report:
+        lines += long_context.report_lines(report["long_context"]["sp"], report["long_context"]["ring"])
     if "plan" in report:
         lines += plan_accuracy.report_lines(report["plan"]["fake"], report["plan"]["activations"])
     if "precision" in report:
@@ -389,6 +400,8 @@ def write_report(report: dict, out: Path) -> None:
         lines += collectives_lines(report["collectives"])
     if "hand_ddp" in report:
         lines += hand_ddp.report_lines(report["hand_ddp"])
+    if "experts" in report:
+        lines += experts_bench.report_lines(report["experts"])
     if "busy" in report:
         lines += ["", "## Verdicts with a second process burning one core (lessons 1.1 and 2.3)", "",
                   "| verdict line | reliable | true (target) |", "|---|---|---|"]
@@ -431,12 +444,14 @@ def main(argv: list[str] | None = None) -> int:
         "fsdp": fsdp_bytes_per_rank(),
         "zero": zero_state_bytes(),
         "split": {"tp": split_parallelism.tp_bytes_per_token(), "pp": split_parallelism.pipeline_bubble()},
+        "long_context": {"sp": long_context.sp_targets(), "ring": long_context.ring_targets()},
         "plan": {"fake": plan_accuracy.fake_world_error(), "activations": plan_accuracy.activation_error()},
         "precision": precision_bytes.precision_bytes(),
         "mesh": mesh_traffic.mesh_traffic(),
         "activations": activation_memory.bytes_against_theory(),
         "collectives": all_reduce_costs(),
         "hand_ddp": hand_ddp.hand_ddp_vs_ddp(),
+        "experts": experts_bench.expert_parallel_bytes(),
         "busy": verdicts_under_load(),
     }
     write_report(report, args.out)
@@ -445,10 +460,11 @@ def main(argv: list[str] | None = None) -> int:
               + [report["busy"]]
               + report["checkpointing"] + report["optimizers"]["checks"] + report["fsdp"]["checks"]
               + report["zero"]["checks"] + [report["split"]["tp"]] + report["split"]["pp"]["checks"]
+              + [report["long_context"]["sp"]] + report["long_context"]["ring"]["checks"]
               + [report["plan"]["fake"], report["plan"]["activations"], report["mesh"], report["activations"]]
               + report["precision"]["checks"]
               + report["collectives"]["checks"]
-              + report["hand_ddp"]["checks"])
+              + report["hand_ddp"]["checks"] + report["experts"]["checks"])
     missed = [r for r in checks if not r["ok"]]
     return 1 if missed else 0
 

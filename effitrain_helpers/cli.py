@@ -20,6 +20,9 @@
     effitrain resume --torchrun [--processes N] [--dropout P] [--crash-at STEP] [--json]
     effitrain resume --latest DIR
     effitrain collectives [--processes N] [--sizes 1000,100000] [--repeats R] [--json]
+    effitrain experts [--processes N] [--tokens 96,80] [--d D] [--hidden H] [--experts E] [--top-k K]
+                      [--capacity-factor F] [--json]
+    effitrain attention [--n N] [--d D] [--heads H] [--batch B] [--tile T] [--not-causal] [--json]
     effitrain editions --out DIR [--force] [--no-solutions] [--source DIR] [--lang en|pt-BR] [--json]
     effitrain editions --check [--source DIR]
     effitrain editions --for nbgrader --out DIR [--force] [--source DIR] [--lang en|pt-BR] [--json]
@@ -514,6 +517,101 @@ def _add_collectives_parser(sub) -> None:
     p.set_defaults(func=_collectives)
 
 
+def _experts(args) -> int:
+    """Chapter 8, lesson 8.4: the expert-parallel layer in N gloo ranks, tokens per expert, bytes vs theory."""
+    from effitrain_helpers.core.sizes import lesson_size
+    from effitrain_helpers.core.validate import positive_int, positive_number
+    from effitrain_helpers.processes.launch import resolve_num_processes
+    from effitrain_helpers.training import expert_parallel
+
+    size = lesson_size("8.4")
+    processes = resolve_num_processes(args.processes, minimum=2, name="--processes",
+                                      why=msg(": expert parallelism needs at least 2 processes"))
+    tokens = tuple(size.tokens)
+    if args.tokens is not None:
+        tokens = tuple(positive_int("--tokens", _whole(item), maximum=100_000, example="--tokens 96,80")
+                       for item in args.tokens.split(","))
+        if len(tokens) not in (1, processes):
+            raise ValueError(tr("--tokens {tokens} gives {given} batch sizes for {processes} processes: give one, "
+                                "or one per process, e.g. --tokens 96,80.", tokens=args.tokens, given=len(tokens),
+                                processes=processes))
+    tokens = tokens * processes if len(tokens) == 1 else tokens
+    for option, value, most in (("--d", args.d, 4096), ("--hidden", args.hidden, 16384),
+                                ("--experts", args.experts, 256), ("--top-k", args.top_k, 256)):
+        if value is not None:
+            positive_int(option, value, maximum=most, example=f"{option} 2")
+    if args.capacity_factor is not None:
+        positive_number("--capacity-factor", args.capacity_factor, example="--capacity-factor 1.25")
+    experts, top_k = args.experts or size.experts, args.top_k or size.top_k
+    if experts % processes or top_k > experts:
+        raise ValueError(tr("--experts {experts} --top-k {top_k} on {processes} processes: the experts must be a "
+                            "multiple of the processes and --top-k at most --experts, e.g. --experts 8 --top-k 2.",
+                            experts=experts, top_k=top_k, processes=processes))
+    if not args.json:
+        print(tr("routing tokens to experts spread over {n} real CPU processes ...", n=processes))
+    records = expert_parallel.run(processes, tokens=tokens[:processes], d=args.d or size.d,
+                                  hidden=args.hidden or size.hidden, experts=experts, top_k=top_k,
+                                  capacity_factor=args.capacity_factor or size.capacity_factor)
+    print(json.dumps(records) if args.json else expert_parallel.report(records))
+    return 0
+
+
+def _whole(text: str):
+    """``text`` as an int when it is one, else as it is (so the check names it)."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return text.strip()
+
+
+def _add_experts_parser(sub) -> None:
+    p = sub.add_parser("experts", help="chapter 8: a mixture-of-experts layer spread over N processes with "
+                                       "all_to_all_single: tokens per expert per rank, bytes against the theory")
+    p.add_argument("--processes", type=int, default=2, help="number of CPU processes, at least 2 (default 2)")
+    p.add_argument("--tokens", default=None,
+                   help="tokens on each process, comma-separated, one value or one per process (default 96,80,72,64)")
+    p.add_argument("--d", type=int, default=None, help="width of a token (default 32)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden width of each expert (default 64)")
+    p.add_argument("--experts", type=int, default=None,
+                   help="number of experts, a multiple of --processes (default 8)")
+    p.add_argument("--top-k", type=int, default=None, help="experts per token, 1 to --experts (default 2)")
+    p.add_argument("--capacity-factor", type=float, default=None,
+                   help="each expert takes at most ceil(factor x tokens x k / experts) assignments (default 1.25)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON record per process: differences, tokens per expert, bytes measured and theory")
+    p.set_defaults(func=_experts)
+
+
+def _attention(args) -> int:
+    """Chapter 8, lesson 8.1: bytes kept for backward by plain, SDPA math, SDPA flash and tiled attention."""
+    from effitrain_helpers.training import attention_memory
+
+    from effitrain_helpers.core.validate import positive_int
+
+    for option, value, most in (("--n", args.n, 8192), ("--d", args.d, 1024), ("--heads", args.heads, 64),
+                                ("--batch", args.batch, 64), ("--tile", args.tile, 8192)):
+        positive_int(option, value, maximum=most, example=f"{option} 64")
+    if not args.json:
+        print(tr("measuring what each attention keeps for backward at n = {n} ...", n=args.n))
+    result = attention_memory.compare(args.batch, args.heads, args.n, args.d, not args.not_causal, args.tile)
+    print(json.dumps(result) if args.json else attention_memory.report(result))
+    return 0
+
+
+def _add_attention_parser(sub) -> None:
+    p = sub.add_parser("attention", help="chapter 8: bytes kept for backward by plain attention, SDPA's math and "
+                                         "flash kernels and the tiled FlashAttention-2, with its exactness")
+    p.add_argument("--n", type=int, default=512, help="sequence length (default 512)")
+    p.add_argument("--d", type=int, default=32, help="width of a head (default 32)")
+    p.add_argument("--heads", type=int, default=2, help="heads (default 2)")
+    p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    p.add_argument("--tile", type=int, default=64, help="queries and keys per tile of the tiled version (default 64)")
+    p.add_argument("--not-causal", action="store_true", help="no causal mask (default: causal)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON record: bytes per way (measured and theory) and the differences from SDPA")
+    p.set_defaults(func=_attention)
+
+
 def _add_optimizers_parser(sub) -> None:
     p = sub.add_parser("optimizers", help="AdamW vs Adafactor vs 8-bit AdamW: state bytes, time per step, loss")
     p.add_argument("--optimizers", default="adamw,adafactor,adamw8bit",
@@ -843,6 +941,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_parser(sub)
     _add_resume_parser(sub)
     _add_collectives_parser(sub)
+    _add_experts_parser(sub)
+    _add_attention_parser(sub)
     _add_nodes_parser(sub)
     add_classroom_commands(sub)
     add_learner_commands(sub)

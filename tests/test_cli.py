@@ -189,3 +189,48 @@ def test_fsdp_json_reports_bytes_per_rank_communication_and_equivalence():
         assert report["communication"][strategy] == report["theory_communication"][strategy]
     assert all(abs(r - 0.5) <= 0.025 for r in report["ratio"].values())
     assert report["max_weight_difference"] <= 1e-6 and report["max_loss_difference"] <= 1e-6
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["experts", "--processes", "1"], "expert parallelism needs at least 2 processes"),
+        (["experts", "--tokens", "3,x"], "--tokens='x' must be a whole number from 1 to 100000"),
+        (["experts", "--tokens", "3,4,5"], "gives 3 batch sizes for 2 processes"),
+        (["experts", "--experts", "6", "--processes", "4"], "the experts must be a multiple of the processes"),
+        (["experts", "--top-k", "9"], "--top-k at most --experts"),
+        (["experts", "--capacity-factor", "0"], "--capacity-factor=0.0 must be a positive number"),
+        (["experts", "--d", "0"], "--d=0 must be a whole number"),
+        (["attention", "--n", "0"], "--n=0 must be a whole number from 1 to 8192"),
+        (["attention", "--tile", "-4"], "--tile=-4 must be a whole number"),
+        (["attention", "--heads", "x"], "invalid int value: 'x'"),
+    ],
+)
+def test_chapter_8_demos_refuse_bad_input_in_one_line(args, words, capsys):
+    test_bad_input_is_one_line_and_exit_code_2(args, words, capsys)
+
+
+@pytest.mark.parametrize("command", ["experts", "attention"])
+def test_chapter_8_demos_document_every_option(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    shown = capsys.readouterr().out
+    options = {"experts": ["--processes", "--tokens", "--d", "--hidden", "--experts", "--top-k", "--capacity-factor",
+                           "--json"],
+               "attention": ["--n", "--d", "--heads", "--batch", "--tile", "--not-causal", "--json"]}[command]
+    assert all(option in shown for option in options) and "(default" in shown, shown
+
+
+@pytest.mark.slow  # 2 gloo processes
+def test_experts_prints_tokens_per_expert_and_bytes_against_theory():
+    out = run("experts", "--processes", "2", "--tokens", "24,16", "--d", "8", "--hidden", "8", "--experts", "4")
+    assert out.returncode == 0, out.stderr
+    assert "largest difference output 0.0e+00" in out.stdout and "busiest expert" in out.stdout, out.stdout
+    assert out.stdout.count("dispatch") == 2 and "theory (B)" in out.stdout
+
+
+def test_attention_reports_bytes_and_exactness(capsys):
+    assert main(["attention", "--n", "96", "--d", "8", "--tile", "32", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert all(r["saved_bytes"] == r["theory_bytes"] for r in result["rows"])
+    assert max(result["gaps"].values()) < 1e-4 and len(result["rows"]) == 4

@@ -310,6 +310,9 @@ CHEAP = [  # (notebook prefix, checks module, exercise, set-up code the cell nee
     ("8_1_", "lesson_8_1", "q2", ""),
     ("8_2_", "lesson_8_2", "q1", ""),
     ("8_2_", "lesson_8_2", "q2", "import torch\nfrom effitrain_helpers.engines import recomputation as rc"),
+    ("8_3_", "lesson_8_3", "q1", "import torch"),
+    pytest.param("8_3_", "lesson_8_3", "q2", "import torch\nimport torch.distributed as dist",
+                 marks=[pytest.mark.slow, pytest.mark.exhaustive]),  # it launches 3 processes
 ]
 
 
@@ -388,7 +391,7 @@ def test_solution_can_be_turned_off_by_the_edition_or_the_environment(tmp_path, 
 
 def test_the_lesson_map_knows_every_lesson_notebook_and_the_readme_lists_them(tmp_path):
     rows = lesson_table()
-    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 25
+    assert [r.number for r in rows] == [n for n, _ in SYLLABUS] and len(rows) == 27
     lesson_files = {p.name for p in SOURCE if re.match(r"\d_\d_", p.name)}
     assert {r.notebook for r in rows if r.notebook} == lesson_files, "every N_M_ notebook is a syllabus lesson"
     readme = (ROOT / "README.md").read_text()

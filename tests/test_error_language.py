@@ -14,6 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "effitrain_helpers"
 
 # (module, exception, the message's first words; "" for every raise of that exception in the module): why not tr
 INTERNAL = {
+    ("teach/checks/lesson_8_4.py", "RuntimeError", "split sizes do not match"): "stops the learner's dispatch "
+        "before gloo in the checker's own processes; the checker catches it and shows its own translated message",
     ("core/language.py", "ValueError", ""): "a broken message file: the translators' (tests/test_translations.py "
                                             "names it); a learner's check() reads a broken file as no translation",
     ("teach/translations.py", "ValueError", ""): "the translation files and the builder: the translators' tool",

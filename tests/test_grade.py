@@ -214,6 +214,19 @@ def test_a_wrong_hidden_check_is_refused_naming_its_cell(cells, says):
     assert "x.ipynb, cell" in str(err.value)
 
 
+def test_a_wrong_hidden_check_in_the_source_stops_grade_before_any_notebook_runs(lesson, tmp_path, capsys):
+    source, edition = lesson
+    nb = nbformat.read(source / LESSON, as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell("q2.check(1)", metadata={"tags": ["hidden-check"]}))  # before q2
+    nbformat.write(nb, source / LESSON)
+    submit(edition, tmp_path / "subs" / "ana.ipynb", Q1, Q2)
+    out = tmp_path / "grades.csv"
+    assert _exit_code(["grade", str(tmp_path / "subs"), "--out", str(out), "--source", str(source), "--unsafe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot be graded" in err and "comes before the cell of that exercise" in err and "\n" not in err
+    assert not out.exists()
+
+
 def _exit_code(argv) -> int:
     """``main``'s exit code, whether it returns it or argparse exits with it."""
     try:

@@ -43,7 +43,7 @@ SAMPLE = ("start_here:q1", "lesson_1_1:q1", "lesson_1_1:q4", "lesson_1_2:q2", "l
           "lesson_2_2:q3", "lesson_2_3:q3", "lesson_3_1:q3", "lesson_3_2:q2", "lesson_3_3:q2", "lesson_3_3:q3",
           "lesson_4_1:q2", "lesson_4_2:q1", "lesson_4_3:q2", "lesson_4_3:q3", "lesson_5_1:q3", "lesson_5_1:q4",
           "lesson_5_2:q2", "lesson_5_3:q2", "lesson_5_3:q3", "lesson_5_4:q1", "lesson_5_4:q3", "lesson_6_3:q1",
-          "lesson_6_4:q1", "lesson_6_4:q4")
+          "lesson_6_4:q1", "lesson_6_4:q4", "lesson_8_3:q1")
 
 
 def listed(name: str) -> dict:

@@ -314,6 +314,7 @@ def test_a_command_line_mistake_is_one_line_in_portuguese(args, portuguese, caps
     ["devices"], ["memory", "--parameters", "7e9", "--devices", "8"],
     ["memory", "--parameters", "1.5e9", "--devices", "4", "--layers", "24", "--hidden", "2048", "--heads", "16",
      "--sequence", "1024", "--micro-batch", "4"], ["progress"], ["editions", "--check"], ["prefetch", "--check"],
+    ["attention", "--n", "64", "--d", "8"],
 ], ids=lambda args: " ".join(args))
 def test_a_cheap_command_prints_in_portuguese(args, portuguese, capsys):
     code, shown = _cli(args, capsys)
@@ -326,6 +327,7 @@ def test_a_cheap_command_prints_in_portuguese(args, portuguese, capsys):
     ["shards", "--processes", "2"], ["collectives", "--processes", "2", "--sizes", "1000", "--repeats", "1"],
     pytest.param(["fsdp", "--processes", "2", "--steps", "1"], marks=pytest.mark.exhaustive),
     pytest.param(["ddp-check", "--processes", "2"], marks=pytest.mark.exhaustive),
+    pytest.param(["experts", "--tokens", "24,16", "--d", "8", "--experts", "4"], marks=pytest.mark.exhaustive),
 ], ids=lambda args: " ".join(args))
 def test_a_command_in_real_processes_prints_in_portuguese(args, tmp_path):
     """As a learner runs it: a subprocess with EFFITRAIN_LANG=pt-BR (the ranks inherit the language)."""

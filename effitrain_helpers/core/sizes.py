@@ -64,6 +64,16 @@ LESSON_SIZES: dict[str, dict[str, dict]] = {
         "small": {"s": 128, "b": 2, "h": 64, "a": 4},
         "full": {"s": 1024, "b": 4, "h": 512, "a": 8},
     },
+    "8.3": {  # ranks; ring attention's (batch, n, d); the sequence-parallel block's tokens, width and hidden size
+        "small": {"processes": 2, "batch": 2, "n": 96, "d": 16, "tokens": 64, "width": 64, "hidden": 256},
+        "full": {"processes": 4, "batch": 4, "n": 2048, "d": 64, "tokens": 1024, "width": 256, "hidden": 1024},
+    },
+    "8.4": {  # the expert-parallel layer: tokens on each rank (one entry per rank), widths, experts, routing
+        "small": {"tokens": (96, 80, 72, 64), "d": 32, "hidden": 64, "experts": 8, "top_k": 2,
+                  "capacity_factor": 1.25},
+        "full": {"tokens": (2048, 1792, 1536, 1280), "d": 256, "hidden": 1024, "experts": 8, "top_k": 2,
+                 "capacity_factor": 1.25},
+    },
     "6.2": {  # the MLP timed with and without overlap: width, layers, rows per rank, timed steps, bucket MiB
         "small": {"width": 512, "depth": 6, "batch_size": 32, "steps": 8, "bucket_mib": 2},
         "full": {"width": 1024, "depth": 8, "batch_size": 64, "steps": 20, "bucket_mib": 8},

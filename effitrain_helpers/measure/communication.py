@@ -1,4 +1,4 @@
-"""How often, and how much, do the processes of a training run talk to each other? (lessons 3.2, 5.1, 6.4)
+"""How often, and how much, do the processes of a training run talk to each other? (lessons 3.2, 5.1, 6.4, 8.3)
 
 :class:`CommunicationCounter` runs inside each process of a group and records every collective a training
 loop triggers:
@@ -14,7 +14,9 @@ loop triggers:
 - every ``torch.distributed.broadcast``, which is how ``ZeroRedundancyOptimizer`` sends each parameter from
   the rank that updated it to the others (lesson 6.4);
 - ``reduce_scatter`` and ``all_gather`` with a list of pieces, which lesson 6.3's ZeRO by hand uses to send
-  gradients and weights straight from and into the tensors where they live.
+  gradients and weights straight from and into the tensors where they live;
+- on request (``collectives=``), ``isend``: ring attention's point-to-point hops (lesson 8.3), the bytes this
+  rank sends (lesson 8.3's sequence parallelism counts ``all_gather_single`` and ``reduce_scatter_single``).
 
 The bytes of a collective are its *payload*, the size of the whole tensor it works on: the tensor of an
 all-reduce, the gathered output of an all-gather, the input of a reduce-scatter (padding included).
@@ -36,7 +38,8 @@ from effitrain_helpers.core.language import tr
 
 # collective -> the argument whose tensor is its payload (the whole tensor it works on)
 PAYLOADS = {"all_reduce": "tensor", "all_gather_single": "output_tensor", "reduce_scatter_single": "input",
-            "broadcast": "tensor", "reduce": "tensor", "reduce_scatter": "input_list", "all_gather": "tensor_list"}
+            "broadcast": "tensor", "reduce": "tensor", "reduce_scatter": "input_list", "all_gather": "tensor_list",
+            "isend": "tensor"}
 # what a counter watches unless told otherwise (``CommunicationCounter(collectives=...)`` picks from PAYLOADS);
 # broadcast: ZeroRedundancyOptimizer's parameters after its step (lesson 5.1)
 COUNTED = {name: PAYLOADS[name]

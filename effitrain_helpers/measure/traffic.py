@@ -223,6 +223,15 @@ class CollectiveAgreement:
 
     def agree(self, call: dict) -> None:
         """Publish this rank's next ``call``; return once every rank published the same, else raise."""
+        index = self.calls
+        calls = self.exchange(call)
+        if any(c != call for c in calls.values()):
+            raise CollectivesDisagree(index, calls)
+
+    def exchange(self, call: dict) -> dict[int, dict | None]:
+        """Publish this rank's next ``call`` and return every rank's (None for a rank that published none
+        within ``wait_limit`` seconds), without entering gloo. Lesson 8.4's checker compares all-to-all splits
+        with it (they differ between ranks by design)."""
         import json
         import time
 
@@ -240,6 +249,4 @@ class CollectiveAgreement:
                 if other not in calls and path.exists():
                     calls[other] = json.loads(path.read_text())
             time.sleep(0.002 if len(calls) < world else 0)
-        calls = {r: calls.get(r) for r in range(world)}
-        if any(c != call for c in calls.values()):
-            raise CollectivesDisagree(index, calls)
+        return {r: calls.get(r) for r in range(world)}

@@ -529,7 +529,7 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     imports (``points_row``: first a ``Points Possible`` row, as Canvas reads it). A ``deadline`` (ISO 8601) marks the rows of later submissions late. ``jobs`` notebooks are graded at
     once, each in its own sandbox, their rows appended as each finishes. Every argument is checked before the first
     notebook runs; SIGTERM ends the run as Ctrl-C does (every notebook running is stopped)."""
-    from effitrain_helpers.teach.editions import default_source, source_notebooks
+    from effitrain_helpers.teach.editions import MarkerError, check_all, default_source, source_notebooks
 
     limit = check_timeout(limit)
     if mode is not None and mode not in KEEP_MODES:
@@ -550,6 +550,12 @@ def grade(folder: str | Path, out: str | Path, limit: float = 300.0, progress: b
     if why:
         raise ValueError(tr("grade refuses to run submissions outside a sandbox: {why}.", why=why))
     sources = source_notebooks(source)
+    try:  # every lesson's markers and hidden checks, before any notebook runs
+        check_all(sources)
+    except MarkerError as err:
+        problems = str(err).splitlines()[1:] or [str(err)]
+        raise ValueError(tr("the source notebooks cannot be graded: {problems}. Fix: correct them (effitrain editions "
+                            "--check --source DIR lists every problem).", problems="; ".join(problems))) from None
     subs = find_submissions(submissions_folder, sources, read_roster(roster) if roster else None)
     hide = hidden_paths(submissions_folder, out, Path(source).expanduser() if source else default_source(), roster,
                         feedback_folder, wide_file)

@@ -58,6 +58,8 @@ SYLLABUS = (
     ("7.3", msg("Choosing a configuration")),
     ("8.1", msg("Attention that fits")),
     ("8.2", msg("Activation memory")),
+    ("8.3", msg("Sequence and context parallelism")),
+    ("8.4", msg("Experts")),
 )
 
 
