@@ -297,10 +297,9 @@ q1 = Exercise(
            "nn.Linear stores weight as (out_features, in_features): the first layer's rows, the second layer's "
            "columns. Copy the slices into new layers under torch.no_grad() (or build them from the slices with "
            "nn.Parameter); the second layer's bias is added once after the sum, not by each rank.",
-           "k = ____ // world\nrows = slice(rank * k, ____)\n"
-           "up = nn.Linear(____, k)\ndown = nn.Linear(k, ____, bias=____)\n"
-           "with ____:\n    up.weight.copy_(____)\n    up.bias.copy_(____)\n"
-           "    down.weight.copy_(mlp[2].weight[____])"],
+           "Each rank keeps k = hidden / world consecutive hidden features, starting at rank times k: build "
+           "the first layer with k outputs and copy its slice of rows of the weight and of the bias; build "
+           "the second with k inputs and no bias, and copy the same slice as columns of its weight."],
     solution_code=(
         "def split_mlp(mlp, rank, world):\n"
         "    k = mlp[0].out_features // world\n"
@@ -326,7 +325,9 @@ q2 = Exercise(
            "In backward(ctx, grad) of a torch.autograd.Function (torch docs: 'Extending torch.autograd'), "
            "torch.distributed.all_reduce(t) sums t in place over the ranks. Work on a copy: the tensor autograd "
            "hands you may be used elsewhere.",
-           "grad = ____  # a copy of the incoming gradient\ndist.____(grad)  # summed over the ranks"],
+           "forward returns its input as it is (a view, so autograd sees a new tensor); backward makes a copy"
+           " of the incoming gradient, sums the copy over the ranks with the collective of hint 2, and "
+           "returns it."],
     solution_code=(
         "class CopyToRanks(torch.autograd.Function):\n"
         "    @staticmethod\n    def forward(ctx, x):\n        return x.view_as(x)\n\n"
@@ -346,7 +347,8 @@ q3 = Exercise(
            "exchange.",
            "forward(ctx, x) of a torch.autograd.Function may call a collective: torch.distributed.all_reduce(t) "
            "sums t in place over the ranks (torch.distributed docs). Sum a copy, not the tensor passed in.",
-           "x = ____  # a copy of this rank's partial sum\ndist.____(____)"],
+           "forward makes a copy of this rank's partial sum, sums the copy over the ranks with the collective"
+           " of hint 2, and returns it; backward returns the gradient as it came."],
     solution_code=(
         "class SumFromRanks(torch.autograd.Function):\n"
         "    @staticmethod\n    def forward(ctx, x):\n        x = x.clone()\n"
@@ -368,8 +370,9 @@ q4 = Exercise(
            "The order is a list of (\"F\", i) and (\"B\", i) pairs. The number of filling forwards falls by one "
            "per stage and is 0 for the last stage (which can start each backward at once); min() keeps it at "
            "most m.",
-           "warm = min(____, m)\norder = [(\"F\", i) for i in ____]\nfor i in range(____):\n"
-           "    order += [(\"F\", ____), (\"B\", i)]\nreturn order + [(\"B\", i) for i in range(____, m)]"],
+           "Build the list in three parts: the filling forwards (their number from hint 2), then one forward "
+           "and one backward in turn for as long as forwards remain, then the backwards that are left, in "
+           "order."],
     solution_code=(
         "def one_f_one_b(stage, stages, m):\n"
         "    warm = min(stages - 1 - stage, m)\n"
