@@ -40,6 +40,8 @@ def _torchrun_config(args):
     return parsed, config, [command, *command_args]
 
 
+SOCKET_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # the interface for gloo and for NCCL
+
 def _check_agent(agent) -> None:
     """``agent(node_rank)`` -> ``(args, env)``: judged by what torchrun itself makes of each node's arguments."""
     if not callable(agent):
@@ -69,6 +71,11 @@ def _check_agent(agent) -> None:
             raise Incorrect(tr("the agents should run the course's script as a module: -m "
                                "effitrain_helpers.training.train --json; torchrun would run {got}.",
                                got=" ".join(command[1:])))
+        misspelt = sorted(k for k in env if "SOCKET_IFNAME" in str(k) and k not in SOCKET_VARIABLES)
+        if misspelt:
+            raise Incorrect(tr("node {rank}'s environment sets {names}, which nothing reads: the variables are "
+                               "named {known}.", rank=rank, names=", ".join(misspelt),
+                               known=", ".join(SOCKET_VARIABLES)))
         if env.get("GLOO_SOCKET_IFNAME") != Q1_INTERFACE:
             raise Incorrect(tr("node {rank}'s environment does not pin gloo to {interface}: gloo then picks the "
                                "interface of the machine's host name, often not the one between the nodes.",
