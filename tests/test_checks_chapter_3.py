@@ -277,7 +277,8 @@ def _local_sgd(batch_size=4, zero_grad=True, another_way=False):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
-    (_local_sgd(batch_size=5), "the steps took batches of [5] rows; the exercise's batches are 4"),
+    pytest.param(_local_sgd(batch_size=5), "the steps took batches of [5] rows; the exercise's batches are 4",
+                 marks=pytest.mark.exhaustive),
     (_local_sgd(zero_grad=False), "began with the gradients of earlier batches"),
     pytest.param(_local_sgd(another_way=True), "", marks=pytest.mark.exhaustive),
 ], ids=["batches-of-5", "no-zero-grad", "right-another-way"])
