@@ -137,6 +137,8 @@ def _make_arguments(**changes):
     ({"gradient_accumulation_steps": 1}, "no accumulation"),
     ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}, "fixes the per-device batch at 4"),
     ({"gradient_accumulation_steps": 3}, "(3 micro-batches of 4 x 2 processes), not 16"),
+    pytest.param({"gradient_accumulation_steps": 16 // 4 // 2, "per_device_eval_batch_size": 1}, "",
+                 marks=pytest.mark.exhaustive),  # right, written another way: the division in another order
 ])
 def test_2_1_q4_trains_the_learners_arguments_in_2_real_processes(changes, words):
     result = l21.q4.evaluate(_make_arguments(**changes))
@@ -146,6 +148,14 @@ def test_2_1_q4_trains_the_learners_arguments_in_2_real_processes(changes, words
 def test_2_1_q4_names_use_cpu_left_out_before_it_trains():
     result = l21.q4.evaluate(_make_arguments(use_cpu=False))
     assert result.status == "incorrect" and "use_cpu is left False" in result.message, result
+
+
+def test_2_1_q4_names_the_output_dir_left_out_before_it_trains():
+    def no_output_dir(output_dir):  # the Trainer would write into ./trainer_output
+        return TrainingArguments(per_device_train_batch_size=4, gradient_accumulation_steps=2, use_cpu=True)
+
+    result = l21.q4.evaluate(no_output_dir)
+    assert result.status == "incorrect" and "not the output_dir your function was given" in result.message, result
 
 
 def test_2_1_q4_refuses_what_is_not_training_arguments():
@@ -176,13 +186,15 @@ def test_2_2_q1_reference_and_plain_mistakes_without_processes():
 
 
 def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True, per_epoch=False, swap=False,
-                     step=True, backward=True):
-    """A q2 answer; each flag changed makes one known mistake (``swap``: warm-up and length swapped)."""
+                     step=True, backward=True, zero_grad=True, literal=False):
+    """A q2 answer; each flag changed makes one known mistake (``swap``: warm-up and length swapped; ``literal``:
+    the number of processes written as 2)."""
     from transformers import get_linear_schedule_with_warmup
 
     def train_with_warmup(accelerator, model, optimizer, train_loader, epochs):
         per_process = epochs * len(train_loader)
-        total = per_process * accelerator.num_processes if all_processes else per_process
+        processes = 2 if literal else accelerator.num_processes
+        total = per_process * processes if all_processes else per_process
         warmup = (total if warmup_all_processes else per_process) // 4
         if swap:
             warmup, total = total, warmup
@@ -196,7 +208,8 @@ def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True
                 optimizer.step()
                 if step and not per_epoch:
                     scheduler.step()
-                optimizer.zero_grad()
+                if zero_grad:
+                    optimizer.zero_grad()
             if step and per_epoch:
                 scheduler.step()
 
@@ -206,18 +219,38 @@ def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True
 @pytest.mark.slow
 @pytest.mark.parametrize("flags, words", [
     ({}, ""),
-    ({"all_processes": False, "warmup_all_processes": False}, "reached 0 after 4 of 8 optimizer steps"),
+    ({"all_processes": False, "warmup_all_processes": False}, "reached 0 after 8 of 16 optimizer steps"),
     ({"per_epoch": True}, "stepped once per epoch"),
     ({"prepare": False}, "ended at 0.0667, too high (67% of its peak instead of 0): the scheduler was not passed"),
     ({"swap": True}, "the warm-up is longer than the run"),
-    ({"warmup_all_processes": False}, "the warm-up lasted 1 optimizer step(s), not 2"),
+    ({"warmup_all_processes": False}, "the warm-up lasted 2 optimizer step(s), not 4"),
     ({"prepare": False, "all_processes": False, "warmup_all_processes": False}, "reaches 0 on time, but only"),
     ({"step": False}, "never changed"),
     ({"backward": False}, "the weights never changed"),  # a mutant of the solution accepted before (issue 41)
+    ({"zero_grad": False}, "began with the gradients of earlier batches"),  # mutants accepted before (issue 41)
+    ({"literal": True}, "right in 2 processes, wrong in 3: the learning rate reached 0 after 8 of 12"),
+    pytest.param("another way", "", marks=pytest.mark.exhaustive),
 ])
-def test_2_2_q2_reads_the_prepared_schedule_in_2_real_processes(flags, words):
-    result = l22.q2.evaluate(_warmup_training(**flags))
+def test_2_2_q2_reads_the_prepared_schedule_in_2_and_3_real_processes(flags, words):
+    result = l22.q2.evaluate(_warmup_training(**flags) if isinstance(flags, dict) else _warmup_another_way)
     assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
+def _warmup_another_way(accelerator, model, optimizer, train_loader, epochs):
+    """A right q2 answer written another way: the lambda schedule by hand, gradients cleared before each forward."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    steps = len(train_loader) * epochs * accelerator.state.num_processes
+    warm = int(0.25 * steps)
+    schedule = LambdaLR(optimizer, lambda s: s / warm if s < warm else (steps - s) / (steps - warm))
+    scheduler = accelerator.prepare(schedule)
+    for _ in range(epochs):
+        for batch in train_loader:
+            optimizer.zero_grad()
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
 
 
 def test_2_2_q2_refuses_what_is_not_a_function():

@@ -213,6 +213,80 @@ def test_3_2_q3_checkpointing_a_plain_module():
     assert "output differs" in l32.q3.evaluate(skips_a_block).message
 
 
+def _accumulation(model_given=True, another_way=False):
+    """A 3.1 q2 answer: ``model_given=False`` calls accelerator.accumulate() with no model (DDP then all-reduces
+    every micro-batch); ``another_way`` is right written another way (step and zero_grad only when Accelerate
+    synchronises, the batch read by its keys)."""
+    def train_accumulated(model, optimizer, dataset, k):
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator(gradient_accumulation_steps=k)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+        for batch in loader:
+            with accelerator.accumulate(*([model] if model_given else [])):
+                if another_way:
+                    outputs = model(inputs=batch["inputs"], labels=batch["labels"])
+                    accelerator.backward(outputs.loss)
+                    if accelerator.sync_gradients:
+                        optimizer.step()
+                        optimizer.zero_grad()
+                else:
+                    accelerator.backward(model(**batch).loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+    return train_accumulated
+
+
+@pytest.mark.slow
+def test_3_1_q2_names_accumulate_without_the_model():  # a mutant of the solution accepted before (issue 41)
+    result = l31.q2.evaluate(_accumulation(model_given=False))
+    assert result.status == "incorrect" and "give it the prepared model" in result.message, result
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_3_1_q2_accepts_a_right_loop_written_another_way():
+    result = l31.q2.evaluate(_accumulation(another_way=True))
+    assert result.status == "correct", result.message
+
+
+def _local_sgd(batch_size=4, zero_grad=True, another_way=False):
+    """A 3.2 q4 answer; ``batch_size``/``zero_grad`` changed make mutants accepted before (issue 41);
+    ``another_way`` is right: gradients cleared before the forward, LocalSGD's arguments by position."""
+    def train_local_sgd(model, optimizer, dataset, k):
+        from accelerate import Accelerator
+        from accelerate.local_sgd import LocalSGD
+        from torch.utils.data import DataLoader
+
+        accelerator = Accelerator()
+        model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=batch_size))
+        with LocalSGD(accelerator, model, k) as local_sgd:
+            for batch in loader:
+                if another_way:
+                    optimizer.zero_grad()
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                if zero_grad and not another_way:
+                    optimizer.zero_grad()
+                local_sgd.step()
+
+    return train_local_sgd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answer, words", [
+    pytest.param(_local_sgd(batch_size=5), "the steps took batches of [5] rows; the exercise's batches are 4",
+                 marks=pytest.mark.exhaustive),
+    (_local_sgd(zero_grad=False), "began with the gradients of earlier batches"),
+    pytest.param(_local_sgd(another_way=True), "", marks=pytest.mark.exhaustive),
+], ids=["batches-of-5", "no-zero-grad", "right-another-way"])
+def test_3_2_q4_names_the_batch_and_zero_grad(answer, words):
+    result = l32.q4.evaluate(answer)
+    assert (result.status == "correct") == (words == "") and words in result.message, result
+
+
 @pytest.mark.slow
 def test_3_2_q4_counts_the_averages_of_a_local_sgd_loop_in_two_processes():
     def right(model, optimizer, dataset, k):

@@ -99,7 +99,34 @@ def test_4_1_q2_adamw_by_hand():
     assert "function itself" in _status(l41.q2, 3.0).message
 
 
-def _groups(model, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or "norm" in n, cls=None, lr=1e-3):
+def test_4_1_q2_right_written_another_way_and_eps_on_the_wrong_side():
+    def with_torch(p, grads):  # right, another way: torch's own AdamW on a one-value tensor
+        w = torch.tensor([p], dtype=torch.float64, requires_grad=True)
+        optimizer = torch.optim.AdamW([w], lr=l41.LR, betas=l41.BETAS, eps=l41.EPS, weight_decay=l41.WEIGHT_DECAY)
+        values = []
+        for g in grads:
+            w.grad = torch.tensor([g], dtype=torch.float64)
+            optimizer.step()
+            values.append(w.item())
+        return values
+
+    def eps_subtracted(p, grads):  # a mutant accepted before (issue 41): the checker's gradients were all >> eps
+        b1, b2 = l41.BETAS
+        m = v = 0.0
+        out = []
+        for t, g in enumerate(grads, start=1):
+            p = p * (1 - l41.LR * l41.WEIGHT_DECAY)
+            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+            p = p - l41.LR * (m / (1 - b1**t)) / (math.sqrt(v / (1 - b2**t)) - l41.EPS)
+            out.append(p)
+        return out
+
+    assert _status(l41.q2, with_torch).status == "correct"
+    assert "torch.optim.AdamW gives" in _status(l41.q2, eps_subtracted).message
+
+
+def _groups(model, weight_decay=l41.Q3_WEIGHT_DECAY, no_decay=lambda n: n.endswith("bias") or "norm" in n, cls=None,
+            lr=l41.Q3_LR):
     decay = [p for n, p in model.named_parameters() if not no_decay(n)]
     rest = [p for n, p in model.named_parameters() if no_decay(n)]
     return (cls or torch.optim.AdamW)([{"params": decay, "weight_decay": weight_decay},
@@ -108,15 +135,21 @@ def _groups(model, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or "
 
 def test_4_1_q3_parameter_groups_judged_by_one_real_step():
     assert _status(l41.q3, _groups).status == "correct"
-    everything = _status(l41.q3, lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01))
+    assert _status(l41.q3, lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW(  # right, another way
+        [{**g, "lr": lr} for g in groups]))).status == "correct"  # the learning rate in each group
+    everything = _status(l41.q3, lambda m: torch.optim.AdamW(m.parameters(), lr=l41.Q3_LR, weight_decay=0.05))
     assert "linear.bias was decayed" in everything.message
     only_bias = _status(l41.q3, lambda m: _groups(m, no_decay=lambda n: n.endswith("bias")))
     assert "norm.weight was decayed" in only_bias.message
     assert "was not decayed" in _status(l41.q3, lambda m: _groups(m, weight_decay=0.0)).message
     assert "0.1" in _status(l41.q3, lambda m: _groups(m, weight_decay=0.1)).message
-    assert "lr=0.001" in _status(l41.q3, lambda m: _groups(m, lr=1e-2)).message
+    assert "lr=0.002" in _status(l41.q3, lambda m: _groups(m, lr=1e-2)).message
+    no_lr = _status(l41.q3, lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW(groups)))  # issue 41:
+    assert "use lr=0.002" in no_lr.message  # the default (1e-3) was the exercise's rate, and this passed
+    default_decay = _status(l41.q3, lambda m: _groups(m, weight_decay=0.01))  # torch's default: passed before
+    assert "decayed with weight_decay 0.01" in default_decay.message
     assert "L2" in _status(l41.q3, lambda m: _groups(m, cls=torch.optim.Adam)).message
-    assert "SGD" in _status(l41.q3, lambda m: torch.optim.SGD(m.parameters(), lr=1e-3)).message
+    assert "SGD" in _status(l41.q3, lambda m: torch.optim.SGD(m.parameters(), lr=l41.Q3_LR)).message
     missing = _status(l41.q3, lambda m: torch.optim.AdamW([p for n, p in m.named_parameters() if "norm" not in n]))
     assert "did not move" in missing.message and "norm.weight" in missing.message
     assert "function itself" in _status(l41.q3, 3).message
@@ -274,12 +307,12 @@ def test_4_3_q3_names_in_32_bit():
     assert "set of parameter names" in _status(l43.q3, "0.bias").message
 
 
-def _adamw8bit_state(layer, cls=None, step=True, count=None, **options):
+def _adamw8bit_state(layer, cls=None, step=True, count=None, lr=1e-3, **options):
     import bitsandbytes as bnb
 
     from effitrain_helpers.measure.optimizer_memory import state_bytes
 
-    optimizer = (cls or bnb.optim.AdamW8bit)(layer.parameters(), lr=1e-3, **options)
+    optimizer = (cls or bnb.optim.AdamW8bit)(layer.parameters(), lr=lr, **options)
     if step:
         layer(torch.randn(4, 256)).sum().backward()
         optimizer.step()
@@ -299,6 +332,16 @@ def test_4_3_q4_adamw8bit_judged_by_its_state():
     assert "measured_bytes=32,768" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, count=32768)).message
     assert "two things" in _status(l43.q4, lambda layer: _adamw8bit_state(layer)[0]).message
     assert "function itself" in _status(l43.q4, 3).message
+    assert "asks for 1e-3" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, lr=2e-3)).message  # issue 41
+
+    def counted_by_hand(layer):  # right, another way: its own batch, the state's bytes added up by hand
+        optimizer = bnb.optim.AdamW8bit(list(layer.parameters()), 1e-3)
+        torch.nn.functional.mse_loss(layer(torch.ones(8, 256)), torch.zeros(8, 64)).backward()
+        optimizer.step()
+        return optimizer, sum(t.numel() * t.element_size() for state in optimizer.state.values()
+                              for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
+
+    assert _status(l43.q4, counted_by_hand).status == "correct", _status(l43.q4, counted_by_hand).message
 
 
 def test_4_3_q4_without_bitsandbytes_is_skipped_with_the_reason(monkeypatch):
@@ -321,6 +364,14 @@ def test_4_3_q5_trainer_args():
     assert "adamw_bnb_8bit" in _status(l43.q5, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
     assert "weight_decay" in _status(l43.q5, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
     assert "TrainingArguments object" in _status(l43.q5, {"optim": "adamw_bnb_8bit"}).message
+    right = dict(optim="adamw_bnb_8bit", weight_decay=0.01, learning_rate=1e-3)
+    another_way = TrainingArguments(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], optim="adamw_8bit",
+                                    weight_decay=1e-2, learning_rate=0.001)  # right, written another way
+    assert _status(l43.q5, another_way).status == "correct"
+    on_gpu = TrainingArguments(output_dir=tempfile.mkdtemp(), report_to="none", **right)  # issue 41: passed
+    assert "use_cpu is left False" in _status(l43.q5, on_gpu).message
+    tracked = TrainingArguments(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none_", **right)
+    assert "reports to no tracker" in _status(l43.q5, tracked).message
 
 
 def _builder(adamw=None, adafactor=None, adamw8bit=None, unknown=None):

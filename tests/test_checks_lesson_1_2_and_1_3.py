@@ -105,9 +105,23 @@ def test_1_2_q4(extractor):
         waves = [resample(a["array"], a["sampling_rate"], 16_000) for a in batch["audio"]]
         return extractor(waves, sampling_rate=16_000, max_length=16_000, truncation=True, padding="max_length")
 
+    def clip_by_clip(batch):  # right, written another way: one call per clip, the column built by hand
+        values = []
+        for a in batch["audio"]:
+            wave = resample(a["array"], a["sampling_rate"], 16_000)
+            values.append(extractor(wave, sampling_rate=16_000, max_length=8_000, truncation="longest_first",
+                                    padding="max_length")["input_values"][0])
+        return {"input_values": values}
+
+    def no_padding(batch):  # long clips cut, short ones left short: the check's tones are all over 0.5 s
+        waves = [resample(a["array"], a["sampling_rate"], 16_000) for a in batch["audio"]]
+        return extractor(waves, sampling_rate=16_000, max_length=8_000, truncation=True)
+
     assert l12.q4.evaluate(right, sounds, extractor).status == "correct"
+    assert l12.q4.evaluate(clip_by_clip, sounds, extractor).status == "correct"
     assert "resample it to 16 kHz" in l12.q4.evaluate(no_resampling, sounds, extractor).message
     assert "8,000" in l12.q4.evaluate(one_second, sounds, extractor).message
+    assert "short clips must be padded" in l12.q4.evaluate(no_padding, sounds, extractor).message
 
 
 def test_1_3_q1(tokenizer):
@@ -122,7 +136,16 @@ def test_1_3_q1(tokenizer):
     def one_sentence(batch):
         return tokenizer(batch["sentence1"], truncation=True, max_length=16)
 
+    def by_keyword(batch):  # right, written another way: the pair by keyword, the strategy by name
+        return tokenizer(text=batch["sentence1"], text_pair=batch["sentence2"], truncation="longest_first",
+                         max_length=16)
+
+    def max_length_only(batch):  # the same tokens: max_length alone turns truncation on (longest_first)
+        return tokenizer(batch["sentence1"], batch["sentence2"], max_length=16)
+
     assert l13.q1.evaluate(right, split, tokenizer).status == "correct"
+    assert l13.q1.evaluate(by_keyword, split, tokenizer).status == "correct"
+    assert l13.q1.evaluate(max_length_only, split, tokenizer).status == "correct"
     assert "max_length=16" in l13.q1.evaluate(too_long, split, tokenizer).message
     assert "two [SEP]" in l13.q1.evaluate(one_sentence, split, tokenizer).message
 

@@ -216,3 +216,7 @@ def test_q4_zero2_row():
     assert "DDP's row" in q4.evaluate(120).message
     assert "in bytes" in q4.evaluate(16.64e9).message
     assert "divided among the 64 devices" in q4.evaluate(15).message
+    assert q4.evaluate((2 + (2 + 12) / 64) * 7.5).status == "correct"  # right, another way: bytes per parameter
+    assert q4.evaluate(16.6406).status == "correct"
+    for off_by_one in (2 * 7.5 + 14 * 7.5 / 65, 2 * 7.5 + 15 * 7.5 / 64):  # mutants accepted before (issue 41)
+        assert "divided among the 64 devices" in q4.evaluate(off_by_one).message

@@ -34,7 +34,7 @@ def test_5_2_q3_the_most_workers_can_save():
 
 FOUND = {"world": 2, "stepped": 5, "returned": "profile", "is_profile": True, "recorded": RECORDED,
          "labels": {"forward": RECORDED, "backward": RECORDED, "optimizer": RECORDED},
-         "step_in_optimizer": True, "reduce_in_backward": True}
+         "step_in_optimizer": True, "reduce_in_backward": True, "stale": 0}
 
 
 @pytest.mark.parametrize("change, message", [
@@ -45,6 +45,7 @@ FOUND = {"world": 2, "stepped": 5, "returned": "profile", "is_profile": True, "r
     ({"labels": {"forward": 3, "backward": 3, "optimizer": 0}}, "'optimizer' (0 of 3)"),
     ({"step_in_optimizer": False}, "does not contain optimizer.step()"),
     ({"reduce_in_backward": False}, "put loss.backward() inside it"),
+    ({"stale": 4}, "4 of 5 backward passes began with the gradients of earlier batches"),  # a mutant (issue 41)
 ])
 def test_5_2_q1_names_what_the_profiler_missed(change, message):
     _judge(0, FOUND)  # everything recorded: no complaint

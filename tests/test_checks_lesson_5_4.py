@@ -45,12 +45,14 @@ def test_5_4_q1_a_right_agent_and_torchrun_leaves_the_environment_alone(monkeypa
     (_agent(**{"--rdzv-id": None}), "same job id"),
     (_agent(env={}), "does not pin gloo to eth1"),
     (_agent(env={"NCCL_SOCKET_IFNAME": INTERFACE}), "does not pin gloo"),
+    (_agent(env={"GLOO_SOCKET_IFNAME": INTERFACE, "NCCL_SOCKET_IFNAME_": INTERFACE}),  # a mutant (issue 41)
+     "sets NCCL_SOCKET_IFNAME_, which nothing reads"),
     (_agent(script=["effitrain_helpers/training/train.py"]), "as a module"),
     (_agent(**{"--rdzv-endpoint": None, "--nnodes": "two"}), "refused these arguments"),
     (lambda r: ["--nnodes", "2"], "should return (args, env)"),
     ("torchrun --nnodes 2", "pass your agent function itself"),
 ], ids=["standalone", "static-backend", "own-endpoint", "nnodes-4", "nproc-4", "id-per-node", "no-id",
-        "no-env", "nccl-only", "script-path", "unparsable", "no-env-returned", "not-a-function"])
+        "no-env", "nccl-only", "misspelt-variable", "script-path", "unparsable", "no-env-returned", "not-a-function"])
 def test_5_4_q1_names_each_mistake(agent, words):
     result = l54.q1.evaluate(agent)
     assert result.status == "incorrect" and words in result.message, result.message

@@ -330,3 +330,175 @@ def test_the_overlap_timeline_draws_one_bar_per_all_reduce_and_refuses_an_empty_
     plt.close(fig)
     with pytest.raises(ValueError, match=r"overlap\['ran'\] is empty"):
         plots.plot_overlap_timeline({**overlap, "ran": []}, [2**21])
+
+
+# ---------------------------------------------------------------- q4: the overlapped, bucketed sync
+
+def overlapped_syncs() -> dict:
+    """q4's answers: the right one, two right ones written another way, and each named mistake (with the words
+    its message must hold), built here so that they travel to the workers by value."""
+    import torch
+    import torch.distributed as dist
+
+    from effitrain_helpers.engines.gradient_sync import gradient_buckets
+
+    class Right:
+        def __init__(self, model, bucket_bytes):
+            self.buckets = gradient_buckets(model.parameters(), bucket_bytes)
+            self.hook(model)
+            self.reset()
+
+        def hook(self, model):
+            for b, bucket in enumerate(self.buckets):
+                for p in bucket:
+                    p.register_post_accumulate_grad_hook(lambda p, b=b: self.arrive(b))
+
+        def reset(self):
+            self.arrived, self.pending = [0] * len(self.buckets), []
+
+        def ready(self) -> list[int]:  # the buckets to launch now: the next ones in order, once complete
+            n, found = len(self.pending), []
+            while n < len(self.buckets) and self.arrived[n] == len(self.buckets[n]):
+                found.append(n)
+                n += 1
+            return found
+
+        def arrive(self, b):
+            self.arrived[b] += 1
+            for n in self.ready():
+                self.launch(n)
+
+        def launch(self, n):
+            flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[n]])
+            self.pending.append((n, flat, dist.all_reduce(flat, async_op=True)))
+
+        def finish(self, n, flat, work):
+            work.wait()
+            for p, g in zip(self.buckets[n], flat.split([p.numel() for p in self.buckets[n]])):
+                p.grad.copy_(g.view_as(p) / dist.get_world_size())
+
+        def wait(self):
+            for n, flat, work in self.pending:
+                self.finish(n, flat, work)
+            sent = len(self.pending)
+            self.reset()
+            if sent < len(self.buckets):
+                raise RuntimeError(f"bucket {sent} was never launched")
+
+    class PerParameter(Right):  # right: each gradient divided, then all-reduced in place, one call per tensor
+        def launch(self, n):
+            works = []
+            for p in self.buckets[n]:
+                p.grad /= dist.get_world_size()
+                works.append(dist.all_reduce(p.grad, async_op=True))
+            self.pending.append((n, None, works))
+
+        def finish(self, n, flat, works):
+            for work in works:
+                work.wait()
+
+    class DividedFirst(Right):  # right: the flat bucket divided before it is sent
+        def launch(self, n):
+            flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[n]]) / dist.get_world_size()
+            self.pending.append((n, flat, dist.all_reduce(flat, async_op=True)))
+
+        def finish(self, n, flat, work):
+            work.wait()
+            for p, g in zip(self.buckets[n], flat.split([p.numel() for p in self.buckets[n]])):
+                p.grad.copy_(g.view_as(p))
+
+    class AfterBackward(Right):  # every bucket launched in wait(): no overlap
+        def arrive(self, b):
+            self.arrived[b] += 1
+
+        def wait(self):
+            for n in self.ready():
+                self.launch(n)
+            super().wait()
+
+    class Blocking(Right):  # a blocking all-reduce in the hook
+        def launch(self, n):
+            flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[n]])
+            dist.all_reduce(flat)
+            self.pending.append((n, flat, None))
+
+        def finish(self, n, flat, work):
+            for p, g in zip(self.buckets[n], flat.split([p.numel() for p in self.buckets[n]])):
+                p.grad.copy_(g.view_as(p) / dist.get_world_size())
+
+    class WaitInHook(Right):  # async, then waited at once, still in the hook
+        def launch(self, n):
+            super().launch(n)
+            self.pending[-1][2].wait()
+
+    class ArrivalOrder(Right):  # each bucket launched as soon as it is complete, whatever came before
+        def arrive(self, b):
+            self.arrived[b] += 1
+            if self.arrived[b] == len(self.buckets[b]):
+                self.launch(b)
+
+    class NeverWaited(Right):  # the sums read without waiting for them
+        def finish(self, n, flat, work):
+            for p, g in zip(self.buckets[n], flat.split([p.numel() for p in self.buckets[n]])):
+                p.grad.copy_(g.view_as(p) / dist.get_world_size())
+
+    class NotDivided(Right):
+        def finish(self, n, flat, work):
+            work.wait()
+            for p, g in zip(self.buckets[n], flat.split([p.numel() for p in self.buckets[n]])):
+                p.grad.copy_(g.view_as(p))
+
+    class LastNeverLaunched(Right):  # the last bucket is never launched (its wait() then raises)
+        def ready(self):
+            return [n for n in super().ready() if n < len(self.buckets) - 1]
+
+    class CountsNeverReset(Right):  # the counts of the first backward stay: nothing leaves in the second
+        def wait(self):
+            for n, flat, work in self.pending:
+                self.finish(n, flat, work)
+
+    class EveryParameterHooked(Right):  # a hook on every parameter: a frozen one refuses it
+        def hook(self, model):
+            where = {id(p): b for b, bucket in enumerate(self.buckets) for p in bucket}
+            for p in model.parameters():
+                p.register_post_accumulate_grad_hook(lambda p: self.arrive(where[id(p)]))
+
+    class ReturnsWithoutAllBuckets(Right):  # a bucket never launched, and wait() says nothing
+        def wait(self):
+            for n, flat, work in self.pending:
+                self.finish(n, flat, work)
+            self.reset()
+
+    return {Right: None, PerParameter: None, DividedFirst: None,
+            AfterBackward: "no all-reduce was launched during backward",
+            Blocking: "without async_op=True", WaitInHook: "a work.wait() ran during backward",
+            ArrivalOrder: "the ranks launched the buckets in different orders (rank 0: 0, 1, 2; rank 1: 1, 0, 2)",
+            NeverWaited: "3 of the 3 all-reduces launched with async_op=True were never waited for",
+            NotDivided: "the gradients are 2 times too large",
+            LastNeverLaunched: "bucket 2 (embed.weight) was never all-reduced",
+            CountsNeverReset: "nothing was launched in backward 2",
+            EveryParameterHooked: "a frozen parameter (requires_grad=False) gets no gradient and takes no hook",
+            ReturnsWithoutAllBuckets: "yet wait() returned"}
+
+
+@pytest.mark.slow
+def test_q4_judges_right_and_wrong_overlapped_syncs_by_what_they_do():
+    """Every class above judged in one launch of 2 processes (and the right ones in one of 3): the right ones in
+    three forms accepted, each named mistake recognised by its own message."""
+    answers = overlapped_syncs()
+    verdicts = l62.judge_overlapped_syncs(list(answers))
+    for (cls, words), verdict in zip(answers.items(), verdicts):
+        if words is None:
+            assert verdict is None, (cls.__name__, verdict)
+        else:
+            assert verdict is not None and words in str(verdict), (cls.__name__, verdict)
+
+
+def test_q4_refuses_the_lessons_own_class_and_an_instance_without_a_process():
+    from effitrain_helpers.engines.gradient_sync import OverlappedSync
+
+    mine = type("OverlappedSync", (OverlappedSync,), {})
+    result = l62.q4.evaluate(mine)
+    assert result.status == "incorrect" and "is the lesson's own (gradient_sync.OverlappedSync)" in result.message
+    result = l62.q4.evaluate(object())
+    assert result.status == "incorrect" and "pass your class itself" in result.message

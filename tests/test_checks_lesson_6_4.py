@@ -190,6 +190,32 @@ class SumReducedTwice(torch.autograd.Function):
         return grad
 
 
+class CopyReducedInPlace(torch.autograd.Function):
+    """The incoming gradient all-reduced in place: right values in the MLP, wrong where autograd shares it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        dist.all_reduce(grad)
+        return grad
+
+
+class SumReducedInPlace(torch.autograd.Function):
+    """The caller's partial sum all-reduced in place: right values in the MLP, the caller's tensor changed."""
+
+    @staticmethod
+    def forward(ctx, x):
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
 def test_q2_q3_refuse_what_is_not_an_autograd_function_and_the_lessons_own():
     assert "torch.autograd.Function subclass" in q2.evaluate(lambda x: x).message
     assert "torch.autograd.Function subclass" in q3.evaluate(nn.Linear).message
@@ -207,8 +233,11 @@ def test_q2_q3_refuse_what_is_not_an_autograd_function_and_the_lessons_own():
                  marks=pytest.mark.exhaustive),
     pytest.param(q2, CopyReturnsInput, None, marks=pytest.mark.exhaustive),
     pytest.param(q3, SumIntoNewTensor, None, marks=pytest.mark.exhaustive),
+    (q2, CopyReducedInPlace, "with f(x) + x the other branch got the reduced gradient too"),  # mutants (issue 41)
+    pytest.param(q3, SumReducedInPlace, "the caller's partial sum became the total",  # accepted before (issue 41)
+                 marks=pytest.mark.exhaustive),
 ], ids=["q2-right", "q2-no-backward-all-reduce", "q3-right", "q3-all-reduce-forgotten", "q3-reduced-twice",
-        "q2-right-returns-input", "q3-right-new-tensor"])
+        "q2-right-returns-input", "q3-right-new-tensor", "q2-reduced-in-place", "q3-reduced-in-place"])
 def test_q2_q3_run_the_pair_in_2_processes(exercise, answer, words):
     result = exercise.evaluate(answer)
     if words is None:

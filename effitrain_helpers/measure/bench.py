@@ -31,7 +31,7 @@ import torch
 from effitrain_helpers.core.devices import available_devices, cpu_model_name
 from effitrain_helpers.core.language import msg, number, tr
 from effitrain_helpers.core.settings import SETTINGS
-from effitrain_helpers.core.validate import positive_int
+from effitrain_helpers.core.validate import positive_int, positive_number
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICE_CHOICES = ("cpu", "cuda", "mps", "all")
@@ -297,6 +297,62 @@ def time_budget_note(cut: dict[str, tuple[int, int]], budget_s: float) -> str:
                      for label, (kept, asked) in cut.items())
     return tr("the machine ran slower than expected, so the repeats were cut to keep this cell within its budget "
               "of {budget:.0f} s: {rows}; fewer repeats give a rougher median", budget=budget_s, rows=rows)
+
+
+MIN_STEPS = 3  # a training run cut by its time budget keeps this many steps (the first warms up, two are timed)
+
+
+@dataclass
+class StepBudget:
+    """How many steps a timing cell's training runs take: ``asked``, or fewer (``steps``) when the machine was
+    ``busy`` and ``runs`` runs of ``asked`` steps of ``step_s`` seconds (a step timed in this notebook) would
+    overrun ``budget_s``. See :func:`step_budget`."""
+
+    asked: int
+    steps: int
+    step_s: float
+    runs: int
+    budget_s: float
+    busy: str = ""
+
+    @property
+    def seconds(self) -> float:
+        """About how long the training steps take, at ``asked`` steps (before any cut)."""
+        return self.runs * self.asked * self.step_s
+
+    def announce(self, fresh_processes: int = 0) -> str:
+        """The line a timing cell prints before its runs: about how long their steps take at this size, from
+        what, and that a busy machine gets fewer steps instead of a longer wait."""
+        line = tr("training: about {seconds:.0f} s of steps at this size ({runs} runs x {steps} steps x "
+                  "{step_ms:.0f} ms, a step timed just now)", seconds=max(1, self.seconds), runs=self.runs,
+                  steps=self.asked, step_ms=self.step_s * 1e3)
+        if fresh_processes:
+            line += tr(", plus starting {n} fresh processes", n=fresh_processes)
+        line += tr("; on a busy machine the steps are cut to keep within {budget:.0f} s, and a note says so",
+                   budget=self.budget_s)
+        return "\n".join(filter(None, [line, self.note()]))
+
+    def note(self) -> str:
+        """Why the runs take fewer steps than asked ("" when they do not); :meth:`announce` ends with it."""
+        if self.steps == self.asked:
+            return ""
+        return tr("the machine is busy ({busy}), so each run trains {kept} of its {asked} steps to keep within "
+                  "{budget:.0f} s; fewer steps give a rougher time per step and a loss from earlier in training",
+                  busy=self.busy, kept=self.steps, asked=self.asked, budget=self.budget_s)
+
+
+def step_budget(asked: int, step_s: float, runs: int, budget_s: float, busy: str | None = None) -> StepBudget:
+    """The steps ``runs`` training runs may take: ``asked``, unless the machine is ``busy`` (a reason from
+    :func:`busy_reason`, sampled now when None; kept in the result) and ``runs x asked x step_s`` exceeds
+    ``budget_s``; then as many as fit, at least :data:`MIN_STEPS` (never more than asked)."""
+    positive_int("asked", asked)
+    positive_int("runs", runs)
+    positive_number("budget_s", budget_s, example="budget_s=30")
+    busy = busy_reason() if busy is None else busy
+    steps = asked
+    if busy and runs * asked * step_s > budget_s:
+        steps = min(asked, max(MIN_STEPS, int(budget_s // (runs * max(step_s, 1e-9)))))
+    return StepBudget(asked, steps, step_s, runs, budget_s, busy)
 
 
 # ---------------------------------------------------------------- measuring

@@ -95,6 +95,7 @@ def _rank(config: dict, dispatch, combine) -> dict[str, Any]:
         loss.backward()
     written.append(bytes_written())
     gaps = {"output": (out.detach() - ref_out[rank]).abs().max().item()}
+    scales = {"output": ref_out[rank].abs().max().item()}  # the largest reference value, for relative gaps
     if gradients:
         dist.all_reduce(shard.router.grad)  # a replicated router: its gradients summed, as data parallelism does
         local = slice(shard.first, shard.first + shard.local)
@@ -102,13 +103,16 @@ def _rank(config: dict, dispatch, combine) -> dict[str, Any]:
                      "grad router": (shard.router.grad - layer.router.grad).abs().max().item(),
                      "grad w1": (shard.w1.grad - layer.w1.grad[local]).abs().max().item(),
                      "grad w2": (shard.w2.grad - layer.w2.grad[local]).abs().max().item()})
+        scales.update({"grad x": xs[rank].grad.abs().max().item(), "grad router": layer.router.grad.abs().max().item(),
+                       "grad w1": layer.w1.grad[local].abs().max().item(),
+                       "grad w2": layer.w2.grad[local].abs().max().item()})
     _, counts = plans[0]
     send_splits = torch.bincount(routing.expert, minlength=layer.num_experts).view(world, -1).sum(1).tolist()
     recv_splits = counts.sum(1).tolist()
     measured = {"dispatch": written[1] - written[0], "combine": written[2] - written[1]}
     if gradients:
         measured["backward"] = written[4] - written[3]
-    return {"rank": rank, "world": world, "tokens": tokens[rank], "gaps": gaps,
+    return {"rank": rank, "world": world, "tokens": tokens[rank], "gaps": gaps, "scales": scales,
             "chosen": routing.wanted.tolist(), "kept": routing.kept.tolist(), "dropped": routing.dropped,
             "capacity": routing.capacity, "aux_loss": float(routing.aux_loss),
             "received": counts.sum(0).tolist(),

@@ -32,6 +32,25 @@ def low_precision_memory_ratio(fp32_run: TechniquesRun) -> float:
     return (fp32_run.activation_bytes / 2 + 2 * fp32_run.matmul_weights) / fp32_run.activation_bytes
 
 
+def training_step_seconds(accelerator, model, optimizer, batch: dict, repeats: int = 3) -> float:
+    """Seconds of one training step (forward, backward, optimizer step) of an ``accelerator``-prepared ``model``
+    on ``batch`` in this process: the fastest of ``repeats`` steps after a warm-up step (the least disturbed by
+    other programs). Lesson 3.3 times its runs' step this way before them, to say how long they take."""
+    import time
+
+    from effitrain_helpers.measure.bench import synchronize
+
+    times = []
+    for _ in range(repeats + 1):
+        started = time.perf_counter()
+        accelerator.backward(model(**batch).loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        synchronize(str(accelerator.device))
+        times.append(time.perf_counter() - started)
+    return min(times[1:])
+
+
 def measure_precision(precisions: tuple[str, ...] = PRECISIONS, steps: int = 8, batch_size: int = 8,
                       seq_len: int = 32, in_this_process: str | None = None) -> dict[str, TechniquesRun]:
     """The same training in each precision, each in a fresh process, except ``in_this_process``: a precision

@@ -359,10 +359,9 @@ q1 = Exercise(
            "sequence-classification head is named after its task (transformers docs, 'Auto Classes': "
            "AutoModelFor...); its `from_pretrained` takes the number of labels. `AutoTokenizer` reads the "
            "tokenizer the same way; then the Accelerator and its `prepare` method (accelerate docs, 'Accelerator').",
-           "model = ____.from_pretrained(____, ____=2)\n"
-           "tokenizer = ____.from_pretrained(____)\n"
-           "accelerator = ____\n"
-           "model = ____.prepare(____)"],
+           "Load both from `path` with their Auto classes (two labels for the head), make an Accelerator, and"
+           " give the model to its prepare: keep what prepare returns as your model, since that is the one "
+           "placed on the device."],
     solution_code=(
         "def load_and_prepare(path):\n"
         "    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)\n"
@@ -401,10 +400,9 @@ q3 = Exercise(
            "its `blocked_autorange()` (or `timeit(number)`) returns a Measurement whose `median` is the seconds "
            "of one run of `stmt` (PyTorch docs, 'Benchmark Utils - torch.utils.benchmark'). A GFLOP is a "
            "billion FLOPs: write that power of ten yourself.",
-           "a = torch.____(n, n, dtype=____)\n"
-           "timer = benchmark.Timer(stmt=____, globals=____)\n"
-           "seconds = timer.____\n"
-           "return ____ / seconds / ____"],
+           "Make both matrices with torch's standard-normal generator in the dtype given, hand the Timer "
+           "their product as a string with the two tensors in its globals, and read the median seconds of one"
+           " product from its measurement; then FLOPs over seconds, in billions."],
     solution_code=(
         "from torch.utils import benchmark\n\n"
         "def matmul_gflops(n, dtype):\n"

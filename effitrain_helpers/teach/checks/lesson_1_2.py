@@ -97,6 +97,14 @@ def _check_audio_map(fn, dataset, extractor) -> None:
         if not np.allclose(got, want["input_values"][0], atol=1e-4):
             raise Incorrect(tr("a clip recorded at {sampling_rate} Hz came out different: resample it to 16 kHz "
                                "before the feature extractor.", sampling_rate=audio['sampling_rate']))
+    # a clip shorter than half a second (the tones above are all longer) must come out padded to 8,000 too
+    first = sample[0]
+    audio = first["audio"]
+    short = {**audio, "array": list(audio["array"][:audio["sampling_rate"] // 5])}
+    got = np.asarray(fn({**{column: [value] for column, value in first.items()}, "audio": [short]})["input_values"][0])
+    if got.shape != (8_000,):
+        raise Incorrect(tr("a clip of 0.2 s became {count} values: short clips must be padded up to 8,000 too "
+                           "(long ones cut, short ones filled).", count=got.shape[0]))
 
 
 q1 = Exercise(
@@ -110,8 +118,9 @@ q1 = Exercise(
            "`resample(wave, from_rate, to_rate)` (this lesson's helper, used above); then call the extractor "
            "with the rate it expects (one of its attributes, printed above) and ask it for PyTorch tensors: both "
            "are arguments of its `__call__` (transformers docs, 'Feature Extractor').",
-           "wave = resample(clip[\"array\"], ____, ____)\n"
-           "inputs = feature_extractor(wave, sampling_rate=____, ____=\"pt\")"],
+           "Resample from the clip's own rate (a key of the clip, beside 'array') to the extractor's rate; "
+           "then give the extractor that same rate and ask it for PyTorch tensors, as `preprocess_audio` "
+           "above does for a whole batch."],
     solution_code=(
         "rate = feature_extractor.sampling_rate\n"
         "wave = resample(clip[\"array\"], clip[\"sampling_rate\"], rate)\n"
@@ -128,8 +137,9 @@ q2 = Exercise(
            "Its settings are attributes of the processor, printed above: the rescale factor (1/255), and a mean "
            "and a standard deviation per colour channel (transformers docs, 'ViT image processor', gives their "
            "names).",
-           "white = (255 * p.____ - ____) / ____\n"
-           "black: the same with 0 in place of 255 (and nothing to rescale)."],
+           "Follow one white pixel through the two steps: rescale it, then subtract the channel's mean and "
+           "divide by the channel's standard deviation (the processor keeps one of each per channel, in "
+           "lists). Black takes the same walk from 0."],
     solution_code=(
         "p = image_processor\n"
         "white = (255 * p.rescale_factor - p.image_mean[0]) / p.image_std[0]\n"
@@ -146,7 +156,8 @@ q3 = Exercise(
     hints=["Same as `preprocess_images`, with one more argument to the processor.",
            "The image processor's call accepts `size=` as a dict with 'height' and 'width' that overrides its "
            "own (transformers docs, 'ViT image processor'); a batched map function returns a dict of lists.",
-           "out = image_processor(batch[\"image\"], size={\"height\": ____, \"width\": ____})"],
+           "Call the processor on the batch's images as `preprocess_images` does, with the thumbnail size the"
+           " exercise asks for in that dict, and return only the 'pixel_values' column."],
     solution_code=(
         "def to_thumbnails(batch):\n"
         "    out = image_processor(batch[\"image\"], size={\"height\": 64, \"width\": 64})\n"
@@ -163,7 +174,9 @@ q4 = Exercise(
     hints=["Resample every clip to 16 kHz first, as in `preprocess_audio`; then make every clip 0.5 s long.",
            "0.5 s x 16,000 Hz samples; the extractor cuts with `truncation=True` and `max_length=`, and fills "
            "with `padding=\"max_length\"` (transformers docs, 'Padding and truncation').",
-           "return feature_extractor(waves, sampling_rate=16_000, max_length=____, truncation=____, padding=____)"],
+           "Resample the batch's clips as in `preprocess_audio`, then call the extractor once on the whole "
+           "list at 16 kHz with the three arguments of hint 2: the length in samples, cutting on, and padding"
+           " up to that length."],
     solution_code=(
         "def half_second(batch):\n"
         "    waves = [resample(a[\"array\"], a[\"sampling_rate\"], 16_000) for a in batch[\"audio\"]]\n"

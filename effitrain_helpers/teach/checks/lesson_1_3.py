@@ -121,7 +121,8 @@ q1 = Exercise(
     hints=["Start from `tokenize` above; change one argument.",
            "The tokenizer takes the two sentences as a pair (`text`, `text_pair`) and cuts with `truncation=True` "
            "and `max_length=` (transformers docs, 'Tokenizer', `__call__`).",
-           "return tokenizer(batch[\"sentence1\"], ____, truncation=____, max_length=____)"],
+           "Keep `tokenize`'s call as it is and change only how long a pair may be: the exercise's length, "
+           "counted over both sentences together, with cutting turned on."],
     solution_code=(
         "def tokenize_short(batch):\n"
         "    return tokenizer(batch[\"sentence1\"], batch[\"sentence2\"], truncation=True, max_length=16)\n\n"
@@ -147,7 +148,8 @@ q3 = Exercise(
     hints=["GPU tensor cores are fastest when sizes are multiples of 8.",
            "`DataCollatorWithPadding` pads each batch to its longest row; one of its arguments rounds that "
            "length up (transformers docs, 'Data Collator').",
-           "collator_8 = DataCollatorWithPadding(tokenizer, ____=____)"],
+           "Make the collator with the tokenizer as `collator` above does, adding the argument of hint 2 with"
+           " the multiple the exercise asks for."],
     solution_code="collator_8 = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
     "q3.check(collator_8, tokenized[\"train\"])",
 )
@@ -162,8 +164,9 @@ q4 = Exercise(
            "the world size comes from accelerate, made inside the function (each process makes its own).",
            "That object's `prepare(...)` takes a `DataLoader` and returns the loader to iterate in this process "
            "(accelerate docs, 'prepare'); `who_got_what` above does it with more options.",
-           "accelerator = ____\n"
-           "loader = accelerator.prepare(DataLoader(____, batch_size=____, collate_fn=____))"],
+           "Make the Accelerator inside the function; wrap the dataset in a DataLoader with the exercise's "
+           "batch size and the collator you were given, pass it through prepare, and list the 'idx' of every "
+           "batch this process receives."],
     solution_code=(
         "def my_shard(dataset, collate_fn):\n"
         "    from accelerate import Accelerator\n"

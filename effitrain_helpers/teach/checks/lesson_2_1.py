@@ -148,6 +148,7 @@ def _train_counting(fn, n_rows: int) -> dict:
 def _check_make_arguments(fn) -> None:
     """Build the learner's TrainingArguments here (are they some?), then train a real Trainer with them in
     PROCESSES real processes and count the rows every optimizer step saw, in all the processes together."""
+    import os
     import tempfile
 
     from transformers import TrainingArguments
@@ -159,6 +160,9 @@ def _check_make_arguments(fn) -> None:
     if not isinstance(args, TrainingArguments):
         raise Incorrect(tr("make_arguments should return transformers.TrainingArguments(...), which Trainer "
                            "takes as args=; yours returned {kind}.", kind=type(args).__name__))
+    if os.path.abspath(args.output_dir) != os.path.abspath(out):
+        raise Incorrect(tr("the Trainer writes into {got!r}, not the output_dir your function was given: pass it "
+                           "on (output_dir=output_dir).", got=args.output_dir))
     if not args.use_cpu:
         raise Incorrect(tr("use_cpu is left False: on a machine with a GPU this Trainer would train there, and the "
                            "exercise keeps the run on the CPU, as exercise 1 does."))
@@ -248,9 +252,10 @@ q1 = Exercise(
         "Trainer that gets the model, the arguments, both datasets, a collator that pads and the metrics.",
         "transformers docs, 'Trainer' and 'TrainingArguments'; the cells above build both. The collator is "
         "DataCollatorWithPadding(tokenizer); compute_metrics is the workbook's trainer_metrics.",
-        "args = TrainingArguments(output_dir=____, num_train_epochs=____, learning_rate=____, ...)\n"
-        "return Trainer(model=____, args=____, train_dataset=____, eval_dataset=____,\n"
-        "               data_collator=____, compute_metrics=____)",
+        "Build the TrainingArguments with the folder you were given and the values the exercise lists "
+        "(epochs, learning rate, batch size, when to evaluate and log, the CPU, no checkpoints, no "
+        "reporting), then return a Trainer given the model, those arguments, the train and evaluation splits,"
+        " the padding collator and trainer_metrics.",
     ],
     solution_code=(
         "def make_trainer(model, tokenizer, train_data, eval_data, output_dir):\n"
@@ -272,7 +277,8 @@ q2 = Exercise(
            "NumPy: each row's predicted class is the index of its largest logit (a NumPy array method; which "
            "axis?); the mean of a boolean array is the fraction of True (transformers docs, 'Trainer', "
            "compute_metrics).",
-           "return {\"accuracy\": float((____ == ____).mean())}"],
+           "Compare the predicted classes with the labels element by element: the mean of that comparison is "
+           "the accuracy. Return it as a Python float, in a dict, under the name 'accuracy'."],
     solution_code=(
         "def my_metrics(eval_pred):\n    logits, labels = eval_pred\n"
         "    return {\"accuracy\": float((logits.argmax(-1) == labels).mean())}\n\nq2.check(my_metrics)"
@@ -307,9 +313,9 @@ q4 = Exercise(
            "batch of each device and one for accumulating gradients; Trainer's get_total_train_batch_size "
            "shows how they combine with the world size. Keep the run on the CPU with the same argument as "
            "exercise 1.",
-           "accumulation = ____ // (____)  # micro-batches per process per step\n"
-           "return TrainingArguments(output_dir=____, per_device_train_batch_size=____,\n"
-           "                         ____, ____)"],
+           "Work out the accumulation from the global batch, the per-device batch and the number of "
+           "processes; return TrainingArguments with the folder given, the per-device batch of the exercise, "
+           "that accumulation, and the CPU."],
     solution_code=(
         "def make_arguments(output_dir):\n"
         "    accumulation = 16 // (4 * 2)\n"

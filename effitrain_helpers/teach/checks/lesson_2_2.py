@@ -4,8 +4,8 @@ q1's checker runs the learner's whole training function in 2 real processes (``l
 judges what happened: the model came back wrapped for DDP, Accelerate saw a world of 2, each rank trained on
 its own half of the samples, the ranks ended with identical weights, the prepared scheduler reached the end
 of its schedule, and the weights equal those of one process training on the global batches. q2's checker runs
-the learner's warm-up schedule, prepared, in 2 real processes and reads the learning rate of every optimizer
-step: its peak after the first quarter of the steps, 0 when the run ends (just after the last step) and not
+the learner's warm-up schedule, prepared, in 2 and then 3 real processes and reads the learning rate of every
+optimizer step: its peak after the first quarter of the steps, 0 when the run ends (just after the last step) and not
 before.
 """
 
@@ -138,19 +138,20 @@ def _check_training_fn(fn) -> None:
                            "pile up."))
 
 
-Q2_PROCESSES, Q2_SAMPLES, Q2_BATCH, Q2_EPOCHS, Q2_LR = 2, 32, 4, 2, 0.1  # q2: 4 batches per epoch and rank
+Q2_WORLDS, Q2_SAMPLES, Q2_BATCH, Q2_EPOCHS, Q2_LR = (2, 3), 64, 4, 2, 0.1  # q2: 8, then 6 batches per epoch and rank
 
 
 def _run_learner_schedule(fn) -> dict:
     """Inside one launched process: prepare a tiny model, its SGD optimizer and loader with a real Accelerator,
     run the learner's ``fn(accelerator, model, optimizer, train_loader, epochs)`` and report the learning rate
-    each optimizer step used, the rate at the end, and how often a prepared scheduler's ``step`` was called."""
+    each optimizer step used, the rate at the end, how often a prepared scheduler's ``step`` was called, and how
+    many backward passes began with gradients of an earlier batch still in the parameters (zero_grad left out)."""
     import torch
     from accelerate import Accelerator
     from accelerate.scheduler import AcceleratedScheduler
     from torch.utils.data import DataLoader
 
-    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows, watch_stale_gradients
 
     accelerator = Accelerator()
     model = tiny_model()
@@ -158,6 +159,7 @@ def _run_learner_schedule(fn) -> dict:
     used: list[float] = []  # the rate of each optimizer step, read just before it
     optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
     loader = DataLoader(tiny_rows(Q2_SAMPLES), batch_size=Q2_BATCH)
+    stale = watch_stale_gradients(model)
     model, prepared_optimizer, loader = accelerator.prepare(model, optimizer, loader)
     original, calls = AcceleratedScheduler.step, []
 
@@ -173,11 +175,27 @@ def _run_learner_schedule(fn) -> dict:
         AcceleratedScheduler.step = original
     trained = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     return {"used": used, "final": optimizer.param_groups[0]["lr"], "prepared_calls": len(calls),
-            "per_epoch": len(loader), "world": accelerator.num_processes, "trained": trained}
+            "per_epoch": len(loader), "world": accelerator.num_processes, "trained": trained,
+            "stale": sum(stale[1:])}
 
 
 def _check_schedule(fn) -> None:
-    first = run_learner_in_processes(_run_learner_schedule, fn, processes=Q2_PROCESSES, timeout=120)[0]
+    """The learner's schedule in 2 processes, then (if right there) in 3: a number of processes written as a
+    literal is right in one world size only."""
+    for world in Q2_WORLDS:
+        first = run_learner_in_processes(_run_learner_schedule, fn, processes=world, timeout=120)[0]
+        try:
+            _judge_schedule(first)
+        except Incorrect as err:
+            if world == Q2_WORLDS[0]:
+                raise
+            raise Incorrect(tr("right in {right} processes, wrong in {world}: {why} Is the number of processes "
+                               "written as a number? Read it from the Accelerator.", right=Q2_WORLDS[0],
+                               world=world, why=err)) from None
+
+
+def _judge_schedule(first: dict) -> None:
+    """Raises Incorrect, naming the mistake, unless one rank's record of a run is the schedule asked for."""
     used, final, per_epoch = first["used"], first["final"], first["per_epoch"]
     steps, warm = len(used), first["per_epoch"] * Q2_EPOCHS // 4
     if steps != Q2_EPOCHS * per_epoch:
@@ -187,6 +205,10 @@ def _check_schedule(fn) -> None:
     if not first["trained"]:
         raise Incorrect(tr("the weights never changed: the optimizer stepped with no gradients. Each batch's loss "
                            "must go backward first, with accelerator.backward(loss)."))
+    if first["stale"]:
+        raise Incorrect(tr("{count} of {steps} backward passes began with the gradients of earlier batches still "
+                           "in the parameters, so they add up from step to step: clear them once per optimizer "
+                           "step (optimizer.zero_grad()).", count=first["stale"], steps=steps))
     changes = [i for i in range(1, steps) if not math.isclose(used[i], used[i - 1])]
     if not changes and math.isclose(final, used[0]):
         raise Incorrect(tr("the learning rate never changed (it stayed at {lr:.3g}): call scheduler.step() "
@@ -253,14 +275,10 @@ q1 = Exercise(
            "accelerator.prepare(...) returns its arguments wrapped, in the same order (Accelerate docs: "
            "'Accelerator.prepare'); in the loop, the backward pass is accelerator.backward(...), then the "
            "optimizer step, the scheduler step and zero_grad.",
-           "accelerator = ____()\n"
-           "model, optimizer, ____ = accelerator.prepare(____)\n"
-           "for epoch in range(____):\n"
-           "    for batch in ____:\n"
-           "        loss = ____\n"
-           "        accelerator.____(____)\n"
-           "        ... three more calls ...\n"
-           "return ____"],
+           "Inside the function: an Accelerator; one prepare call for the model, the optimizer, the loader "
+           "and the scheduler, keeping the four it returns; the model in training mode; then, for each epoch "
+           "and each batch, the loss, its backward through the accelerator, and the three calls of hint 2. "
+           "Return the prepared model."],
     solution_code=(
         "def my_training(model, optimizer, train_loader, scheduler, epochs):\n"
         "    accelerator = Accelerator()\n"
@@ -283,8 +301,8 @@ q2 = Exercise(
     _check_schedule,
     usage="q2.check(train_with_warmup)",
     api=True,
-    checked=("checked in 2 real processes: the learning rate peaked after the first quarter of the optimizer "
-             "steps and reached 0 when the run ended, just after the last optimizer step, not before."),
+    checked=("checked in 2 and then 3 real processes: the learning rate peaked after the first quarter of the "
+             "optimizer steps and reached 0 when the run ended, just after the last optimizer step, not before."),
     hints=[
         "A prepared scheduler steps the scheduler it wraps once per process at every call "
         "(accelerate/scheduler.py, AcceleratedScheduler.step): count the steps of all processes together, "
@@ -292,11 +310,9 @@ q2 = Exercise(
         "transformers' get_linear_schedule_with_warmup takes num_warmup_steps and num_training_steps (docs: "
         "'Optimization', 'Schedules'); accelerator.prepare(...) wraps a scheduler too; the Accelerator knows "
         "how many processes run (an attribute: Accelerate docs, 'Accelerator').",
-        "total = ____ * len(____) * ____\n"
-        "scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=____,\n"
-        "                                            num_training_steps=____)\n"
-        "scheduler = accelerator.____(____)\n"
-        "... and one scheduler call in the loop: once per batch or once per epoch?",
+        "Count the optimizer steps of the whole run: epochs times this process's batches times the number of "
+        "processes. Build the schedule with a quarter of that for the warm-up and all of it for the length, "
+        "prepare it, and step it once per batch, after the optimizer.",
     ],
     solution_code=(
         "def train_with_warmup(accelerator, model, optimizer, train_loader, epochs):\n"

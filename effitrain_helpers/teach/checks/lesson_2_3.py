@@ -172,13 +172,9 @@ q1 = Exercise(
            "Accelerate docs, 'Accelerator.gather_for_metrics': like gather, but it drops the samples added to "
            "even out the last batches. torch.cat joins the per-batch tensors; the argmax of a batch's logits "
            "gives its classes.",
-           "model.____()\n"
-           "predictions = ____\n"
-           "with torch.____():\n"
-           "    for batch in ____:\n"
-           "        predicted = ____\n"
-           "        predictions.append(____)\n"
-           "return ____"],
+           "Put the model in evaluation mode, and with gradients off run each batch of the prepared loader, "
+           "take its predicted classes, and pass them through the gathering call of hint 2 before keeping "
+           "them; join the kept tensors into one at the end."],
     solution_code=(
         "def my_predictions(model, loader, accelerator):\n"
         "    model.eval()\n"
@@ -203,10 +199,8 @@ q2 = Exercise(
            "Accelerate docs, 'Accelerator.wait_for_everyone': every process stops there until all have "
            "arrived. For the clock, Python's time module has one meant for measuring short intervals (its docs "
            "say which); the answer is seconds per step, not the total.",
-           "accelerator.____()  # before the clock starts, and again before it stops\n"
-           "start = ____\n"
-           "# the n steps\n"
-           "return (____ - ____) / ____"],
+           "Wait for every process, read the clock, run the n steps, wait for every process again, read the "
+           "clock again; the difference divided by n is the answer."],
     solution_code=(
         "def my_time_steps(accelerator, step, n):\n"
         "    accelerator.wait_for_everyone()\n"

@@ -81,17 +81,35 @@ def _check_no_sync_by_hand(train_fn) -> None:
 
 def _run_learner(train_fn, k: int) -> dict:
     """In each process of the group: the learner's ``train_fn(model, optimizer, dataset, k)``, watched. Records
-    Accelerate's "synchronise now" flag at each forward pass and the optimizer steps that really happened."""
+    Accelerate's "synchronise now" flag at each forward pass, the all-reduces DDP really made (a counting comm
+    hook on the DDP model ``accelerator.prepare`` builds) and the optimizer steps that really happened."""
     import torch
     from accelerate.state import GradientState
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
 
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    flags, steps = [], []
+    flags, steps, syncs = [], [], []
     model.register_forward_hook(lambda *_: flags.append(GradientState().sync_gradients))
     optimizer.register_step_post_hook(lambda *_: steps.append(len(flags)))
-    train_fn(model, optimizer, tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS), k)
-    return {"flags": flags, "steps": steps, "weight": model.linear.weight.detach().cpu().clone()}
+
+    def counting_hook(state, bucket):
+        syncs.append(len(flags))
+        return allreduce_hook(state, bucket)
+
+    built = DistributedDataParallel.__init__
+
+    def counted(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        self.register_comm_hook(None, counting_hook)
+
+    DistributedDataParallel.__init__ = counted
+    try:
+        train_fn(model, optimizer, tiny_rows(PROCESSES * MICRO_BATCH * k * STEPS), k)
+    finally:
+        DistributedDataParallel.__init__ = built
+    return {"flags": flags, "steps": steps, "syncs": syncs, "weight": model.linear.weight.detach().cpu().clone()}
 
 
 def _big_batch_weight(k: int, lr: float = 0.1):
@@ -134,6 +152,11 @@ def _check_accumulated_training(train_fn) -> None:
         raise Incorrect(tr("the synchronisations came at micro-batches {synced}, not at every {k}-th: "
                            "gradient_accumulation_steps must be k.",
                            synced=[i + 1 for i, f in enumerate(first['flags']) if f], k=k))
+    if first["syncs"] and first["syncs"] != [k * (i + 1) for i in range(STEPS)]:
+        raise Incorrect(tr("Accelerate's flag said to synchronise at every {k}-th micro-batch, but DDP all-reduced "
+                           "after micro-batches {syncs}: accelerator.accumulate keeps DDP from all-reducing only "
+                           "for the models you give it; give it the prepared model.", k=k,
+                           syncs=first["syncs"]))
     if not first["steps"]:
         raise Incorrect(tr("the weights never changed: call optimizer.step() inside the accumulate block "
                            "(Accelerate skips it until the k-th micro-batch)."))
@@ -188,12 +211,9 @@ q1 = Exercise(
            "DistributedDataParallel, the context manager that disables gradient synchronisations). Number the "
            "micro-batches of DataLoader(dataset, batch_size=4) with a Python built-in, to know which is the "
            "k-th; the k summed gradients must average, not add up.",
-           "for i, batch in ____:  # the micro-batches of 4, numbered from 0\n"
-           "    if (i + 1) % k:  # not the k-th: accumulate only\n"
-           "        with model.____():\n"
-           "            ...  # forward, then backward of this micro-batch's share of the big batch's loss\n"
-           "    else:\n"
-           "        ...  # the same outside it (all-reduced), then step and zero_grad"],
+           "Walk through the micro-batches with their numbers. Every micro-batch but the k-th runs its "
+           "forward and backward (its loss divided by k) inside the context manager; the k-th runs them "
+           "outside it, and only then does the optimizer step and the gradients get cleared."],
     solution_code=(
         "def train_by_hand(model, optimizer, dataset, k):\n"
         "    for i, batch in enumerate(DataLoader(dataset, batch_size=4)):\n"
@@ -217,12 +237,9 @@ q2 = Exercise(
            "Accelerator(gradient_accumulation_steps=...), accelerator.prepare(...) on the model, the optimizer "
            "and a DataLoader (from torch.utils.data), and accelerator.accumulate(...) as a `with` block around "
            "each micro-batch's forward, backward and step (Accelerate docs: 'Performing gradient accumulation').",
-           "accelerator = Accelerator(____=____)\n"
-           "model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=____))\n"
-           "for batch in ____:\n"
-           "    with accelerator.____(____):\n"
-           "        loss = ____\n"
-           "        ...  # backward, step and zero_grad, as in lesson 2.2"],
+           "Create the Accelerator with k, prepare the model, the optimizer and a DataLoader of the dataset "
+           "in batches of 4, then for each batch of the prepared loader run the forward, the backward through"
+           " the accelerator, the step and zero_grad inside the accumulate block, given the prepared model."],
     solution_code=(
         "def train_accumulated(model, optimizer, dataset, k):\n"
         "    accelerator = Accelerator(gradient_accumulation_steps=k)\n"
@@ -241,8 +258,9 @@ q3 = Exercise(
            "Take the largest micro-batch that fits the budget and divides 64, then k makes up the rest.",
            "The micro-batches that divide the recipe's batch are its powers of two; one fits when b x "
            "bytes_per_sample <= budget. Python's max() over a generator picks the largest.",
-           "micro_batch = max(b for b in range(1, ____) if ____ and ____ <= budget)\n"
-           "then k is the recipe's batch divided by micro_batch."],
+           "Try every micro-batch size from 1 up to the recipe's batch; keep those that divide it exactly and"
+           " whose activations (the size times bytes_per_sample) fit the budget. The largest one kept is the "
+           "micro-batch; the recipe's batch divided by it is k."],
     solution_code=(
         "budget = 20 * bytes_per_sample\n"
         "micro_batch = max(b for b in range(1, 65) if 64 % b == 0 and b * bytes_per_sample <= budget)\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows, watch_stale_gradients
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, run_learner_in_processes
 
@@ -148,12 +148,17 @@ def _run_local_sgd(train_fn) -> dict:
 
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    counter, records = CommunicationCounter().watch(), []
+    counter, records, rows = CommunicationCounter().watch(), [], []
+    stale = watch_stale_gradients(model)
 
-    def record(*_):
+    def record():
         records.append((counter.bytes, model.linear.weight.detach().clone()))
 
-    model.register_forward_pre_hook(record)  # the state the previous step left behind
+    def before_forward(module, args, kwargs):  # the state the previous step left behind, and this batch's rows
+        record()
+        rows.append(len(kwargs["inputs"] if "inputs" in kwargs else args[0]))
+
+    model.register_forward_pre_hook(before_forward, with_kwargs=True)
     try:
         train_fn(model, optimizer, tiny_rows(PROCESSES * BATCH * STEPS), LOCAL_STEPS)
     finally:
@@ -161,7 +166,8 @@ def _run_local_sgd(train_fn) -> dict:
     record()
     parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     averages = [(b - a) / parameter_bytes for (a, _), (b, _) in zip(records, records[1:])]
-    return {"forwards": len(records) - 1, "averages": averages, "weights": [w for _, w in records[1:]]}
+    return {"forwards": len(records) - 1, "averages": averages, "weights": [w for _, w in records[1:]],
+            "rows": rows, "stale": sum(stale[1:])}
 
 
 def _check_local_sgd_loop(train_fn) -> None:
@@ -175,6 +181,13 @@ def _check_local_sgd_loop(train_fn) -> None:
     if first["forwards"] != STEPS:
         raise Incorrect(tr("each process should take {steps} steps (its half of the data, batches of {batch}); "
                            "yours took {forwards}.", steps=STEPS, batch=BATCH, forwards=first['forwards']))
+    if set(first["rows"]) != {BATCH}:
+        raise Incorrect(tr("the steps took batches of {rows} rows; the exercise's batches are {batch}: "
+                           "DataLoader(dataset, batch_size={batch}).", rows=sorted(set(first["rows"])), batch=BATCH))
+    if first["stale"]:
+        raise Incorrect(tr("{count} of {steps} backward passes began with the gradients of earlier batches still "
+                           "in the parameters, so they add up from step to step: clear them once per optimizer "
+                           "step (optimizer.zero_grad()).", count=first["stale"], steps=STEPS))
     agree = [all(torch.equal(r["weights"][s], first["weights"][s]) for r in ranks) for s in range(STEPS)]
     averages = [round(a) for a in first["averages"]]
     want = [1 if (s + 1) % LOCAL_STEPS == 0 else 0 for s in range(STEPS)]
@@ -209,7 +222,8 @@ q1 = Exercise(
            "transformers 5 calls it activation checkpointing (gradient checkpointing is the older name, kept as "
            "a deprecated alias): look for the method that enables it among PreTrainedModel's methods, in the "
            "'Model' reference of the docs.",
-           "model.____()"],
+           "One call on the model does it: the enabling method of hint 2, called with no argument; the model "
+           "stays in training mode."],
     solution_code=("def turn_on_checkpointing(model):\n    model.activation_checkpointing_enable()\n\n"
                    "q1.check(turn_on_checkpointing)"),
 )
@@ -219,7 +233,8 @@ q2 = Exercise(
     usage="q2.check(layer_input_bytes, model.config)",
     hints=["With checkpointing, each transformer layer keeps only its input: batch x sequence length x dim numbers.",
            "The config says how many layers (n_layers) and how wide (dim); a float32 takes 4 bytes.",
-           "layer_input_bytes = model.config.n_layers * ____ * ____ * model.config.dim * ____"],
+           "Multiply the number of layers by one layer's input in bytes: the batch size and the sequence "
+           "length of this lesson's run (above), the width from the config, and the bytes of one float32."],
     solution_code=("layer_input_bytes = model.config.n_layers * 8 * 64 * model.config.dim * 4\n"
                    "q2.check(layer_input_bytes, model.config)"),
 )
@@ -235,9 +250,8 @@ q3 = Exercise(
            "torch.utils.checkpoint.checkpoint(function, *inputs, ...) (PyTorch docs, 'torch.utils.checkpoint') "
            "returns what function(*inputs) returns; the docs ask you to set one keyword argument explicitly: "
            "choose the non-reentrant variant they recommend.",
-           "for block in ____:\n"
-           "    x = checkpoint(____, ____, ____=False)\n"
-           "return ____"],
+           "Loop over the blocks you were given, each time replacing x with what the checkpoint function "
+           "returns for that block and x (with the keyword of hint 2), and return the last x."],
     solution_code=("def checkpointed_forward(blocks, x):\n    for block in blocks:\n"
                    "        x = checkpoint(block, x, use_reentrant=False)\n    return x\n\n"
                    "q3.check(checkpointed_forward)"),
@@ -253,10 +267,9 @@ q4 = Exercise(
            "extra call after each optimizer step that averages the parameters every k-th time.",
            "accelerate.local_sgd.LocalSGD(accelerator=..., model=..., local_sgd_steps=...) is a context manager; "
            "its .step() counts steps and averages (Accelerate docs, 'Using Local SGD with Accelerate').",
-           "with LocalSGD(accelerator=____, model=____, local_sgd_steps=____) as local_sgd:\n"
-           "    for batch in ____:\n"
-           "        ...  # forward, accelerator.backward, step, zero_grad\n"
-           "        local_sgd.____()"],
+           "Prepare the model, the optimizer and a DataLoader in batches of 4 as in lesson 2.2; open the "
+           "LocalSGD block with the accelerator, the prepared model and k; inside it, for each batch: the "
+           "forward, the backward through the accelerator, the step, zero_grad, then the LocalSGD's own step."],
     solution_code=(
         "def train_local_sgd(model, optimizer, dataset, k):\n"
         "    accelerator = Accelerator()\n    loader = DataLoader(dataset, batch_size=4)\n"

@@ -145,9 +145,8 @@ q3 = Exercise(
            "PyTorch's automatic mixed precision has a context manager that takes a device type and a dtype "
            "(PyTorch docs, 'Automatic Mixed Precision package'); the types are torch.bfloat16 and torch.float16; "
            "DEVICE above is the device type.",
-           "dtype = torch.bfloat16 if LOW == ____ else ____\n"
-           "with torch.____(device_type=____, dtype=____):\n"
-           "    return ____"],
+           "Pick the dtype from LOW, then run the model's forward pass inside autocast for DEVICE with that "
+           "dtype and return its logits; the model itself stays in float32."],
     solution_code=("def low_precision_logits(model, batch):\n"
                    "    dtype = torch.bfloat16 if LOW == \"bf16\" else torch.float16\n"
                    "    with torch.autocast(device_type=DEVICE, dtype=dtype):\n"
@@ -245,10 +244,9 @@ q4 = Exercise(
            "unscales and skips a step whose gradients hold inf or nan), then let it adjust the scale.",
            "torch.amp.GradScaler has one method for each of those three jobs (PyTorch docs, 'Automatic Mixed "
            "Precision package', 'Gradient Scaling'); the loss-scaling cell of this lesson calls them.",
-           "with torch.autocast(device_type=____, dtype=____):\n"
-           "    loss = ____\n"
-           "# backward, on the loss the scaler made larger\n"
-           "# then the scaler's own step and its scale update, and zero the gradients"],
+           "Compute the loss inside autocast in float16 for the device of x, then the scaler's three calls of"
+           " hint 2 in the order of hint 1 (the backward goes through the scaled loss), and clear the "
+           "gradients last."],
     solution_code=("def fp16_step(model, optimizer, scaler, x):\n"
                    "    with torch.autocast(device_type=x.device.type, dtype=torch.float16):\n"
                    "        loss = model(x).sum()\n"
@@ -383,10 +381,9 @@ q5 = Exercise(
            "Accelerate's docs ('Accelerator', the mixed_precision argument) list the values it takes; the "
            "'Accelerator(mixed_precision=...)' cell above uses one. Of the two 16-bit values, only one turns "
            "autocast on for a CPU.",
-           "accelerator = Accelerator(____)\n"
-           "model, optimizer, loader = accelerator.____(____)\n"
-           "# then, for each (x, y) of the prepared loader: the loss, its backward through the accelerator,\n"
-           "# the step, and zero the gradients"],
+           "Create the Accelerator with the CPU's 16-bit value, prepare the model, the optimizer and the "
+           "loader, and for each (x, y) of the prepared loader: the mean squared error of the model's output,"
+           " its backward through the accelerator, the step and zero_grad."],
     solution_code=("def bf16_training(model, optimizer, loader):\n"
                    "    accelerator = Accelerator(mixed_precision=\"bf16\")\n"
                    "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"

@@ -136,7 +136,8 @@ def _check_adamw_by_hand(fn) -> None:
     if not callable(fn):
         raise Incorrect(tr("pass your function itself (adamw_by_hand, without calling it); you gave {fn!r}.",
                            fn=fn))
-    cases = [(1.0, [0.5, -0.2, 0.3, 0.1]), (-2.0, [3.0, 3.0, -1.0]), (0.5, [0.0, 1e-3, -2.0, 0.7, 0.7])]
+    cases = [(1.0, [0.5, -0.2, 0.3, 0.1]), (-2.0, [3.0, 3.0, -1.0]), (0.5, [0.0, 1e-3, -2.0, 0.7, 0.7]),
+             (1.0, [2e-8, -1e-8, 3e-8])]  # gradients as small as eps: where eps keeps the step finite
     for p0, grads in cases:
         got = fn(p0, list(grads))
         if not isinstance(got, (list, tuple)) or len(got) != len(grads):
@@ -170,7 +171,7 @@ def q3_model():
                                 "norm": torch.nn.LayerNorm(16), "classifier": torch.nn.Linear(16, 2)})
 
 
-Q3_LR, Q3_WEIGHT_DECAY = 1e-3, 0.01  # q3's settings
+Q3_LR, Q3_WEIGHT_DECAY = 2e-3, 0.05  # q3's settings: not torch.optim.AdamW's defaults, so leaving one out shows
 Q3_NO_DECAY = ("linear.bias", "norm.weight", "norm.bias", "classifier.bias")  # what Trainer leaves undecayed
 
 
@@ -268,8 +269,8 @@ q2 = Exercise(
            "The algorithm box of the torch.optim.AdamW documentation gives the order: decay the parameter "
            "(p times 1 - lr * weight_decay), update m and v, divide them by 1 - beta**t, then subtract "
            "lr * m_hat / (sqrt(v_hat) + eps). LR, BETAS, EPS and WEIGHT_DECAY are imported for you.",
-           "Inside the loop over the gradients:\n    p = p * (1 - ____)\n    m = b1 * m + ____\n"
-           "    v = ____\n    p = p - LR * (m / ____) / (math.sqrt(____) + EPS)\nthen keep each new p in a list and return it."],
+           "Inside the loop over the gradients, the four updates in the order of hint 2, each written with "
+           "the names imported for you and the step counter t; keep every new p in a list and return it."],
     solution_code=(
         "def adamw_by_hand(p, grads):\n    b1, b2 = BETAS\n    m = v = 0.0\n    values = []\n"
         "    for t, g in enumerate(grads, start=1):\n        p = p * (1 - LR * WEIGHT_DECAY)\n"
@@ -290,9 +291,9 @@ q3 = Exercise(
            "[{'params': [...], 'weight_decay': ...}, ...] (\"Per-parameter options\" in the torch.optim "
            "documentation). model.named_parameters() gives (name, tensor) pairs; the names say 'bias' or "
            "'norm'.",
-           "Sort each (name, p) of model.named_parameters() into a list decay or no_decay, then\n"
-           "    return torch.optim.AdamW([{\"params\": decay, \"weight_decay\": ____},\n"
-           "                              {\"params\": ____, \"weight_decay\": ____}], lr=____)"],
+           "Sort each named parameter into one of two lists by its name, build the two group dicts of hint 2 "
+           "(the exercise's decay for one list, none for the other) and give them to AdamW with the "
+           "exercise's learning rate."],
     solution_code=(
         "print([name for name, _ in q3_model().named_parameters()])\n\n"
         "def make_adamw(model):\n    decay, no_decay = [], []\n    for name, p in model.named_parameters():\n"

@@ -212,7 +212,9 @@ q1 = Exercise(
            "dimensions keeps one mean per row and one per column.",
            "transformers/optimization.py, Adafactor.step, creates exp_avg_sq_row with shape grad_shape[:-1] and "
            "exp_avg_sq_col with shape grad_shape[:-2] + grad_shape[-1:]; math.prod multiplies a shape out.",
-           "For a vector return ____; otherwise\n    return math.prod(____) + math.prod(____) * ____"],
+           "A vector keeps one value per entry: its length. Otherwise add the two shapes of hint 2, each "
+           "multiplied out: the row statistics (every dimension but the last) and the column statistics "
+           "(every dimension but the one before last)."],
     solution_code=(
         "def second_moment_numel(shape):\n    if len(shape) < 2:\n        return shape[0]\n"
         "    return math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]\n\nq1.check(second_moment_numel)"),
@@ -228,8 +230,9 @@ q2 = Exercise(
            "transformers.Adafactor(params, lr=..., scale_parameter=..., relative_step=..., warmup_init=...): "
            "see the Adafactor page of the transformers documentation (Optimization), or "
            "transformers/trainer_optimizer.py, _get_adafactor.",
-           "    return Adafactor(params, lr=____, scale_parameter=____, relative_step=____,\n"
-           "                     warmup_init=____)"],
+           "Return an Adafactor over params with the exercise's learning rate and the three options of hint 1"
+           " each set so that the rate you pass is the one it steps by; _get_adafactor shows the values "
+           "Trainer passes."],
     solution_code=("def make_adafactor(params):\n"
                    "    return Adafactor(params, lr=Q2_LR, scale_parameter=False, relative_step=False,\n"
                    "                     warmup_init=False)\n\nq2.check(make_adafactor)"),

@@ -249,6 +249,10 @@ def _check_adamw8bit(build_and_step) -> None:
                            kind=type(optimizer).__name__))
     if not any(p is layer.weight for g in optimizer.param_groups for p in g["params"]):
         raise Incorrect(tr("the optimizer does not hold the layer's weight: build it on layer.parameters()."))
+    rates = sorted({g.get("lr") for g in optimizer.param_groups})
+    if rates != [1e-3]:
+        raise Incorrect(tr("the optimizer's learning rate is {rates}: the exercise asks for 1e-3 (pass lr=).",
+                           rates=rates))
     state = optimizer.state.get(layer.weight, {})
     if not state:
         raise Incorrect(tr("the optimizer's state is empty: it is created at the first step; run a forward pass, "
@@ -303,6 +307,12 @@ def _check_8bit_args(args) -> None:
     if not math.isclose(args.weight_decay, 0.01):
         raise Incorrect(tr("weight_decay={weight_decay}: the exercise asks for 0.01 (Trainer's default is 0).",
                            weight_decay=args.weight_decay))
+    if not args.use_cpu:
+        raise Incorrect(tr("use_cpu is left False: on a machine with a GPU this Trainer would train there; the "
+                           "exercise asks for the CPU."))
+    if args.report_to:
+        raise Incorrect(tr("report_to={report_to}: the exercise reports to no tracker (report_to='none').",
+                           report_to=args.report_to))
 
 
 q1 = Exercise(
@@ -318,9 +328,9 @@ q1 = Exercise(
            "bitsandbytes.optim (the state table above built it). Adafactor takes its step size from the rate you "
            "pass only with two of its own options turned off: its docstring names them, and "
            "Trainer(optim=\"adafactor\") sets them.",
-           "    if name == \"adafactor\":\n"
-           "        return transformers.Adafactor(params, lr=____, ____=False, ____=False, weight_decay=____)\n"
-           "    raise ValueError(f\"unknown optimizer {____!r}: ____\")"],
+           "For 'adafactor', the Adafactor of lesson 4.2's exercise 2 with the rate given and the "
+           "comparison's weight decay; for a name that is none of the three, raise ValueError with a message "
+           "that names it and lists the three allowed."],
     solution_code=("def build_optimizer(name, params, lr):\n"
                    "    \"\"\"Chapter 4's three optimizers, each over params with learning rate lr.\"\"\"\n"
                    "    if name == \"adamw\":\n"
@@ -342,9 +352,9 @@ q2 = Exercise(
            "of them, one float32 absmax per block of 256 values (the last block may be partial).",
            "bitsandbytes/optim/optimizer.py, Optimizer2State.init_state: min_8bit_size decides the dtype (its "
            "default is in the signature of bitsandbytes.optim.AdamW8bit), and a partial last block counts as one.",
-           "    if n < ____:\n"
-           "        return ____ * n\n"
-           "    return ____ * n + ____ * math.ceil(____)"],
+           "Below min_8bit_size values: two float32 states of n values each. From it on: two states of one "
+           "byte per value, plus for each state one float32 per block of 256 values, the last partial block "
+           "counted as a whole one."],
     solution_code=("def adamw8bit_bytes(n):\n    if n < 4096:\n        return 8 * n\n"
                    "    return 2 * n + 2 * 4 * math.ceil(n / 256)\n\nq2.check(adamw8bit_bytes)"),
 )
@@ -357,7 +367,8 @@ q3 = Exercise(
            "A shape's number of values is the product of its sides (Python's math module has a function for it); "
            "Optimizer2State.init_state compares p.numel() with min_8bit_size: read on which side a tensor of "
            "exactly min_8bit_size values falls.",
-           "names_in_32_bit = {name for name, shape in Q3_SHAPES.items() if ____}"],
+           "Build the set with a comprehension over Q3_SHAPES, keeping the names whose number of values falls"
+           " on the 32-bit side of min_8bit_size (its value: hint 2's signature)."],
     solution_code=("print(Q3_SHAPES)\n"
                    "names_in_32_bit = {name for name, shape in Q3_SHAPES.items() if math.prod(shape) < 4096}\n"
                    "q3.check(names_in_32_bit)"),
@@ -374,10 +385,9 @@ q4 = OptionalExercise(
            "bitsandbytes.optim has an 8-bit AdamW that takes the same arguments as torch.optim.AdamW "
            "(bitsandbytes documentation, Optimizers > AdamW: find its class name); state_bytes(optimizer) adds "
            "up optimizer.state.",
-           "    optimizer = bnb.optim.____(layer.parameters(), lr=____)\n"
-           "    layer(____).sum().____()\n"
-           "    optimizer.____()\n"
-           "    return optimizer, ____(____)"],
+           "Build the 8-bit AdamW on the layer's parameters with the exercise's learning rate; run the layer "
+           "on the random batch the exercise gives, backward from the sum of its outputs, one optimizer step;"
+           " return the optimizer and what state_bytes counts."],
     solution_code=("def adamw8bit_state(layer):\n    import bitsandbytes as bnb\n\n"
                    "    optimizer = bnb.optim.AdamW8bit(layer.parameters(), lr=1e-3)\n"
                    "    layer(torch.randn(4, 256)).sum().backward()\n    optimizer.step()\n"
@@ -393,8 +403,8 @@ q5 = Exercise(
            "weight decay are arguments too.",
            "The names are listed in transformers.training_args.OptimizerNames; the bitsandbytes 8-bit AdamW is "
            "one of them. Also set output_dir, use_cpu=True and report_to='none'.",
-           "TrainingArguments(output_dir=out.name, optim=____, learning_rate=____, "
-           "weight_decay=____, use_cpu=True, report_to='none')"],
+           "One TrainingArguments call: the optimizer by its name from OptimizerNames, the exercise's "
+           "learning rate and weight decay, and the three settings of hint 2."],
     solution_code=("my_args = TrainingArguments(output_dir=out.name, optim=\"adamw_bnb_8bit\",\n"
                    "                            learning_rate=1e-3, weight_decay=0.01, use_cpu=True,\n"
                    "                            report_to=\"none\")\n"

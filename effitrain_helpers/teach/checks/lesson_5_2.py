@@ -26,10 +26,11 @@ def _run_learner(profile_fn) -> dict:
     import torch
     from accelerate import Accelerator
 
-    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
+    from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows, watch_stale_gradients
 
     accelerator = Accelerator(cpu=True)
     model = tiny_model()
+    stale = watch_stale_gradients(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     stepped = []
     optimizer.register_step_post_hook(lambda *_: stepped.append(1))
@@ -39,7 +40,7 @@ def _run_learner(profile_fn) -> dict:
                for i in range(0, len(rows), BATCH_SIZE)]
     prof = profile_fn(model, optimizer, batches)
     found = {"world": accelerator.num_processes, "stepped": len(stepped), "returned": type(prof).__name__,
-             "is_profile": isinstance(prof, torch.profiler.profile)}
+             "is_profile": isinstance(prof, torch.profiler.profile), "stale": sum(stale[1:])}
     if not found["is_profile"]:
         return found
     events = list(prof.events() or [])
@@ -70,6 +71,11 @@ def _judge(rank: int, found: dict) -> None:
     if found["stepped"] != BATCHES:
         raise Incorrect(tr("on rank {rank}: the optimizer stepped {stepped} times for {batches} batches: train "
                            "one step per batch.", rank=rank, stepped=found["stepped"], batches=BATCHES))
+    if found["stale"]:
+        raise Incorrect(tr("on rank {rank}: {count} of {batches} backward passes began with the gradients of "
+                           "earlier batches still in the parameters, so they add up from step to step: clear them "
+                           "once per optimizer step (optimizer.zero_grad()).", rank=rank, count=found["stale"],
+                           batches=BATCHES))
     if found["recorded"] != RECORDED:
         why = (tr("give profile(...) a schedule (without one it marks no steps) and call prof.step() once at "
                   "the end of each training step") if found["recorded"] == 0 else
@@ -139,11 +145,9 @@ q1 = Exercise(
            "active=...)) as a `with` block; torch.profiler.record_function('forward') and the like as `with` "
            "blocks; the profiler's step() method at the end of each step (PyTorch docs: 'PyTorch Profiler' recipe, 'Using profiler to "
            "analyze long-running jobs').",
-           "plan = schedule(wait=____, warmup=____, active=____)\n"
-           "with profile(activities=[____], schedule=____) as prof:\n"
-           "    for ____ in ____:\n        with ____(____):\n            ...\n"
-           "        ...  # the 'backward' and 'optimizer' ranges, then tell the profiler the step ended\n"
-           "# and return the profiler"],
+           "Make the schedule of hint 1 from the number of batches; open the profiler with the CPU activity "
+           "and that schedule; for each batch, wrap the forward, the backward and the optimizer's step and "
+           "zero_grad each in its labelled range, then tell the profiler the step ended; return the profiler."],
     solution_code=(
         "def profile_training(model, optimizer, batches):\n"
         "    plan = schedule(wait=1, warmup=1, active=len(batches) - 2)\n"
@@ -168,7 +172,8 @@ q2 = Exercise(
            "milliseconds per step in your 1-process run?",
            "one.phases_ms is a dict {phase: ms per step}; Python's max() takes a key= function, and a dict has "
            "a method that returns the value of a key.",
-           "slowest = max(____, key=____)"],
+           "Take the max over the dict's keys, ranked by each key's milliseconds: the dict's own lookup "
+           "method is the key function."],
     solution_code="slowest = max(one.phases_ms, key=one.phases_ms.get)\nq2.check(slowest, one)",
 )
 q3 = Exercise(
@@ -179,7 +184,8 @@ q3 = Exercise(
            "stays: the best they can do is remove the loading's share of the step.",
            f"one.phases_ms['data loading'] is the loading's ms per step, and another attribute of one holds the "
            f"whole step's (both from the run without workers); {OTHER!r} is not part of the loading.",
-           "best_gain = one.phases_ms[____] / one.____"],
+           "The best gain is the loading's share of the whole step, both read from the run without workers: "
+           "its data-loading phase over its step time."],
     solution_code="best_gain = one.phases_ms[\"data loading\"] / one.step_ms\nq3.check(best_gain, one)",
 )
 
@@ -288,9 +294,9 @@ q4 = Exercise(
            "profile(activities=[ProfilerActivity.CPU]) as a `with` block; the profiler's export_chrome_trace "
            "and key_averages() methods after the block; each row of key_averages() has a name and times, and "
            "Python's max() takes key= (PyTorch docs: 'PyTorch Profiler' recipe).",
-           "# profile the step, save the trace, then:\n"
-           "top = max(prof.key_averages(), key=lambda e: e.____).____\n"
-           "# and return both the profiler and top"],
+           "After the `with` block: export the trace to the path, then take the row of key_averages() with "
+           "the largest self CPU time (an attribute of each row, beside its total) and return the profiler "
+           "with that row's name."],
     solution_code=(
         "def profile_and_save(step, path):\n"
         "    with profile(activities=[ProfilerActivity.CPU]) as prof:\n"

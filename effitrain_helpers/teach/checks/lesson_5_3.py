@@ -445,10 +445,10 @@ q5 = Exercise(
            "checkpoint_id=folder; get_state_dict and set_state_dict in torch.distributed.checkpoint.state_dict "
            "give and take the model's and the optimizer's parts together (PyTorch docs: 'Distributed "
            "Checkpoint - torch.distributed.checkpoint').",
-           "save: model_state, ____ = ____(model, optimizer)\n"
-           "      dcp.save({\"model\": model_state, \"optimizer\": ____}, ____=folder)\n"
-           "load: state = the same two parts, by name; dcp.load(state, ____=____); then "
-           "____(model, optimizer, ...) with each part by its keyword"],
+           "save: take the model's and the optimizer's parts together, save them in one dict under two names "
+           "in the folder. load: the same two parts, as a template, read back in place by dcp.load from the "
+           "folder, then handed back to the model and the optimizer with the function that takes them (by "
+           "keyword)."],
     solution_code=(
         "def save(model, optimizer, folder):\n"
         "    model_state, optim_state = get_state_dict(model, optimizer)\n"

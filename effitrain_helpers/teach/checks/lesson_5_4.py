@@ -40,6 +40,8 @@ def _torchrun_config(args):
     return parsed, config, [command, *command_args]
 
 
+SOCKET_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # the interface for gloo and for NCCL
+
 def _check_agent(agent) -> None:
     """``agent(node_rank)`` -> ``(args, env)``: judged by what torchrun itself makes of each node's arguments."""
     if not callable(agent):
@@ -69,6 +71,11 @@ def _check_agent(agent) -> None:
             raise Incorrect(tr("the agents should run the course's script as a module: -m "
                                "effitrain_helpers.training.train --json; torchrun would run {got}.",
                                got=" ".join(command[1:])))
+        misspelt = sorted(k for k in env if "SOCKET_IFNAME" in str(k) and k not in SOCKET_VARIABLES)
+        if misspelt:
+            raise Incorrect(tr("node {rank}'s environment sets {names}, which nothing reads: the variables are "
+                               "named {known}.", rank=rank, names=", ".join(misspelt),
+                               known=", ".join(SOCKET_VARIABLES)))
         if env.get("GLOO_SOCKET_IFNAME") != Q1_INTERFACE:
             raise Incorrect(tr("node {rank}'s environment does not pin gloo to {interface}: gloo then picks the "
                                "interface of the machine's host name, often not the one between the nodes.",
@@ -153,10 +160,10 @@ q1 = Exercise(
            "torchrun --help (or the 'torchrun (Elastic Launch)' page of the PyTorch docs): --nnodes, "
            "--nproc-per-node, --node-rank, --rdzv-backend, --rdzv-endpoint HOST:PORT, --rdzv-id; gloo reads "
            "GLOO_SOCKET_IFNAME (NCCL: NCCL_SOCKET_IFNAME).",
-           "args = ['--nnodes', '2', '--nproc-per-node', '2', '--node-rank', str(node_rank),\n"
-           "        '--rdzv-backend', ____, '--rdzv-endpoint', f'{FIRST}:{PORT}', '--rdzv-id', ____,\n"
-           "        '-m', 'effitrain_helpers.training.train', '--json']\n"
-           "return args, {____: INTERFACE}"],
+           "The arguments are hint 2's flags in torchrun's order with this exercise's values (2 nodes of 2 "
+           "processes, this node's rank as text, the c10d rendezvous on the first node's address and port, a "
+           "job id of your choice), then the module to run; the environment maps the socket-interface "
+           "variables of hint 2 to INTERFACE."],
     solution_code=(
         'def agent(node_rank):\n'
         '    args = ["--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node_rank),\n'
@@ -177,7 +184,8 @@ q2 = Exercise(
            "torchrun tells each process how many processes its node runs in an environment variable (the "
            "'torchrun (Elastic Launch)' page of the PyTorch docs lists them: LOCAL_RANK, RANK, GROUP_RANK, "
            "LOCAL_WORLD_SIZE, WORLD_SIZE...); environment variables are text.",
-           "return node * ____ + local_rank"],
+           "Multiply the node's number by the processes per node (read from that variable, turned into a "
+           "number), then add the local rank."],
     solution_code=("def global_rank(node, local_rank):\n"
                    "    return node * int(os.environ[\"LOCAL_WORLD_SIZE\"]) + local_rank\n\n\n"
                    "q2.check(global_rank, run[\"ranks\"])"),
@@ -192,6 +200,8 @@ q3 = Exercise(
            "gradient, and the link carries bits, not bytes.",
            "This lesson's bandwidth section: each rank sends 2 (N - 1) / N times the tensor's bytes; float32 "
            "is 4 bytes per value; the link's rate is in bits per second.",
-           "seconds = 2 * (____ - 1) / ____ * 124_000_000 * ____ * 8 / ____"],
+           "Bytes one node sends per step: hint 2's ring factor for the exercise's number of nodes, times the"
+           " model's parameters, times the bytes of a float32; turn them into bits and divide by the link's "
+           "rate."],
     solution_code="seconds = 2 * (8 - 1) / 8 * 124_000_000 * 4 * 8 / 25e9\nq3.check(seconds)",
 )

@@ -271,18 +271,10 @@ q1 = Exercise(
            "most one). dist.isend(chunk, dst) starts a send and returns a request whose wait() finishes it; "
            "dist.recv(buffer, src) blocks until the data arrived. Careful: if every rank starts with a blocking "
            "dist.send, all of them wait forever. Docs: torch.distributed, 'Point-to-point communication'.",
-           "world, rank = ____\n"
-           "chunks = torch.tensor_split(____, ____)\n"
-           "right, left = (rank + 1) % world, ____\n"
-           "for step in range(____):  # phase 1: N - 1 steps\n"
-           "    out_chunk, in_chunk = (rank - step) % world, (rank - step - ____) % world\n"
-           "    buffer = ____  # as big as chunks[in_chunk]\n"
-           "    req = dist.isend(chunks[out_chunk], ____)\n"
-           "    dist.recv(buffer, ____)\n"
-           "    req.____\n"
-           "    chunks[in_chunk] ____ buffer\n"
-           "for step in ____:  # phase 2: start from the chunk this rank completed\n"
-           "    ..."],
+           "Work out, for step k of phase 1, which chunk this rank sends (it starts with its own, then the "
+           "one it has just added into) and which one it receives (the left neighbour's choice); start the "
+           "send, receive into a fresh buffer of that chunk's size, wait for the send, add. Phase 2 is the "
+           "same loop, starting from the chunk this rank completed, copying instead of adding."],
     solution_code=(
         "def ring_all_reduce(tensor):\n"
         "    world, rank = dist.get_world_size(), dist.get_rank()\n"
@@ -319,12 +311,9 @@ q2 = Exercise(
            "output (input has N times output's length); dist.all_gather_into_tensor(output, input) concatenates "
            "every rank's input into output. Pad with torch.nn.functional.pad(x, (0, extra)). Docs: "
            "torch.distributed, 'Collective functions'.",
-           "world = ____\n"
-           "padded = torch.nn.functional.pad(tensor, (0, ____))  # a length that world divides\n"
-           "share = torch.empty(____)\n"
-           "dist.reduce_scatter_tensor(____, ____)\n"
-           "dist.all_gather_into_tensor(____, ____)\n"
-           "tensor.copy_(____)"],
+           "Pad the tensor up to the next multiple of the world size, reduce-scatter it into an empty share "
+           "of 1/N of that length, all-gather the shares back into the padded tensor, and copy its first "
+           "values (the tensor's own length) into the tensor, in place."],
     solution_code=(
         "def all_reduce_in_two(tensor):\n"
         "    world = dist.get_world_size()\n"

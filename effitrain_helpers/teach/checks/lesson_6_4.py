@@ -92,9 +92,23 @@ def _check_split(split_mlp) -> None:
 
 
 def _tp_run(copy, total):
+    """In each process: the MLP split with ``copy`` and ``total`` against the unsplit one, then each function
+    where autograd shares its tensor with another branch (``f(x) + x``): all_reduce works in place, so a
+    function that reduces the tensor it was handed changes the other branch's value too."""
+    import torch
+    import torch.distributed as dist
+
     from effitrain_helpers.training.tensor_parallel_run import measured_tp_run
 
-    return measured_tp_run(copy, total, width=WIDTH, hidden=HIDDEN, n_tokens=32, repeats=1)
+    found = measured_tp_run(copy, total, width=WIDTH, hidden=HIDDEN, n_tokens=32, repeats=1)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x = torch.full((4,), float(rank + 1), requires_grad=True)
+    (copy.apply(x) + x).backward(torch.ones(4))  # right: every rank's 1 summed, plus the residual's 1
+    found["shared_grad_ok"] = bool(torch.allclose(x.grad, torch.full((4,), world + 1.0)))
+    partial = torch.full((4,), float(rank + 1), requires_grad=True) * 1
+    summed = total.apply(partial) + partial  # right: 1 + 2 + ... + world, plus this rank's own partial sum
+    found["shared_input_ok"] = bool(torch.allclose(summed, torch.full((4,), world * (world + 1) / 2 + rank + 1)))
+    return found
 
 
 def _check_copy(CopyToRanks) -> None:
@@ -155,6 +169,14 @@ def _check_pair(copy, total, name: str, answer) -> None:
         raise Incorrect(tr("the weights' gradients differ from the unsplit MLP's by {gap:.1e}: every rank already "
                            "holds the whole gradient of the output, so SumFromRanks.backward returns it as it is.",
                            gap=weights))
+    if not all(r["shared_grad_ok"] for r in ranks):
+        raise Incorrect(tr("CopyToRanks.backward reduced the gradient it was handed, in place (all_reduce writes "
+                           "into its tensor): autograd may hand that same tensor to another branch, and with "
+                           "f(x) + x the other branch got the reduced gradient too. All-reduce a copy."))
+    if not all(r["shared_input_ok"] for r in ranks):
+        raise Incorrect(tr("SumFromRanks.forward reduced the tensor it was handed, in place (all_reduce writes "
+                           "into its tensor): the caller's partial sum became the total, and with g(x) + x the "
+                           "other branch read the total. All-reduce a copy."))
     want = {k: v * first["tokens"] for k, v in theory_bytes_per_token(WIDTH).items()}
     if first["payload"] != want:
         raise Incorrect(tr("right values, but the all-reduces moved {got} bytes (forward, backward); one "
@@ -275,10 +297,9 @@ q1 = Exercise(
            "nn.Linear stores weight as (out_features, in_features): the first layer's rows, the second layer's "
            "columns. Copy the slices into new layers under torch.no_grad() (or build them from the slices with "
            "nn.Parameter); the second layer's bias is added once after the sum, not by each rank.",
-           "k = ____ // world\nrows = slice(rank * k, ____)\n"
-           "up = nn.Linear(____, k)\ndown = nn.Linear(k, ____, bias=____)\n"
-           "with ____:\n    up.weight.copy_(____)\n    up.bias.copy_(____)\n"
-           "    down.weight.copy_(mlp[2].weight[____])"],
+           "Each rank keeps k = hidden / world consecutive hidden features, starting at rank times k: build "
+           "the first layer with k outputs and copy its slice of rows of the weight and of the bias; build "
+           "the second with k inputs and no bias, and copy the same slice as columns of its weight."],
     solution_code=(
         "def split_mlp(mlp, rank, world):\n"
         "    k = mlp[0].out_features // world\n"
@@ -304,7 +325,9 @@ q2 = Exercise(
            "In backward(ctx, grad) of a torch.autograd.Function (torch docs: 'Extending torch.autograd'), "
            "torch.distributed.all_reduce(t) sums t in place over the ranks. Work on a copy: the tensor autograd "
            "hands you may be used elsewhere.",
-           "grad = ____  # a copy of the incoming gradient\ndist.____(grad)  # summed over the ranks"],
+           "forward returns its input as it is (a view, so autograd sees a new tensor); backward makes a copy"
+           " of the incoming gradient, sums the copy over the ranks with the collective of hint 2, and "
+           "returns it."],
     solution_code=(
         "class CopyToRanks(torch.autograd.Function):\n"
         "    @staticmethod\n    def forward(ctx, x):\n        return x.view_as(x)\n\n"
@@ -324,7 +347,8 @@ q3 = Exercise(
            "exchange.",
            "forward(ctx, x) of a torch.autograd.Function may call a collective: torch.distributed.all_reduce(t) "
            "sums t in place over the ranks (torch.distributed docs). Sum a copy, not the tensor passed in.",
-           "x = ____  # a copy of this rank's partial sum\ndist.____(____)"],
+           "forward makes a copy of this rank's partial sum, sums the copy over the ranks with the collective"
+           " of hint 2, and returns it; backward returns the gradient as it came."],
     solution_code=(
         "class SumFromRanks(torch.autograd.Function):\n"
         "    @staticmethod\n    def forward(ctx, x):\n        x = x.clone()\n"
@@ -346,8 +370,9 @@ q4 = Exercise(
            "The order is a list of (\"F\", i) and (\"B\", i) pairs. The number of filling forwards falls by one "
            "per stage and is 0 for the last stage (which can start each backward at once); min() keeps it at "
            "most m.",
-           "warm = min(____, m)\norder = [(\"F\", i) for i in ____]\nfor i in range(____):\n"
-           "    order += [(\"F\", ____), (\"B\", i)]\nreturn order + [(\"B\", i) for i in range(____, m)]"],
+           "Build the list in three parts: the filling forwards (their number from hint 2), then one forward "
+           "and one backward in turn for as long as forwards remain, then the backwards that are left, in "
+           "order."],
     solution_code=(
         "def one_f_one_b(stage, stages, m):\n"
         "    warm = min(stages - 1 - stage, m)\n"

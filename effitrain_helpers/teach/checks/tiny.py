@@ -1,6 +1,6 @@
-"""A tiny model and data for checkers that run the learner's training loop for real (lessons 3.1, 3.2): a
+"""A tiny model and data for checkers that run the learner's training loop for real (lessons 2.2, 3.1, 3.2): a
 linear regression answering ``model(**batch).loss`` like a Hugging Face model, fast enough to train in 2
-processes within seconds."""
+processes within seconds, and a watch on its backward passes."""
 
 from __future__ import annotations
 
@@ -35,3 +35,17 @@ def tiny_rows(n: int) -> list[dict]:
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(n, 3, generator=generator), torch.randn(n, generator=generator)
     return [{"inputs": x[i], "labels": y[i]} for i in range(n)]
+
+
+def watch_stale_gradients(model) -> list[bool]:
+    """A list that gets, for every backward pass of ``model(...).loss``, whether it began with a gradient already
+    in one of the parameters: an earlier batch's, left there when ``optimizer.zero_grad()`` is left out. The
+    loss's own gradient hook runs first in its backward, before any parameter's gradient is touched."""
+    stale: list[bool] = []
+
+    def watch(module, args, output):
+        output.loss.register_hook(lambda grad: stale.append(any(
+            p.grad is not None and bool(p.grad.any()) for p in module.parameters())))
+
+    model.register_forward_hook(watch)
+    return stale
