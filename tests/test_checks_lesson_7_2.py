@@ -114,6 +114,12 @@ def test_q1_refuses_without_processes():
     assert q1.evaluate(mesh_a, ____).status == "not attempted"
 
 
+def test_q1_refuses_the_lessons_own_plan():
+    from effitrain_helpers.engines.mesh_parallel import block_plan
+
+    assert "the lesson's own (block_plan())" in q1.evaluate(mesh_a, block_plan()).message
+
+
 def _tp(activation_bytes=4, share=True, forward=2, backward=4):
     """Exercise 2's solution, with a switch for each likely mistake."""
     def tp_bytes(batch, seq, hidden, dp, blocks):

@@ -113,6 +113,9 @@ def _check_mesh_and_plan(make_mesh, plan) -> None:
     if hands_over_to(make_mesh, mesh_parallel.make_mesh):
         raise Incorrect(tr("your function hands the work to {name}, the lesson's own answer: write the rule "
                            "yourself (the exercise is what that function does).", name="make_mesh"))
+    if isinstance(plan, mesh_parallel.LessonPlan):
+        raise Incorrect(tr("this plan is the lesson's own (block_plan()): write the dict yourself, a ParallelStyle "
+                           "for each layer of the block (the exercise is which style each layer gets, and why)."))
     if not isinstance(plan, dict) or not plan:
         raise Incorrect(tr("plan should be a dict from each layer's name in the block to a ParallelStyle "
                            "(ColwiseParallel() or RowwiseParallel()); you gave {kind}.", kind=type(plan).__name__))
