@@ -92,3 +92,14 @@ def test_every_catalog_message_with_a_format_spec_is_byte_identical_in_english_a
                                                    ("", 2.5, "2,5"), ("d", 42, "42")])
 def test_python_specs_map_to_portuguese(spec, value, expected):
     assert number(value, spec, LANG) == expected
+
+
+def test_a_styled_table_is_drawn_as_a_dataframe():
+    """JupyterLab draws it as it draws a DataFrame (numbers right-aligned), and the browser tests treat it so."""
+    import pandas as pd
+
+    from effitrain_helpers.core.language import styled
+
+    html = styled(pd.DataFrame({"ms": [1.5, 2.0]})).to_html()
+    table = html[html.index("<table"):].split(">", 1)[0]
+    assert 'class="dataframe"' in table, table

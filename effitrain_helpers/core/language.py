@@ -187,13 +187,15 @@ def styled(frame, formats=None, terms=(), **options):
     with the language's decimal and group separators (a cell with no format as short as it can be written),
     and the row and column labels and index names that are (or
     start or end with) one of ``terms`` in the learner's language (:func:`term`), a True/False column as
-    yes/no in that language. The frame and its keys stay English: the self-checks compare them."""
+    yes/no in that language, drawn as JupyterLab draws a DataFrame (its ``dataframe`` class: numbers
+    right-aligned, as in any table of figures). The frame and its keys stay English: the self-checks compare them."""
     decimal, group = separators(SETTINGS.lang)
     names = [term(n, terms) for n in frame.index.names]
     if formats is None and "precision" not in options:
         formats = lambda value: _shortest(value, group != ",")  # noqa: E731
     styler = frame.rename_axis(index=names).style.format(
-        formats, decimal=decimal, thousands=None if group == "," else group, **options)
+        formats, decimal=decimal, thousands=None if group == "," else group, **options
+    ).set_table_attributes('class="dataframe"')
     yes_no = [c for c in frame.columns if frame[c].dtype == bool]
     if yes_no:
         styler = styler.format(lambda v: tr("yes") if v else tr("no"), subset=yes_no)
