@@ -34,8 +34,9 @@ LIBRARY_BARS = {"Loading weights": "transformers/core_model_loading.py"}  # labe
 # (conftest.py).
 SCREENED = tuple(sorted(p.name for p in (Path(__file__).resolve().parents[1] / "notebooks" / LANG).glob("*.ipynb")))
 # A quoted sentence (four words or more between quotes) is data shown as it is, e.g. 1.3's English sentence pairs
-# ('Dennis loaded a faster data loader in 2024.'): the dataset's text, not the workbook's.
-QUOTED_SENTENCE = re.compile(r"(?<!\w)'(?:[^'\n]*\s){3,}[^'\n]*'(?!\w)")
+# ('Dennis loaded a faster data loader in 2024.', or in double quotes when it holds an apostrophe, as repr writes
+# "the company 's long-term growth"): the dataset's text, not the workbook's.
+QUOTED_SENTENCE = re.compile(r"""(?<!\w)(?:'(?:[^'\n]*\s){3,}[^'\n]*'|"(?:[^"\n]*\s){3,}[^"\n]*")(?!\w)""")
 
 
 @functools.cache

@@ -748,6 +748,13 @@ def test_resume_checkpoints_on_a_disk_it_cannot_fill_is_refused_before_any_proce
         assert ("cannot be written" in line) if disk == "read-only" else ("bytes free" in line), line
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child: SIGINT's default action, as a terminal's Ctrl-C finds it (a test suite started in the
+    background by a non-interactive shell, `nohup make test &`, inherits SIGINT ignored, and Python then installs
+    no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_resume_torchrun_interrupted_ends_torchrun_and_its_ranks_and_removes_its_folders(tmp_path, sig):
@@ -755,7 +762,7 @@ def test_resume_torchrun_interrupted_ends_torchrun_and_its_ranks_and_removes_its
     tmp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "effitrain_helpers.cli", "resume", "--torchrun", "--crash-at", "14"],
                             env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_in_a_terminal)
     family: list[psutil.Process] = []
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:  # until torchrun has started its 2 ranks

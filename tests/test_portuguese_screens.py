@@ -243,6 +243,8 @@ def test_a_quoted_data_sentence_is_not_the_workbooks_english():
     data = "rótulo 0: 'Dennis loaded a faster data loader in 2024.' / 'A data scientist tested a faster one.'"
     assert english_in(data) == []
     assert english_in("rótulo 0: faster") == ["faster"]  # unquoted, it is the workbook's
+    apostrophe = "rótulo 1 (equivalent): \"He said the pie business doesn 't fit the company 's long-term growth .\""
+    assert english_in(apostrophe) == [], english_in(apostrophe)  # repr's double quotes: data too
 
 
 # ---------------------------------------------------------------- the command line in pt-BR (issue 46)
