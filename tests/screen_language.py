@@ -11,7 +11,7 @@ writes ``[0,533; 0,326]``). A lone English decimal is not flagged: ``1.198`` is 
 and a lesson may show a library's own table or a configuration file (torch's profiler, a model's JSON config).
 
 Two things on screen are not the workbook's to translate: a dataset's sentences, printed quoted
-(:data:`QUOTED_SENTENCE`), and the label of a library's own progress bar (transformers'
+(:func:`without_quoted_sentences`), and the label of a library's own progress bar (transformers'
 "Loading weights" while ``from_pretrained`` reads a checkpoint), listed in ``LIBRARY_BARS`` with the file that
 prints it. The scan leaves out that label only where it starts a tqdm bar (``Loading weights:  0%|``), so the
 same words printed by the workbook are still flagged. A label the Portuguese lesson itself writes as code (in
@@ -36,7 +36,12 @@ SCREENED = tuple(sorted(p.name for p in (Path(__file__).resolve().parents[1] / "
 # A quoted sentence (four words or more between quotes) is data shown as it is, e.g. 1.3's English sentence pairs
 # ('Dennis loaded a faster data loader in 2024.', or in double quotes when it holds an apostrophe, as repr writes
 # "the company 's long-term growth"): the dataset's text, not the workbook's.
-QUOTED_SENTENCE = re.compile(r"""(?<!\w)(?:'(?:[^'\n]*\s){3,}[^'\n]*'|"(?:[^"\n]*\s){3,}[^"\n]*")(?!\w)""")
+QUOTED = re.compile(r"""(?<!\w)(?:'[^'\n]*'|"[^"\n]*")(?!\w)""")  # linear: no nested repeats to backtrack on
+
+
+def without_quoted_sentences(text: str) -> str:
+    """``text`` less every quoted run of four words or more (three spaces or more between its quotes)."""
+    return QUOTED.sub(lambda m: "" if sum(c.isspace() for c in m.group(0)) >= 3 else m.group(0), text)
 
 
 @functools.cache
@@ -87,7 +92,7 @@ def english_in(text: str, code: frozenset[str] = frozenset()) -> list[str]:
     decimals (``[0.533, 0.326]``, :data:`ENGLISH_NUMBER_LIST`)."""
     for label in LIBRARY_BARS:
         text = re.sub(rf"(?m)^{re.escape(label)}(?=: *\d+%\|)", "", text)
-    text = QUOTED_SENTENCE.sub("", text)
+    text = without_quoted_sentences(text)
     return [w for w in english_words()
             if w.lower() not in code and re.search(rf"(?<![\w`'\"]){re.escape(w)}(?![\w`'\"])", text, re.I)
             ] + ENGLISH_NUMBER_LIST.findall(text)
