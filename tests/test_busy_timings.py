@@ -299,10 +299,10 @@ def test_a_benchmark_keeps_its_time_budget_when_products_run_slow(monkeypatch):
 
     loops = []
 
-    def slow(fn, device, number):
+    def slow(fn, device, number, limit_s=None):
         loops.append(number)
         time.sleep(0.01)
-        return number * 0.005  # each call 5 ms: 200 calls would be a second per repeat
+        return number * 0.005, number  # each call 5 ms: 200 calls would be a second per repeat
 
     monkeypatch.setattr(bench, "_time_loop", slow)
     began = time.perf_counter()
@@ -312,6 +312,18 @@ def test_a_benchmark_keeps_its_time_budget_when_products_run_slow(monkeypatch):
     assert all(bench.MIN_ROUNDS <= r.repeats < 100 for r in results)
     assert any("cut to keep this cell within its budget of 0 s" in n or "budget of 1 s" in n for n in notes)
     assert loops[0] == 200 and min(loops) == 20  # re-sized, a step at a time, to 20 calls of 5 ms: 0.1 s
+
+
+def test_a_repeat_whose_calls_turn_slow_after_a_quiet_warm_up_stops_in_time(monkeypatch):
+    """One core busy: a call can take a whole time slice (15 ms) where the warm-up saw 20 us. A loop of
+    5000 calls sized on the warm-up would run 75 s; the repeat stops at LOOP_STEP x TARGET_REPEAT_S."""
+    from effitrain_helpers.measure import bench
+
+    monkeypatch.setattr(bench, "_warm_product", lambda size, dtype, device: (lambda: time.sleep(0.015), 5000))
+    began = time.perf_counter()
+    results, _ = bench.run_benchmark([128], ["float32"], "cpu", repeats=3, check_load=False)
+    assert time.perf_counter() - began < 3 * bench.LOOP_STEP * bench.TARGET_REPEAT_S + 1.0
+    assert results[0].repeats == 3 and results[0].seconds == pytest.approx(0.015, rel=0.5)
 
 
 def test_a_benchmark_announces_about_how_long_it_takes():

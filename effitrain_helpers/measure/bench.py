@@ -364,8 +364,11 @@ def synchronize(device: str) -> None:
         torch.mps.synchronize()
 
 
-def _time_loop(fn: Callable[[], object], device: str, number: int) -> float:
-    """Seconds for ``number`` calls of ``fn``, with the device synchronised (CUDA events on GPUs)."""
+def _time_loop(fn: Callable[[], object], device: str, number: int, limit_s: float = math.inf) -> tuple[float, int]:
+    """Seconds for up to ``number`` calls of ``fn``, with the device synchronised (CUDA events on GPUs), and
+    how many calls ran. On the CPU the loop stops after the call that passes ``limit_s`` seconds: on a busy
+    machine each call can suddenly take a whole scheduler time slice, and a loop sized on quiet calls would
+    then run for a minute."""
     if device.startswith("cuda"):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -373,13 +376,18 @@ def _time_loop(fn: Callable[[], object], device: str, number: int) -> float:
             fn()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1000
+        return start.elapsed_time(end) / 1000, number
     synchronize(device)
     t0 = time.perf_counter()
-    for _ in range(number):
+    stop = t0 + limit_s
+    done = 0
+    while done < number:
         fn()
+        done += 1
+        if time.perf_counter() > stop:
+            break
     synchronize(device)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, done
 
 
 def _device_name(device: str) -> str:
@@ -407,7 +415,7 @@ def _warm_product(size: int, dtype: str, device: str) -> tuple[Callable[[], obje
 
     calls: list[float] = []  # warm-up: kernels chosen, caches and clocks settled
     while len(calls) < 3 or sum(calls) < WARMUP_S:
-        calls.append(_time_loop(product, device, 1))
+        calls.append(_time_loop(product, device, 1)[0])
     # the median call, not the fastest: on a busy machine one lucky call would make every repeat last seconds
     return product, max(1, math.ceil(TARGET_REPEAT_S / max(statistics.median(calls), 1e-7)))
 
@@ -428,7 +436,8 @@ def _interleaved(size: int, dtypes: list[str], device: str, repeats: int, busy: 
 
     Each repeat re-sizes its loop towards ``TARGET_REPEAT_S`` (by at most ``LOOP_STEP``): a warm-up slowed by
     a busy moment neither makes every repeat last seconds nor leaves repeats so short that one interruption
-    dominates them. After ``MIN_ROUNDS`` rounds, no new round starts past ``deadline`` (``time.perf_counter``
+    dominates them, and a repeat whose calls turn slow after a quiet warm-up stops at ``LOOP_STEP`` times
+    ``TARGET_REPEAT_S``. After ``MIN_ROUNDS`` rounds, no new round starts past ``deadline`` (``time.perf_counter``
     seconds): the result then has fewer ``repeats`` than asked."""
     ready = [_warm_product(size, dt, device) for dt in dtypes]
     loops = [n for _, n in ready]
@@ -437,10 +446,10 @@ def _interleaved(size: int, dtypes: list[str], device: str, repeats: int, busy: 
         if round_ >= MIN_ROUNDS and time.perf_counter() > deadline:
             break
         for i, ((product, _), series) in enumerate(zip(ready, times)):
-            took = _time_loop(product, device, loops[i])
-            series.append(took / loops[i])
+            took, done = _time_loop(product, device, loops[i], limit_s=LOOP_STEP * TARGET_REPEAT_S)
+            series.append(took / done)
             scale = min(LOOP_STEP, max(1 / LOOP_STEP, TARGET_REPEAT_S / max(took, 1e-9)))
-            loops[i] = max(1, round(loops[i] * scale))
+            loops[i] = max(1, round(done * scale))
     return [_result(device, dt, size, n, series, busy) for dt, (_, n), series in zip(dtypes, ready, times)]
 
 
@@ -489,7 +498,7 @@ def estimated_seconds(groups: dict[tuple[str, int], list[str]], repeats: int) ->
             if size > PROBE_SIZE:
                 if (device, dtype) not in rates:
                     probe, _ = _warm_product(PROBE_SIZE, dtype, device)
-                    rates[device, dtype] = _time_loop(probe, device, 1) / PROBE_SIZE ** 3
+                    rates[device, dtype] = _time_loop(probe, device, 1)[0] / PROBE_SIZE ** 3
                 product = rates[device, dtype] * size ** 3
             total += max(2 * product, WARMUP_S) + repeats * max(TARGET_REPEAT_S, product)
     return total
