@@ -47,3 +47,27 @@ def pytest_sessionfinish(session, exitstatus):
     """Remove the cache folder this session made (nothing left in the temp folder by a test run)."""
     if _SESSION_CACHE:
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--judged-census", metavar="PATH", default=None,
+                     help="write how many collected tests judge each exercise, by kind, as JSON to PATH "
+                          "(the judges marker; tests/test_judged_census.py)")
+
+
+def pytest_collection_finish(session):
+    """With ``--judged-census PATH``: ``{"6.3 q2": {"right": 2, "mistake": 3}, ...}`` over the collected tests
+    (a parametrized test counts once per case; a test may judge several exercises)."""
+    path = session.config.getoption("--judged-census")
+    if not path:
+        return
+    import json
+
+    counts: dict[str, dict[str, int]] = {}
+    for item in session.items:
+        for mark in item.iter_markers("judges"):
+            exercise, kind = mark.args
+            counts.setdefault(exercise, {}).setdefault(kind, 0)
+            counts[exercise][kind] += 1
+    with open(path, "w") as out:
+        json.dump(counts, out, indent=1, sort_keys=True)

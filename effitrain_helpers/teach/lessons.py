@@ -137,24 +137,32 @@ def markdown_table(lessons: list[Lesson]) -> str:
 START_PAGE = "00"  # the census's name for the start page (its exercises live in checks/start_here.py)
 
 
-def exercise_census() -> dict[str, tuple[int, int]]:
-    """``{lesson: (API exercises, number exercises)}`` for the start page (``"00"``) and every lesson of
-    ``SYLLABUS`` that has a checks module: an API exercise (``Exercise.api``) makes the learner write the lesson's
-    library API, run for real; the others ask for a number or a prediction. Counted from the modules themselves,
-    so the README's figures are checked (``tests/test_exercise_material.py``), never typed."""
+def lesson_exercises() -> dict[str, dict[str, object]]:
+    """``{lesson: {name: Exercise}}`` for the start page (``"00"``) and every lesson of ``SYLLABUS`` that has a
+    checks module, each exercise under the name the lesson calls it by (``q1``, ``q2``, ...)."""
     import importlib
 
     from effitrain_helpers.teach.exercises import Exercise
 
     modules = {START_PAGE: "start_here", **{number: "lesson_" + number.replace(".", "_") for number, _ in SYLLABUS}}
-    census = {}
+    found = {}
     for lesson, name in modules.items():
         try:
             module = importlib.import_module(f"effitrain_helpers.teach.checks.{name}")
         except ModuleNotFoundError:  # a lesson still coming
             continue
-        exercises = [v for v in vars(module).values() if isinstance(v, Exercise)]
-        api = sum(e.api for e in exercises)
+        found[lesson] = {k: v for k, v in vars(module).items() if isinstance(v, Exercise)}
+    return found
+
+
+def exercise_census() -> dict[str, tuple[int, int]]:
+    """``{lesson: (API exercises, number exercises)}`` for :func:`lesson_exercises`: an API exercise
+    (``Exercise.api``) makes the learner write the lesson's library API, run for real; the others ask for a number
+    or a prediction. Counted from the modules themselves, so the README's figures are checked
+    (``tests/test_exercise_material.py``), never typed."""
+    census = {}
+    for lesson, exercises in lesson_exercises().items():
+        api = sum(e.api for e in exercises.values())
         census[lesson] = (api, len(exercises) - api)
     return census
 
