@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 import torch
@@ -304,9 +304,15 @@ MIN_STEPS = 3  # a training run cut by its time budget keeps this many steps (th
 
 @dataclass
 class StepBudget:
-    """How many steps a timing cell's training runs take: ``asked``, or fewer (``steps``) when the machine was
-    ``busy`` and ``runs`` runs of ``asked`` steps of ``step_s`` seconds (a step timed in this notebook) would
-    overrun ``budget_s``. See :func:`step_budget`."""
+    """A timing cell's time budget when the cell trains: ``runs`` runs of ``asked`` steps of about ``step_s``
+    seconds (a step timed in this notebook), after starting ``fresh_processes`` processes (about ``start_s``
+    seconds each on a quiet machine), all within ``budget_s`` seconds from ``started``.
+
+    ``started`` is the wall clock (``time.time()``), which the processes the cell starts read too, so they can
+    stop at :attr:`deadline`. A ``busy`` machine gets ``steps`` < ``asked`` when the whole would overrun
+    (:func:`step_budget`, decided and said before the runs: :meth:`note`); what the cell cuts while it runs, a
+    run left out (:meth:`leave_out`) or timed steps stopped at the deadline (:meth:`stopped`), is said after
+    them by :meth:`cuts_note`. See :func:`step_budget`."""
 
     asked: int
     steps: int
@@ -314,22 +320,61 @@ class StepBudget:
     runs: int
     budget_s: float
     busy: str = ""
+    fresh_processes: int = 0
+    start_s: float = 0.0
+    here_s: float = 0.0  # about how long the cell's other work in this process takes (measurements)
+    started: float = field(default_factory=time.time)
+    left_out: dict[str, str] = field(default_factory=dict)  # a run left out -> why
+    timed: int | None = None  # the steps each run kept when the deadline stopped them (None: not stopped)
 
     @property
     def seconds(self) -> float:
         """About how long the training steps take, at ``asked`` steps (before any cut)."""
         return self.runs * self.asked * self.step_s
 
-    def announce(self, fresh_processes: int = 0) -> str:
+    @property
+    def deadline(self) -> float:
+        """When the budget runs out, in ``time.time()`` seconds (the same clock in every process)."""
+        return self.started + self.budget_s
+
+    def fits(self, seconds: float) -> bool:
+        """Whether ``seconds`` more of work would still end within the budget."""
+        return time.time() + seconds <= self.deadline
+
+    def steps_that_fit(self, steps: int, least: int = MIN_STEPS) -> int:
+        """The steps each run may still take, its fresh processes to start: ``steps``, or as many as what is
+        left of the budget holds (at least ``least``), recorded with :meth:`stopped` when fewer."""
+        if self.fits(self.fresh_processes * self.start_s + self.runs * steps * self.step_s):
+            return steps
+        left = self.deadline - time.time() - self.fresh_processes * self.start_s
+        kept = min(steps, max(least, int(left // (self.runs * max(self.step_s, 1e-9)))))
+        self.stopped(kept)
+        return kept
+
+    def leave_out(self, run: str, why: str) -> None:
+        """Record that ``run`` was not run, to keep within the budget (``why``: what the time so far showed)."""
+        self.left_out[run] = why
+
+    def stopped(self, timed: int) -> None:
+        """Record how many steps each run kept (fewer than :attr:`steps` when the deadline stopped them)."""
+        self.timed = timed if timed < self.steps else None
+
+    def announce(self, may_leave_out: str = "") -> str:
         """The line a timing cell prints before its runs: about how long their steps take at this size, from
-        what, and that a busy machine gets fewer steps instead of a longer wait."""
+        what, the fresh processes it starts, and that a busy machine gets fewer steps (and ``may_leave_out``,
+        a run it can do without) instead of a longer wait."""
         line = tr("training: about {seconds:.0f} s of steps at this size ({runs} runs x {steps} steps x "
                   "{step_ms:.0f} ms, a step timed just now)", seconds=max(1, self.seconds), runs=self.runs,
                   steps=self.asked, step_ms=self.step_s * 1e3)
-        if fresh_processes:
-            line += tr(", plus starting {n} fresh processes", n=fresh_processes)
-        line += tr("; on a busy machine the steps are cut to keep within {budget:.0f} s, and a note says so",
-                   budget=self.budget_s)
+        if self.fresh_processes:
+            line += tr(", plus starting {n} fresh processes (about {each:.0f} s each on a quiet machine)",
+                       n=self.fresh_processes, each=max(1, self.start_s))
+        if may_leave_out:
+            line += tr("; on a busy machine the steps are cut, and {run} left out if need be, to keep the cell "
+                       "within {budget:.0f} s, and a note says so", run=may_leave_out, budget=self.budget_s)
+        else:
+            line += tr("; on a busy machine the steps are cut to keep within {budget:.0f} s, and a note says so",
+                       budget=self.budget_s)
         return "\n".join(filter(None, [line, self.note()]))
 
     def note(self) -> str:
@@ -340,19 +385,50 @@ class StepBudget:
                   "{budget:.0f} s; fewer steps give a rougher time per step and a loss from earlier in training",
                   busy=self.busy, kept=self.steps, asked=self.asked, budget=self.budget_s)
 
+    def cuts_note(self) -> str:
+        """What was cut while the runs ran, to keep within the budget ("" when nothing was)."""
+        lines = [tr("the machine ran slower than expected, so {run} was not run, to keep this cell within "
+                    "{budget:.0f} s ({why})", run=run, why=why, budget=self.budget_s)
+                 for run, why in self.left_out.items()]
+        if self.timed is not None:
+            lines.append(tr("the machine ran slower than expected, so each run timed {kept} of its {asked} steps, "
+                            "to keep this cell within {budget:.0f} s; fewer steps give a rougher median",
+                            kept=self.timed, asked=self.steps, budget=self.budget_s))
+        return "\n".join(lines)
 
-def step_budget(asked: int, step_s: float, runs: int, budget_s: float, busy: str | None = None) -> StepBudget:
+
+def step_budget(asked: int, step_s: float, runs: int, budget_s: float, busy: str | None = None,
+                fresh_processes: int = 0, start_s: float | None = None, here_s: float = 0.0,
+                least: int = MIN_STEPS) -> StepBudget:
     """The steps ``runs`` training runs may take: ``asked``, unless the machine is ``busy`` (a reason from
-    :func:`busy_reason`, sampled now when None; kept in the result) and ``runs x asked x step_s`` exceeds
-    ``budget_s``; then as many as fit, at least :data:`MIN_STEPS` (never more than asked)."""
+    :func:`busy_reason`, sampled now when None; kept in the result) and ``runs x asked x step_s``, plus
+    ``fresh_processes`` starts of ``start_s`` seconds (default: ``launch.START_S``) and ``here_s`` seconds of
+    other work, exceeds ``budget_s``; then as many as fit, at least ``least`` (never more than asked). The
+    budget's clock starts now."""
+    from effitrain_helpers.processes.launch import START_S
+
     positive_int("asked", asked)
     positive_int("runs", runs)
     positive_number("budget_s", budget_s, example="budget_s=30")
+    start_s = START_S if start_s is None else start_s
     busy = busy_reason() if busy is None else busy
     steps = asked
-    if busy and runs * asked * step_s > budget_s:
-        steps = min(asked, max(MIN_STEPS, int(budget_s // (runs * max(step_s, 1e-9)))))
-    return StepBudget(asked, steps, step_s, runs, budget_s, busy)
+    for_steps = budget_s - fresh_processes * start_s - here_s
+    if busy and runs * asked * step_s > for_steps:
+        steps = min(asked, max(least, int(for_steps // (runs * max(step_s, 1e-9)))))
+    return StepBudget(asked, steps, step_s, runs, budget_s, busy, fresh_processes, start_s, here_s)
+
+
+def fastest_seconds(step: Callable[[], object], repeats: int = 3, device: str = "cpu") -> float:
+    """Seconds of the fastest of ``repeats`` calls of ``step`` after one warm-up call, ``device`` synchronised
+    after each (the least disturbed by other programs): how a timing cell times one step before it budgets."""
+    times = []
+    for _ in range(repeats + 1):
+        began = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - began)
+    return min(times[1:])
 
 
 # ---------------------------------------------------------------- measuring

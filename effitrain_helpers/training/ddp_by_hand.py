@@ -171,14 +171,25 @@ def train_with_ddp(steps: int = 3, k: int = 1, width: int = 8):
     return flat_weights(ddp.module)
 
 
-def time_steps(ways: dict[str, Callable[[], object]], steps: int, warmup: int = 2) -> dict[str, list[float]]:
+def time_steps(ways: dict[str, Callable[[], object]], steps: int, warmup: int = 2,
+               deadline: float | None = None) -> dict[str, list[float]]:
     """Seconds of each of ``steps`` calls of every way's step function, after ``warmup`` untimed rounds, in
     interleaved rounds (each round calls every way once, so a busy moment hits all ways alike and shows as a
-    spread); every rank calls a barrier before each call, so the ranks start each step together."""
+    spread); every rank calls a barrier before each call, so the ranks start each step together.
+
+    With ``deadline`` (``time.time()`` seconds: a timing cell's
+    :attr:`~effitrain_helpers.measure.bench.StepBudget.deadline`), no timed round starts past it once
+    :data:`~effitrain_helpers.measure.bench.MIN_STEPS` rounds are timed: the ranks decide together (an
+    all-reduce of "past the deadline" before each round), so every rank runs the same rounds and every
+    collective finds its partner. Each way then has fewer than ``steps`` seconds."""
     import torch.distributed as dist
+
+    from effitrain_helpers.measure.bench import MIN_STEPS
 
     seconds: dict[str, list[float]] = {name: [] for name in ways}
     for i in range(warmup + steps):
+        if deadline is not None and i >= warmup + MIN_STEPS and _any_rank_past(deadline):
+            break
         for name, step in ways.items():
             dist.barrier()
             start = time.perf_counter()
@@ -186,6 +197,17 @@ def time_steps(ways: dict[str, Callable[[], object]], steps: int, warmup: int = 
             if i >= warmup:
                 seconds[name].append(time.perf_counter() - start)
     return seconds
+
+
+def _any_rank_past(deadline: float) -> bool:
+    """Whether any rank of the group is past ``deadline`` (``time.time()`` seconds); every rank must call it."""
+    import torch
+    import torch.distributed as dist
+
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    past = torch.tensor([float(time.time() > deadline)], device=device)
+    dist.all_reduce(past, op=dist.ReduceOp.MAX)
+    return bool(past.item())
 
 
 def median_ms(seconds: list[float]) -> float:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from effitrain_helpers.core.language import msg, number, tr
+from effitrain_helpers.core.validate import positive_number
 from effitrain_helpers.training.accumulation import measure_accumulation
 from effitrain_helpers.training.checkpointing import measure_checkpointing
 from effitrain_helpers.training.local_sgd import LOCAL_SGD_NEEDS, measure_local_sgd
@@ -28,6 +30,9 @@ from effitrain_helpers.training.precision import (TORCH_NAME, low_precision, low
                                                   measure_precision)
 from effitrain_helpers.training.workload import check_steps
 from effitrain_helpers.training.techniques import Techniques, TechniquesRun
+
+if TYPE_CHECKING:
+    from effitrain_helpers.measure.bench import StepBudget
 
 
 # the most each option of ``effitrain efficiency`` may ask for: 16 steps take about a minute on 2 CPU cores,
@@ -108,8 +113,50 @@ def _time_doubt(busy: str, spread: float) -> str:
     return "; ".join(filter(None, [busy, spread_reason(spread)]))
 
 
+TOKENS_RATIO = 2  # local SGD's micro-batch (8 rows of 64 tokens) over lesson 3.3's precision step (8 of 32)
+HERE_STEPS = 150  # the measurements in this process (accumulation, checkpointing, two lesson models built, a
+# matmul benchmark), in precision steps: an estimate from one run's CPU seconds on a 2-core machine
+
+
+def chapter_budget(step_s: float, num_processes: int | None = None, steps: int = 16, budget_s: float = 45.0,
+                   accumulation_steps: int = 4, local_sgd_steps: int = 4, busy: str | None = None) -> StepBudget:
+    """The chapter table's time budget (:class:`~effitrain_helpers.measure.bench.StepBudget`), made, and its
+    clock started, before :func:`measure_chapter`, from ``step_s``: one fp32 training step timed in this lesson
+    (3.3's precision run: 8 rows of 32 tokens, AdamW, every core). A rank of local SGD's N processes trains
+    :data:`TOKENS_RATIO` times the tokens on cores / N threads (about 2 N ``step_s`` a micro-batch) and 3 + k
+    micro-batches per step (``runs``: plain data parallel, local SGD, no communication, and accumulation's k);
+    the measurements in this process (``here_s``) take about :data:`HERE_STEPS` steps. On a ``busy`` machine
+    (sampled now when None) whose whole would overrun ``budget_s``, the processes train fewer steps
+    (:func:`~effitrain_helpers.measure.bench.step_budget`), at least ``local_sgd_steps`` (local SGD averages once)."""
+    from effitrain_helpers.measure.bench import step_budget
+    from effitrain_helpers.processes.launch import resolve_num_processes
+
+    n = resolve_num_processes(num_processes, minimum=2, why=LOCAL_SGD_NEEDS)
+    check_steps("accumulation_steps", accumulation_steps)
+    check_steps("local_sgd_steps", local_sgd_steps)
+    check_steps("steps", steps)
+    positive_number("budget_s", budget_s, example="budget_s=45")
+    positive_number("step_s", step_s, example="step_s=runs['fp32'].seconds_per_step")
+    return step_budget(steps, TOKENS_RATIO * n * step_s, 3 + accumulation_steps, budget_s, busy,
+                       fresh_processes=n, here_s=HERE_STEPS * step_s, least=min(steps, local_sgd_steps))
+
+
+def chapter_announce(budget: StepBudget) -> str:
+    """The line the chapter-table cell prints before :func:`measure_chapter`: about how long at this size, from
+    what, and what a busy machine cuts (``budget`` from :func:`chapter_budget`; its cut said, if any)."""
+    line = tr("the chapter table: about {seconds:.0f} s at this size ({here:.0f} s of measurements here, then {n} "
+              "fresh processes, about {start:.0f} s each to start on a quiet machine, each training {steps} steps of "
+              "{micro} micro-batches at about {step_ms:.0f} ms, from the fp32 step above); on a busy machine the "
+              "processes' steps are cut to keep within {budget:.0f} s, and a note says so",
+              seconds=budget.here_s + budget.start_s + budget.seconds, here=budget.here_s,
+              n=budget.fresh_processes, start=budget.start_s, steps=budget.asked, micro=budget.runs,
+              step_ms=budget.step_s * 1e3, budget=budget.budget_s)
+    return "\n".join(filter(None, [line, budget.note()]))
+
+
 def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, TechniquesRun] | None = None,
-                    accumulation_steps: int = 4, local_sgd_steps: int = 4, steps: int = 16) -> list[ChapterRow]:
+                    accumulation_steps: int = 4, local_sgd_steps: int = 4, steps: int = 16,
+                    budget: StepBudget | None = None) -> list[ChapterRow]:
     """Measure all four techniques on the lesson workload: one :class:`ChapterRow` per technique.
 
     Accumulation and checkpointing are measured in this process with plain forward and backward passes (no
@@ -117,6 +164,11 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
     run in fresh processes; ``precision_runs`` reuses lesson 3.3's :func:`measure_precision` result (fp32 and
     :func:`low_precision`) instead of measuring again. Each row's time carries its doubt (the load seen before
     the measurements, the spread of its repeats).
+
+    With ``budget`` (:func:`chapter_budget`, made just before), local SGD's processes train ``budget.steps``
+    (fewer than ``steps`` when a busy machine was seen then), and fewer again, at least ``local_sgd_steps``, when
+    what is left of the budget after the measurements in this process would not hold them
+    (``budget.cuts_note()`` then says so).
     """
     import torch
 
@@ -130,6 +182,8 @@ def measure_chapter(num_processes: int | None = None, precision_runs: dict[str, 
     busy = busy_reason()
     acc = measure_accumulation(micro_batch=4, accumulation_steps=accumulation_steps, seq_len=64)
     ckpt = measure_checkpointing((64,), batch_size=8, repeats=3)[0]
+    if budget is not None:
+        steps = budget.steps_that_fit(min(steps, budget.steps), least=local_sgd_steps)
     parallel = measure_local_sgd(local_sgd_steps, steps, n, batch_size=8, accumulation_steps=accumulation_steps)
     low = low_precision()
     precision = precision_runs or measure_precision(("fp32", low), steps=4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from effitrain_helpers.core.language import tr
 from effitrain_helpers.training.techniques import PRECISIONS, Techniques, TechniquesRun, measure_techniques, run_techniques
 
 TORCH_NAME = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -36,31 +37,39 @@ def training_step_seconds(accelerator, model, optimizer, batch: dict, repeats: i
     """Seconds of one training step (forward, backward, optimizer step) of an ``accelerator``-prepared ``model``
     on ``batch`` in this process: the fastest of ``repeats`` steps after a warm-up step (the least disturbed by
     other programs). Lesson 3.3 times its runs' step this way before them, to say how long they take."""
-    import time
+    from effitrain_helpers.measure.bench import fastest_seconds
 
-    from effitrain_helpers.measure.bench import synchronize
-
-    times = []
-    for _ in range(repeats + 1):
-        started = time.perf_counter()
+    def step() -> None:
         accelerator.backward(model(**batch).loss)
         optimizer.step()
         optimizer.zero_grad()
-        synchronize(str(accelerator.device))
-        times.append(time.perf_counter() - started)
-    return min(times[1:])
+
+    return fastest_seconds(step, repeats, str(accelerator.device))
 
 
 def measure_precision(precisions: tuple[str, ...] = PRECISIONS, steps: int = 8, batch_size: int = 8,
-                      seq_len: int = 32, in_this_process: str | None = None) -> dict[str, TechniquesRun]:
+                      seq_len: int = 32, in_this_process: str | None = None, budget=None) -> dict[str, TechniquesRun]:
     """The same training in each precision, each in a fresh process, except ``in_this_process``: a precision
     this process's Accelerate is already set to (lesson 3.3 created its Accelerator with it), which runs here
-    and saves starting a process."""
-    out = {}
+    and saves starting a process.
+
+    With ``budget`` (a :class:`~effitrain_helpers.measure.bench.StepBudget`), a precision other than fp32 (the
+    reference) and ``in_this_process`` is a run the cell can do without: it starts only if a run as long as the
+    last fresh process's still fits the budget, and is otherwise left out (``budget.left_out`` says why)."""
+    import time
+
+    out, fresh_s = {}, 0.0
     for precision in precisions:
         techniques = Techniques(precision=precision, steps=steps, batch_size=batch_size, seq_len=seq_len)
         if precision == in_this_process:
             out[precision] = replace(run_techniques(techniques), state_dict=None, replicas_agree=True)
-        else:
-            out[precision] = measure_techniques(techniques)
+            continue
+        optional = budget is not None and precision not in ("fp32", in_this_process)
+        if optional and fresh_s and not budget.fits(fresh_s):
+            budget.leave_out(precision, tr("a run in a fresh process took {seconds:.0f} s here, and {left:.0f} s "
+                                           "were left", seconds=fresh_s, left=max(0.0, budget.deadline - time.time())))
+            continue
+        began = time.perf_counter()
+        out[precision] = measure_techniques(techniques)
+        fresh_s = time.perf_counter() - began
     return out
