@@ -35,7 +35,7 @@ CONCLUSIONS = ("as expected", "is faster than", "is slower than", ": agree", "pa
 QUIET_FACTOR = 2.0  # a figure the busy run calls reliable is within this factor of the quiet run's
 TIMING_CELLS = {  # each lesson's timing cells (cell ids), and the budget a cell promises (seconds), if any
     "1_1_prepare_models.ipynb": {"abb0b247": 20, "e16fb8b8": None, "614e2a33": 10},
-    "3_3_mixed_precision.ipynb": {"64852c67": 10, "01ee3a8d": 30, "a19cf2f7": 45},
+    "3_3_mixed_precision.ipynb": {"64852c67": 10, "01ee3a8d": 30, "a19cf2f7": 60},
     "6_2_data_parallelism_by_hand.ipynb": {"b7d41c26": 30, "e2722c47": None},
 }  # a budget counts everything its cell does, process starts included (bench.step_budget, StepBudget)
 BUDGET_MARGIN_S = 15  # a budgeted cell may overrun by the warm-ups and the last repeats started in time
@@ -539,5 +539,7 @@ def test_lessons_with_one_core_busy_match_a_quiet_run(name, monkeypatch):
         busy = run_lesson(name, monkeypatch)
     for run, nb in (("quiet", quiet), ("busy", busy)):  # shown with -s, and in a failure's captured output
         cells = {cell.get("id"): cell for cell in nb.cells}
-        print(name, run, {cell_id: round(_seconds(cells[cell_id])) for cell_id in TIMING_CELLS[name]})
+        executed = sum(_seconds(cell) for cell in nb.cells if "execution" in cell.get("metadata", {}))
+        print(name, run, {cell_id: round(_seconds(cells[cell_id])) for cell_id in TIMING_CELLS[name]},
+              f"all cells {executed:.0f} s")
     assert lesson_problems(name, quiet) + lesson_problems(name, busy) + quiet_disagreements(name, quiet, busy) == []
