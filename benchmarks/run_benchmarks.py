@@ -233,16 +233,17 @@ def notebook_times(busy: bool = False) -> list[dict]:
             seconds = time.perf_counter() - start
         limit = NOTEBOOK_MAX_S["course" if path.name[0] in "01234" else "beyond"]
         rows.append({"notebook": path.name, "seconds": seconds, "limit": limit, "busy": busy,
-                     "ok": busy or seconds < limit})
+                     "load": os.getloadavg()[0], "ok": busy or seconds < limit})
     return rows
 
 
 def lesson_times() -> int:
-    """``--lesson-times``: every lesson quiet, then with one core busy, as the README's lesson table states them."""
+    """``--lesson-times``: every lesson quiet, then with one core busy, as the README's lesson table states them
+    (each with the load average, over a minute, when it ended: a quiet run shows about 1-2 on 2 cores)."""
     quiet, busy = notebook_times(), notebook_times(busy=True)
-    print("| notebook | quiet (s) | one core busy (s) |\n|---|---|---|")
+    print("| notebook | quiet (s) | load | one core busy (s) | load |\n|---|---|---|---|---|")
     for q, b in zip(quiet, busy):
-        print(f"| {q['notebook']} | {q['seconds']:.0f} | {b['seconds']:.0f} |")
+        print(f"| {q['notebook']} | {q['seconds']:.0f} | {q['load']:.1f} | {b['seconds']:.0f} | {b['load']:.1f} |")
     return 0 if all(r["ok"] for r in quiet) else 1
 
 
