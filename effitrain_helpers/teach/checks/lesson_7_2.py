@@ -141,8 +141,11 @@ q1 = Exercise(
            "takes a dict from each layer's name to a style: ColwiseParallel() (split the output features) or "
            "RowwiseParallel() (split the input features, sum the partial outputs); "
            "torch.distributed.tensor.parallel documents both.",
-           "def make_mesh(dp, tp):\n    return init_device_mesh(\"cpu\", (____, ____), mesh_dim_names=____)\n\n"
-           "plan = {\"q\": ____, ..., \"up\": ColwiseParallel(), \"down\": ____}"],
+           "The grid's shape lists its outer dimension first, and the names follow the same order: data "
+           "parallelism outside, tensor parallelism inside ('A grid of ranks' above). In each half, the layers "
+           "that read the whole hidden vector split their outputs; the layer fed their split features splits "
+           "its inputs and sums. The placements table above shows how TP cut q's and out's weights on the tp "
+           "dimension (Shard(0): rows, Shard(1): columns); lesson 6.4's up and down are cut the same way."],
     solution_code=(
         "def make_mesh(dp, tp):\n"
         "    return init_device_mesh(\"cpu\", (dp, tp), mesh_dim_names=(\"dp\", \"tp\"))\n\n\n"
@@ -195,8 +198,10 @@ q2 = Exercise(
            "the table above shows what to expect for the lesson's own model.",
            "Forward: one after each row-wise layer. Backward: one for the input gradient of each column-wise "
            "layer. Each carries the activations of this rank's rows of the batch.",
-           "One all-reduce carries (batch // dp) * seq * hidden values of ____ bytes; a block runs ____ of them "
-           "forward and ____ backward."],
+           "Count the row-wise and the column-wise layers of exercise 1's plan; each all-reduce carries the "
+           "activations of the rows one tp group computes on (its data-parallel share of the global batch), "
+           "in the dtype the lesson trains in. 'Bytes per rank, per dimension' above states the rule, and the "
+           "table's tp (2) row is your function's answer for the lesson's own case."],
     solution_code=(
         "def tp_bytes(batch, seq, hidden, dp, blocks):\n"
         "    activations = 4 * (batch // dp) * seq * hidden  # float32 values of this rank's rows\n"
