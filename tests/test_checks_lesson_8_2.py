@@ -9,6 +9,7 @@ from effitrain_helpers.engines import recomputation as rc
 from effitrain_helpers.teach.checks.lesson_8_2 import SHAPES, q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import activation_memory as am
+from verdicts import assert_correct, assert_not_attempted, assert_refused
 
 SHAPE = (48, 2, 32, 4)  # s, b, h, a
 
@@ -71,8 +72,7 @@ def _by_tensor(s, b, h, a, ffn):
 
 def test_two_right_predictions_are_correct():
     for fn in (_right, _by_tensor):
-        result = q1.evaluate(fn)
-        assert result.status == "correct", result.message
+        assert_correct(q1, fn)
 
 
 def _wrong(**slip):
@@ -109,16 +109,14 @@ def _lesson_block(s, b, h, a, ffn):
     (lambda s, b, h, a, ffn: 12345, "List each operation's saved tensors"),
 ])
 def test_each_slip_is_named(fn, words):
-    result = q1.evaluate(fn)
-    assert result.status == "incorrect" and words in result.message, result.message
+    assert_refused(q1, fn, words=words)
 
 
 def test_not_attempted_and_not_a_function():
     def block_bytes(s, b, h, a, ffn):
         return ____
-    assert q1.evaluate(block_bytes).status == "not attempted"
-    result = q1.evaluate(97920)
-    assert result.status == "incorrect" and "function itself" in result.message
+    assert_not_attempted(q1, block_bytes)
+    assert_refused(q1, 97920, words="function itself")
 
 
 def test_the_held_back_shapes_are_not_the_lessons():
@@ -151,8 +149,7 @@ def _checkpointed(*flags, reentrant=False, p=None, detach=False, **options):
 @pytest.mark.parametrize("fn", [_checkpointed(), _checkpointed(reentrant=True), _core],
                          ids=["non-reentrant", "reentrant", "own core"])
 def test_three_right_recomputations_are_correct(fn):
-    result = q2.evaluate(fn)
-    assert result.status == "correct", result.message
+    assert_correct(q2, fn)
 
 
 @pytest.mark.parametrize("fn, words", [
@@ -165,12 +162,11 @@ def test_three_right_recomputations_are_correct(fn):
     (lambda q, k, v, dropout: q.sum(), "tensor of shape"),
 ])
 def test_each_recomputation_mistake_is_named(fn, words):
-    result = q2.evaluate(fn)
-    assert result.status == "incorrect" and words in result.message, result.message
+    assert_refused(q2, fn, words=words)
 
 
 def test_recomputation_not_attempted_and_not_a_function():
     def attention_recomputed(q, k, v, dropout):
         return ____
-    assert q2.evaluate(attention_recomputed).status == "not attempted"
-    assert "function itself" in q2.evaluate(3).message
+    assert_not_attempted(q2, attention_recomputed)
+    assert_refused(q2, 3, words="function itself")
