@@ -111,6 +111,10 @@ def _check_dominant(answer, profile) -> None:
     if answer not in profile.phases_ms:
         raise Incorrect(tr("{answer!r} is not one of the labelled phases: {phases}.", answer=answer,
                            phases=", ".join(profile.phases_ms)))
+    if answer != profile.dominant() and answer == max(profile.phases_ms):
+        raise Incorrect(tr("{answer!r} comes last in alphabetical order: max() over the dict compared the phases' "
+                           "names, not their times. Give max() a key= that ranks each name by its milliseconds.",
+                           answer=answer))
     if answer != profile.dominant():
         raise Incorrect(tr("{answer!r} took {ms:.0f} ms per step; another phase took more. "
                            "Compare the 'ms per step' column of the labelled phases.", answer=answer,
@@ -126,6 +130,9 @@ def _check_best_gain(answer, profile) -> None:
     if abs(got - (1 - want)) < 0.01 and abs(got - want) >= 0.01:
         raise Incorrect(tr("that is the share of everything BUT data loading: workers only take over the "
                            "loading."))
+    if abs(got - want / (1 - want)) < 0.005 and abs(got - want) >= 0.01:
+        raise Incorrect(tr("that is data loading over the rest of the step; the gain is loading's share of the "
+                           "whole step: divide by the step's time, loading included."))
     if abs(got - want) >= 0.01:
         raise Incorrect(tr("{got:.3f} is not it: data loading took {loading:.1f} ms of the {step:.1f} ms step "
                            "in the run without workers.", got=got, loading=profile.phases_ms["data loading"],
