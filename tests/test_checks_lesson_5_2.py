@@ -101,6 +101,9 @@ FOUND = {"world": 2, "stepped": 5, "returned": "profile", "is_profile": True, "r
     ({"step_in_optimizer": False}, "does not contain optimizer.step()"),
     ({"reduce_in_backward": False}, "put loss.backward() inside it"),
     ({"stale": 4}, "4 of 5 backward passes began with the gradients of earlier batches"),  # a mutant (issue 41)
+    ({"recorded": 0, "scheduled": True, "marked": 5}, "give schedule(...) repeat=1, or a wait of 1"),
+    ({"recorded": 0, "scheduled": True, "marked": 0}, "each training step (the schedule counts those calls)"),
+    ({"recorded": 0, "scheduled": False, "marked": 5}, "give profile(...) a schedule (without one"),
 ])
 def test_5_2_q1_names_what_the_profiler_missed(change, message):
     _judge(0, FOUND)  # everything recorded: no complaint
@@ -185,6 +188,19 @@ def profilers() -> dict:
                 prof.step()
         return prof
 
+    def cycle_started_again(model, optimizer, batches):  # wait=0 and no repeat: the last step opens a new cycle
+        with profile(schedule=schedule(skip_first=1, wait=0, warmup=1, active=len(batches) - 2)) as prof:
+            for batch in batches:
+                with record_function("forward"):
+                    loss = model(**batch).loss
+                with record_function("backward"):
+                    loss.backward()
+                with record_function("optimizer"):
+                    optimizer.step()
+                    optimizer.zero_grad()
+                prof.step()
+        return prof
+
     def not_returned(model, optimizer, batches):
         right(model, optimizer, batches)
 
@@ -200,6 +216,7 @@ def profilers() -> dict:
     pytest.param("no_schedule", "give profile(...) a schedule", marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
     pytest.param("not_returned", "returned NoneType; return the profiler itself",
                  marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
+    pytest.param("cycle_started_again", "give schedule(...) repeat=1", marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
 ])
 def test_5_2_q1_runs_the_learners_profiler_in_two_processes(name, words):
     result = q1.evaluate(profilers()[name])
