@@ -252,6 +252,7 @@ STOP_AT_THE_IDEA = {f"{stem}:{q}" for stem, q, *_ in CASES if stem[0] in "012345
                     "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2", "8_2_activation_memory:q1",
                     "8_2_activation_memory:q2", "8_3_sequence_and_context_parallelism:q1",
                     "8_3_sequence_and_context_parallelism:q2", "8_4_experts:q1",
+                    "7_2_a_mesh_of_devices:q1", "7_2_a_mesh_of_devices:q2",
                     "7_3_choosing_a_configuration:q1", "7_3_choosing_a_configuration:q2",
                     "7_3_choosing_a_configuration:q3"}
 
