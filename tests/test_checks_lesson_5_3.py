@@ -411,6 +411,18 @@ def test_5_3_q1_judges_what_save_wrote(files, words):
                                     "complete.json"} for s in (2, 4)})  # a sealed checkpoint at each step passes
 
 
+def test_5_3_q1_a_save_that_raised_is_judged_by_its_error_not_by_the_folders():
+    """The first save raised (seal given one argument, a name undefined): "save was called 2 times but wrote 1
+    folder(s)" was false (it was called once), "nothing was written" hid the error. Rank 1's missing random state
+    is still named (seal refuses the folder then)."""
+    l53._judge_files({".step_2.partial": {"model.safetensors", "random_states_0.pkl", "random_states_1.pkl"}}, 0)
+    l53._judge_files({}, 0)
+    with pytest.raises(l53.Incorrect, match="wrote 1 folder"):
+        l53._judge_files({".step_2.partial": {"random_states_0.pkl", "random_states_1.pkl"}}, 2)
+    with pytest.raises(l53.Incorrect, match="EVERY process"):
+        l53._judge_files({".step_2.partial": {"model.safetensors", "random_states_0.pkl"}}, 0)
+
+
 def _loader_right(accelerator, rows, seed):
     generator = resume.LoaderGenerator(seed)
     accelerator.register_for_checkpointing(generator)

@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import re
+from pathlib import Path
 
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
@@ -20,6 +21,9 @@ SLOW_RANK_SECONDS = 1.0
 # The slowed rank leaves this file in root when its save_state is called, so a seal that found rank 1's files
 # missing can tell a race (rank 1 saving late) from a save that rank 1 never made (the main process saving alone).
 SAVE_CALLED = ".effitrain-check-save-state-called"
+# The main process leaves this file (then the step) in root each time the learner's save returns: a run that
+# failed inside save is judged by its error, not by the folders a finished run would have left
+SAVE_RETURNED = ".effitrain-check-save-returned-"
 # q2: a checkpoint every 50 steps, a rank dies after 1,336 steps; q3: Young's interval for a 512-GPU job
 Q2_EVERY, Q2_DONE = 50, 1336
 Q3_SAVE_SECONDS, Q3_GPUS, Q3_GPU_MTBF_YEARS = 30.0, 512, 5.0
@@ -74,6 +78,8 @@ def _run_learner(save, resume, root: str) -> dict:
         _step(accelerator, model, optimizer, scheduler, batch)
         if done in SAVES:
             save(accelerator, root, done)
+            if accelerator.is_main_process:
+                Path(root, f"{SAVE_RETURNED}{done}").touch()
             saved[done] = _weights(accelerator, model)
         if done == STOP:
             break
@@ -99,7 +105,6 @@ def _slow_down_save_state(accelerator, root: str) -> None:
     """Make this rank's ``accelerator.save_state`` start :data:`SLOW_RANK_SECONDS` late (a slow disk), leaving
     :data:`SAVE_CALLED` in ``root`` when it is called."""
     import time
-    from pathlib import Path
 
     save_state = accelerator.save_state
 
@@ -114,7 +119,6 @@ def _slow_down_save_state(accelerator, root: str) -> None:
 def _sealed_world_sizes(root) -> dict[str, int]:
     """Each sealed folder under ``root`` with the number of processes its seal was told (its marker's)."""
     import json
-    from pathlib import Path
 
     from effitrain_helpers.training.resume import MARKER
 
@@ -158,32 +162,33 @@ def _seal_in_one_process(save) -> None:
 
 
 def _saved_files(root) -> dict[str, set[str]]:
-    """Each folder under ``root`` that holds a file, with the names of its files."""
-    from pathlib import Path
-
+    """Each folder under ``root`` that holds a file, with the names of its files (the check's own left out)."""
     out: dict[str, set[str]] = {}
     for path in Path(root).rglob("*"):
-        if path.is_file() and path.name != SAVE_CALLED:
+        if path.is_file() and path.name != SAVE_CALLED and not path.name.startswith(SAVE_RETURNED):
             out.setdefault(str(path.parent.relative_to(root)), set()).add(path.name)
     return out
 
 
-def _judge_files(files: dict[str, set[str]]) -> None:
-    """Incorrect when what ``save`` wrote cannot be a sealed checkpoint of every rank at each step."""
+def _judge_files(files: dict[str, set[str]], saves: int = len(SAVES)) -> None:
+    """Incorrect when what ``save`` wrote, in the ``saves`` calls that returned, cannot be a sealed checkpoint of
+    every rank at each step. Rank 1's missing random state is judged even when a save failed (seal's refusal)."""
     from effitrain_helpers.training.resume import MARKER
 
-    if not files:
-        raise Incorrect(tr("nothing was written under root: save should call accelerator.save_state(folder) "
-                           "with folder = partial_folder(root, step)."))
     lonely = [f for f, names in files.items() if "random_states_0.pkl" in names and "random_states_1.pkl" not in names]
     if lonely:
         raise Incorrect(tr("rank 1's random state is missing from the checkpoint: call save_state in EVERY "
                            "process (it writes the shared files on the main process only, and each rank's own "
                            "state)."))
-    if len(files) < len(SAVES):
+    if not saves:  # the first save raised: its error says what happened
+        return
+    if not files:
+        raise Incorrect(tr("nothing was written under root: save should call accelerator.save_state(folder) "
+                           "with folder = partial_folder(root, step)."))
+    if len(files) < saves:
         raise Incorrect(tr("save was called {calls} times but wrote {folders} folder(s): give each step "
                            "its own folder (put the step in its name), or the newest overwrites the others.",
-                           calls=len(SAVES), folders=len(files)))
+                           calls=saves, folders=len(files)))
     if not any(MARKER in names for names in files.values()):
         raise Incorrect(tr("no checkpoint was sealed, so there is nothing to resume from: after the barrier, "
                            "the main process should call seal(folder, accelerator.num_processes)."))
@@ -240,7 +245,7 @@ def _check_resume(save, resume) -> None:
             error = str(err).splitlines()[0]
             failed = Incorrect(tr("in {processes} processes, {error}", processes=PROCESSES, error=error))
             # seal's own exception classes, so that a message in any language is told apart
-            sealed_twice = err.exc_type == "NotBeingWritten" or (
+            sealed_twice = (err.exc_type == "NotBeingWritten" and _saved_files(root)) or (  # (else none written)
                 err.exc_type == "FileNotFoundError" and PARTIAL in error)  # two ranks renaming the same folder
             if sealed_twice:  # named before the files, which it leaves half renamed
                 raise Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
@@ -256,7 +261,8 @@ def _check_resume(save, resume) -> None:
         except TimeoutError:
             failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
                                   "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
-        _judge_files(_saved_files(root))  # first: a bad save is often why resume failed
+        returned = sum(os.path.exists(os.path.join(root, f"{SAVE_RETURNED}{step}")) for step in SAVES)
+        _judge_files(_saved_files(root), returned)  # first: a bad save is often why resume failed
         told = sorted(set(_sealed_world_sizes(root).values()) - {PROCESSES})
     if failed is not None:
         raise failed
