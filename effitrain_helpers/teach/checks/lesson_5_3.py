@@ -472,7 +472,8 @@ def _check_sharded(save, load) -> None:
                            "ranks agree on a plan, then each writes its shard), so a save on rank 0 only waits "
                            "for rank 1 for ever; call it on every rank.", timeout=Q5_TIMEOUT)) from None
     except RankFailed as err:
-        missing = re.search(r"Missing key in checkpoint state_dict: ([^.\s]+)", str(err))  # dcp.load's plan
+        # dcp.load's load plan; the traceback also shows the f-string's own line, "... state_dict: {fqn}."
+        missing = re.search(r"Missing key in checkpoint state_dict: ([A-Za-z_]\w*)", str(err))
         if missing:
             raise Incorrect(tr("the checkpoint holds nothing under {name!r}, which load reads: save "
                                "get_state_dict(model, optimizer)'s two parts, the model's and AdamW's, each under "
