@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.teach import plots
 from effitrain_helpers.teach.checks import lesson_5_3 as l53
 from effitrain_helpers.training import resume
+from verdicts import mistake, right, speak
 
 
 # ---- effitrain_helpers.training.resume
@@ -174,19 +174,10 @@ def test_timeline_figure():
 
 # ---- checkers
 
-RIGHT, MISTAKE = "right", "mistake"
-
-
-def judged(exercise: str, kind: str, *values, id: str):
-    """A parametrized case that judges ``exercise`` on a right answer written another way or a named mistake
-    (tests/test_judged_census.py counts them)."""
-    return pytest.param(*values, id=id, marks=pytest.mark.judges(exercise, kind))
-
-
 @pytest.mark.parametrize("answer", [
-    judged("5.3 q2", RIGHT, 36.0, id="a float"),
-    judged("5.3 q2", RIGHT, numpy.int64(1336) % 50, id="a NumPy integer, by the remainder"),
-    judged("5.3 q2", RIGHT, torch.tensor(1336) - torch.tensor(1336) // 50 * 50, id="a 0-d tensor"),
+    right("5.3 q2", 36.0, id="a float"),
+    right("5.3 q2", numpy.int64(1336) % 50, id="a NumPy integer, by the remainder"),
+    right("5.3 q2", torch.tensor(1336) - torch.tensor(1336) // 50 * 50, id="a 0-d tensor"),
 ])
 def test_5_3_q2_accepts_the_steps_lost_written_any_way(answer):
     result = l53.q2.evaluate(answer)
@@ -194,17 +185,17 @@ def test_5_3_q2_accepts_the_steps_lost_written_any_way(answer):
 
 
 @pytest.mark.parametrize("answer, lang, words", [
-    judged("5.3 q2", MISTAKE, 37, "en", "step 1,337 was running, never finished", id="the running step counted"),
-    judged("5.3 q2", MISTAKE, 14, "en", "steps were still to go to the next checkpoint", id="steps to the next"),
-    judged("5.3 q2", MISTAKE, 1300, "en", "1,300 is the step after which the newest checkpoint was taken",
+    mistake("5.3 q2", 37, "en", "step 1,337 was running, never finished", id="the running step counted"),
+    mistake("5.3 q2", 14, "en", "steps were still to go to the next checkpoint", id="steps to the next"),
+    mistake("5.3 q2", 1300, "en", "1,300 is the step after which the newest checkpoint was taken",
            id="the newest checkpoint's step"),
-    judged("5.3 q2", MISTAKE, 1300, "pt-BR", "1.300 é o passo depois do qual o checkpoint mais novo foi salvo",
+    mistake("5.3 q2", 1300, "pt-BR", "1.300 é o passo depois do qual o checkpoint mais novo foi salvo",
            id="the newest checkpoint's step, pt-BR"),
-    judged("5.3 q2", MISTAKE, "36", "en", "answer should be a number; you gave str", id="a string"),
+    mistake("5.3 q2", "36", "en", "answer should be a number; you gave str", id="a string"),
     pytest.param(50, "en", "is not the number of steps done after the newest checkpoint", id="other"),
 ])
 def test_5_3_q2_names_each_mistake(answer, lang, words, monkeypatch):
-    monkeypatch.setattr(SETTINGS, "lang", lang)
+    speak(monkeypatch, lang)
     result = l53.q2.evaluate(answer)
     assert result.status == "incorrect" and words in result.message, result.message
 
@@ -213,10 +204,10 @@ YOUNG = math.sqrt(2 * 30 * 5 * 365 * 24 * 3600 / 512)  # seconds
 
 
 @pytest.mark.parametrize("answer", [
-    judged("5.3 q3", RIGHT, math.sqrt(2 * 30 * 5 * 365.25 * 24 * 3600 / 512), id="a 365.25-day year"),
-    judged("5.3 q3", RIGHT, (2 * 30 * (5 * 365 * 86_400 / 512)) ** 0.5, id="a power of one half, days of 86,400 s"),
-    judged("5.3 q3", RIGHT, 72 * 60, id="rounded to 72 minutes, in seconds"),
-    judged("5.3 q3", RIGHT, numpy.sqrt(numpy.float32(60 * 5 * 365 * 24 * 3600 / 512)), id="NumPy float32"),
+    right("5.3 q3", math.sqrt(2 * 30 * 5 * 365.25 * 24 * 3600 / 512), id="a 365.25-day year"),
+    right("5.3 q3", (2 * 30 * (5 * 365 * 86_400 / 512)) ** 0.5, id="a power of one half, days of 86,400 s"),
+    right("5.3 q3", 72 * 60, id="rounded to 72 minutes, in seconds"),
+    right("5.3 q3", numpy.sqrt(numpy.float32(60 * 5 * 365 * 24 * 3600 / 512)), id="NumPy float32"),
 ])
 def test_5_3_q3_accepts_young_interval_written_any_way(answer):
     result = l53.q3.evaluate(answer)
@@ -224,16 +215,16 @@ def test_5_3_q3_accepts_young_interval_written_any_way(answer):
 
 
 @pytest.mark.parametrize("answer, lang, words", [
-    judged("5.3 q3", MISTAKE, YOUNG * math.sqrt(512), "en", "the job stops when ANY of its 512 GPUs fails",
+    mistake("5.3 q3", YOUNG * math.sqrt(512), "en", "the job stops when ANY of its 512 GPUs fails",
            id="one GPU's interval"),
-    judged("5.3 q3", MISTAKE, YOUNG / math.sqrt(2), "en", "a factor 2 under the square root", id="no factor 2"),
-    judged("5.3 q3", MISTAKE, YOUNG / 60, "en", "answer in seconds, not minutes", id="minutes"),
-    judged("5.3 q3", MISTAKE, YOUNG / 60, "pt-BR", "não em minutos", id="minutes, pt-BR"),
+    mistake("5.3 q3", YOUNG / math.sqrt(2), "en", "a factor 2 under the square root", id="no factor 2"),
+    mistake("5.3 q3", YOUNG / 60, "en", "answer in seconds, not minutes", id="minutes"),
+    mistake("5.3 q3", YOUNG / 60, "pt-BR", "não em minutos", id="minutes, pt-BR"),
     # a save time of 31 s (1.6% off): within the 2% once allowed, refused since (a mutant of the solution)
     pytest.param(math.sqrt(2 * 31 * 5 * 365 * 24 * 3600 / 512), "en", "s is not sqrt(2 x save time", id="31 s"),
 ])
 def test_5_3_q3_names_each_mistake(answer, lang, words, monkeypatch):
-    monkeypatch.setattr(SETTINGS, "lang", lang)
+    speak(monkeypatch, lang)
     result = l53.q3.evaluate(answer)
     assert result.status == "incorrect" and words in result.message, result.message
 
@@ -342,39 +333,40 @@ def resume_without_loading(accelerator, loader, root):
 
 
 def q1_case(kind, save_fn, resume_fn, status, words, *, id, lang="en", every_run=True):
-    """A case of q1's 2-process check; the right forms and the rarer mistakes run in make test-all only."""
-    marks = [pytest.mark.judges("5.3 q1", kind)] if kind else []
-    return pytest.param(save_fn, resume_fn, status, words, lang, id=id,
-                        marks=marks + ([] if every_run else [pytest.mark.exhaustive]))
+    """A case of q1's 2-process check (``kind``: right, mistake, or None for the solution's own form); the right
+    forms and the rarer mistakes run in make test-all only."""
+    marks = () if every_run else pytest.mark.exhaustive
+    values = (save_fn, resume_fn, status, words, lang)
+    return pytest.param(*values, id=id, marks=marks) if kind is None else kind("5.3 q1", *values, marks=marks, id=id)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("save_fn, resume_fn, status, words, lang", [
     q1_case(None, save, right_resume, "correct", "", id="right"),
-    q1_case(RIGHT, save_with_torch_barrier, resume_with_keywords, "correct", "", every_run=False,
+    q1_case(right, save_with_torch_barrier, resume_with_keywords, "correct", "", every_run=False,
             id="right: torch's barrier, rank 0, keywords, Accelerate's skip_first_batches"),
-    q1_case(RIGHT, save_folder_named_by_hand, resume_newest_sealed_by_hand, "correct", "", every_run=False,
+    q1_case(right, save_folder_named_by_hand, resume_newest_sealed_by_hand, "correct", "", every_run=False,
             id="right: folders named and found by hand"),
-    q1_case(MISTAKE, save_on_main_only, right_resume, "incorrect", "call save_state in EVERY process",
+    q1_case(mistake, save_on_main_only, right_resume, "incorrect", "call save_state in EVERY process",
             id="main-only save"),
-    q1_case(MISTAKE, save_without_seal, right_resume, "incorrect", "the main process should call seal(folder",
+    q1_case(mistake, save_without_seal, right_resume, "incorrect", "the main process should call seal(folder",
             id="no seal"),
-    q1_case(MISTAKE, seal_on_every_rank, right_resume, "incorrect", "seal on the main process only",
+    q1_case(mistake, seal_on_every_rank, right_resume, "incorrect", "seal on the main process only",
             id="seal everywhere"),
-    q1_case(MISTAKE, save_without_barrier, right_resume, "incorrect", "sealed the folder before rank 1 had written",
+    q1_case(mistake, save_without_barrier, right_resume, "incorrect", "sealed the folder before rank 1 had written",
             id="no barrier"),
-    q1_case(MISTAKE, save_without_barrier, right_resume, "incorrect", "o processo principal selou a pasta antes",
+    q1_case(mistake, save_without_barrier, right_resume, "incorrect", "o processo principal selou a pasta antes",
             lang="pt-BR", every_run=False, id="no barrier, pt-BR"),
-    q1_case(MISTAKE, barrier_before_saving, right_resume, "incorrect", "sealed the folder before rank 1",
+    q1_case(mistake, barrier_before_saving, right_resume, "incorrect", "sealed the folder before rank 1",
             every_run=False, id="barrier before saving"),
-    q1_case(MISTAKE, save_for_two_written_in, right_resume, "incorrect",
+    q1_case(mistake, save_for_two_written_in, right_resume, "incorrect",
             "in 1 process(es), seal was told 2 processes saved", every_run=False, id="world size written in"),
-    q1_case(MISTAKE, save, resume_without_skip, "incorrect", "accelerator.skip_first_batches(loader, steps_done)",
+    q1_case(mistake, save, resume_without_skip, "incorrect", "accelerator.skip_first_batches(loader, steps_done)",
             id="no skip"),
-    q1_case(MISTAKE, save, resume_without_loading, "incorrect", "call accelerator.load_state(folder)", id="no load"),
+    q1_case(mistake, save, resume_without_loading, "incorrect", "call accelerator.load_state(folder)", id="no load"),
 ])
 def test_5_3_q1_runs_save_and_resume_in_two_processes(save_fn, resume_fn, status, words, lang, monkeypatch):
-    monkeypatch.setattr(SETTINGS, "lang", lang)
+    speak(monkeypatch, lang)
     monkeypatch.setenv("EFFITRAIN_LANG", lang)  # the ranks speak it too, as in a translated notebook
     result = l53.q1.evaluate(save_fn, resume_fn)
     assert result.status == status, result.message
@@ -386,7 +378,7 @@ def test_5_3_q1_runs_save_and_resume_in_two_processes(save_fn, resume_fn, status
 def test_5_3_q1_a_world_size_written_in_is_refused_in_a_world_of_one(lang, words, monkeypatch):
     """The 2-process run cannot tell accelerator.num_processes from a 2 written in: the check runs the save once
     more in its own process (a mutant of the solution, accepted before)."""
-    monkeypatch.setattr(SETTINGS, "lang", lang)
+    speak(monkeypatch, lang)
     with pytest.raises(l53.Incorrect, match=re.escape(words)):
         l53._seal_in_one_process(save_for_two_written_in)
     l53._seal_in_one_process(save)
@@ -489,25 +481,25 @@ def _loader_in_order(accelerator, rows, seed):
 
 @pytest.mark.parametrize("make_loader, status, words, lang", [
     pytest.param(_loader_right, "correct", "", "en", id="right"),
-    judged("5.3 q4", MISTAKE, _loader_global, "incorrect", "drew from torch's global generator", "en",
+    mistake("5.3 q4", _loader_global, "incorrect", "drew from torch's global generator", "en",
            id="global generator"),
-    judged("5.3 q4", MISTAKE, _loader_unsaved, "incorrect", "generator is not saved with the checkpoint", "en",
+    mistake("5.3 q4", _loader_unsaved, "incorrect", "generator is not saved with the checkpoint", "en",
            id="not registered"),
-    judged("5.3 q4", MISTAKE, _loader_other_generator, "incorrect", "generator is not saved with the checkpoint",
+    mistake("5.3 q4", _loader_other_generator, "incorrect", "generator is not saved with the checkpoint",
            "en", id="another generator registered"),
-    judged("5.3 q4", MISTAKE, _loader_in_order, "incorrect", "should shuffle (shuffle=True)", "en", id="no shuffle"),
-    judged("5.3 q4", MISTAKE, _loader_bare_generator, "incorrect", "a torch.Generator has neither", "en",
+    mistake("5.3 q4", _loader_in_order, "incorrect", "should shuffle (shuffle=True)", "en", id="no shuffle"),
+    mistake("5.3 q4", _loader_bare_generator, "incorrect", "a torch.Generator has neither", "en",
            id="bare torch.Generator"),
-    judged("5.3 q4", MISTAKE, _loader_bare_generator, "incorrect", "um torch.Generator não tem nenhum dos dois",
+    mistake("5.3 q4", _loader_bare_generator, "incorrect", "um torch.Generator não tem nenhum dos dois",
            "pt-BR", id="bare torch.Generator, pt-BR"),
-    judged("5.3 q4", RIGHT, _loader_registered_first, "correct", "", "en", id="right, loader built first"),
-    judged("5.3 q4", RIGHT, _loader_by_position, "correct", "", "en", id="right, arguments by position"),
-    judged("5.3 q4", RIGHT, _loader_own_holder, "correct", "", "en", id="right, a holder class of one's own"),
-    judged("5.3 q4", MISTAKE, lambda accelerator, rows, seed: rows, "incorrect", "should return a torch DataLoader",
+    right("5.3 q4", _loader_registered_first, "correct", "", "en", id="right, loader built first"),
+    right("5.3 q4", _loader_by_position, "correct", "", "en", id="right, arguments by position"),
+    right("5.3 q4", _loader_own_holder, "correct", "", "en", id="right, a holder class of one's own"),
+    mistake("5.3 q4", lambda accelerator, rows, seed: rows, "incorrect", "should return a torch DataLoader",
            "en", id="rows"),
 ])
 def test_5_3_q4_loader_generator(make_loader, status, words, lang, monkeypatch):
-    monkeypatch.setattr(SETTINGS, "lang", lang)
+    speak(monkeypatch, lang)
     result = l53.q4.evaluate(make_loader)
     assert result.status == status, result.message
     assert words in result.message
@@ -677,27 +669,28 @@ def sharded_load_without_set_state_dict(model, optimizer, folder):  # the issue'
 
 
 def q5_case(kind, save_fn, load_fn, status, words, *, id, every_run=True):
-    """A case of q5's sharded check (3 launches); the right forms and the rarer mistakes in make test-all only."""
-    marks = [pytest.mark.judges("5.3 q5", kind)] if kind else []
-    return pytest.param(save_fn, load_fn, status, words, id=id,
-                        marks=marks + ([] if every_run else [pytest.mark.exhaustive]))
+    """A case of q5's sharded check (3 launches; ``kind`` as :func:`q1_case`'s); the right forms and the rarer
+    mistakes in make test-all only."""
+    marks = () if every_run else pytest.mark.exhaustive
+    values = (save_fn, load_fn, status, words)
+    return pytest.param(*values, id=id, marks=marks) if kind is None else kind("5.3 q5", *values, marks=marks, id=id)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("save_fn, load_fn, status, words", [
     q5_case(None, resume.write_shards, resume.read_shards, "correct", "", every_run=False,
             id="right"),  # the notebook's nbval run checks its solution
-    q5_case(RIGHT, sharded_save_stateful, sharded_load_stateful, "correct", "", every_run=False,
+    q5_case(right, sharded_save_stateful, sharded_load_stateful, "correct", "", every_run=False,
             id="right: one Stateful object"),
-    q5_case(RIGHT, sharded_save_by_parts, sharded_load_by_parts, "correct", "", every_run=False,
+    q5_case(right, sharded_save_by_parts, sharded_load_by_parts, "correct", "", every_run=False,
             id="right: each part by its own function, a writer and a reader"),
-    q5_case(MISTAKE, sharded_save_model_only, resume.read_shards, "incorrect",
+    q5_case(mistake, sharded_save_model_only, resume.read_shards, "incorrect",
             "the checkpoint holds nothing under 'optimizer', which load reads", id="model.state_dict only"),
-    q5_case(MISTAKE, resume.write_shards, sharded_load_model_only, "incorrect",
+    q5_case(mistake, resume.write_shards, sharded_load_model_only, "incorrect",
             "load gave the model its part but not AdamW", every_run=False, id="load forgets the optimizer"),
-    q5_case(MISTAKE, sharded_save_on_rank_0, resume.read_shards, "incorrect", "dcp.save is collective",
+    q5_case(mistake, sharded_save_on_rank_0, resume.read_shards, "incorrect", "dcp.save is collective",
             every_run=False, id="save on rank 0 only"),
-    q5_case(MISTAKE, resume.write_shards, sharded_load_without_set_state_dict, "incorrect",
+    q5_case(mistake, resume.write_shards, sharded_load_without_set_state_dict, "incorrect",
             "hand them over with set_state_dict", id="dcp.load without set_state_dict"),
 ])
 def test_5_3_q5_sharded_save_and_load(save_fn, load_fn, status, words, monkeypatch):
