@@ -15,6 +15,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP  := $(VENV)/.effitrain-installed
 # The learner's folder (git-ignored): $EFFITRAIN_WORKBOOK when set, else my-workbook/
 WORKBOOK ?= $(or $(EFFITRAIN_WORKBOOK),my-workbook)
+# Waiting threads sleep instead of spinning, in the tests and everything they start (effitrain_helpers/__init__.py)
+export OMP_WAIT_POLICY ?= PASSIVE
 
 # JupyterLab settings of the workbook's environment (no news or update pop-up): an overrides.d file, so a
 # user's own overrides.json stays theirs.
@@ -45,7 +47,9 @@ $(STAMP): pyproject.toml
 	-@$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
 	-@for e in formgrader validate_assignment assignment_list course_list; do \
 		$(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$e >/dev/null 2>&1; done
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (effitrain)" >/dev/null
+	@# the kernels' threads sleep while they wait for work (effitrain_helpers/__init__.py says why)
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (effitrain)" \
+		--env OMP_WAIT_POLICY PASSIVE >/dev/null
 	@touch $(STAMP)
 
 $(LAB_OVERRIDES): tools/jupyterlab-overrides.json | $(STAMP)

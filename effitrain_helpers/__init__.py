@@ -20,4 +20,13 @@ Importing this package is cheap: transformers, accelerate, datasets and bitsandb
 inside the functions that need them.
 """
 
+import os
+
+# Threads that wait for work sleep instead of spinning (OpenMP's passive wait policy), in this process when torch
+# is imported after this package, and in every process it starts (launched ranks, the command line's runs). With
+# one of a laptop's two cores busy with another program, a spinning thread keeps the core its partner needs: a
+# small training step then ran 45 times slower than on the idle machine (sleeping: 1.4 times). The kernels get it
+# from their kernel spec (Makefile, README), which is set before the notebook imports torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 __version__ = "0.1.0"

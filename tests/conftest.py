@@ -12,6 +12,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 for _variable in ("TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.pop(_variable, None)
 os.environ.setdefault("EFFITRAIN_SIZE", "small")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the kernels and ranks run (effitrain_helpers/__init__.py)
 os.environ["MPLBACKEND"] = "Agg"
 matplotlib.use("Agg")
 # Matplotlib builds its font cache on first use by running fc-list: build it now, before the fast tier refuses

@@ -1,8 +1,18 @@
 """Lesson 5.1's checkers with right and wrong answers (q1 and q2 run the learner's function in 2 processes: slow)."""
 
+from fractions import Fraction
+
+import numpy as np
 import pytest
+import torch
 
 from effitrain_helpers.teach.checks.lesson_5_1 import q1, q2, q3, q4
+
+# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
+# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
+RIGHT = {q: pytest.mark.judges(f"5.1 {q}", "right") for q in ("q1", "q2", "q3", "q4")}
+MISTAKE = {q: pytest.mark.judges(f"5.1 {q}", "mistake") for q in ("q1", "q2", "q3", "q4")}
+EXHAUSTIVE_MARK = pytest.mark.exhaustive
 
 
 def _local(t):
@@ -81,20 +91,46 @@ def _one_off(model, optimizer):
     return _counted(model, optimizer) + 4
 
 
+def _counted_in_one_loop(model, optimizer):
+    """Right, another way: one loop over each parameter, its gradient and its state; nelement() and itemsize;
+    the local piece found with hasattr."""
+    total = 0
+    for p in model.parameters():
+        for t in (p, p.grad, *optimizer.state.get(p, {}).values()):
+            if t is not None:
+                local = t.to_local() if hasattr(t, "to_local") else t
+                total += local.nelement() * local.itemsize
+    return total
+
+
+def _counted_with_nbytes(model, optimizer):
+    """Right, another way: Tensor.nbytes over one chain of the three kinds."""
+    import itertools
+
+    from torch.distributed.tensor import DTensor
+
+    params = list(model.parameters())
+    tensors = itertools.chain(params, (p.grad for p in params if p.grad is not None),
+                              *(state.values() for state in optimizer.state.values()))
+    return sum((t.to_local() if isinstance(t, DTensor) else t).nbytes for t in tensors)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("count, words", [
     (_counted, None),
-    (_global_numel, "numel() of a DTensor is the size of the global tensor"),
-    (_global_gradients, "p.grad of a sharded parameter is a DTensor too"),
-    (_global_state, "exp_avg and exp_avg_sq are counted whole"),
-    (_times_world, "that is this rank's bytes times 2"),
-    (_parameters_only, "only the parameters are counted"),
-    (_no_state, "the optimizer's state is missing"),
-    (_no_gradients, "the gradients are missing"),
-    (_no_steps, "is a 0-d tensor that is not sharded"),
-    (_hard_coded, "on every rank and for both models"),
-    (_by_kind, "your function returned dict"),
-    (_one_off, "rank 0, the lesson's model"),
+    pytest.param(_counted_in_one_loop, None, marks=[RIGHT["q2"], EXHAUSTIVE_MARK]),
+    pytest.param(_counted_with_nbytes, None, marks=[RIGHT["q2"], EXHAUSTIVE_MARK]),
+    pytest.param(_global_numel, "numel() of a DTensor is the size of the global tensor", marks=MISTAKE["q2"]),
+    pytest.param(_global_gradients, "p.grad of a sharded parameter is a DTensor too", marks=MISTAKE["q2"]),
+    pytest.param(_global_state, "exp_avg and exp_avg_sq are counted whole", marks=MISTAKE["q2"]),
+    pytest.param(_times_world, "that is this rank's bytes times 2", marks=MISTAKE["q2"]),
+    pytest.param(_parameters_only, "only the parameters are counted", marks=MISTAKE["q2"]),
+    pytest.param(_no_state, "the optimizer's state is missing", marks=MISTAKE["q2"]),
+    pytest.param(_no_gradients, "the gradients are missing", marks=MISTAKE["q2"]),
+    pytest.param(_no_steps, "is a 0-d tensor that is not sharded", marks=MISTAKE["q2"]),
+    pytest.param(_hard_coded, "on every rank and for both models", marks=MISTAKE["q2"]),
+    pytest.param(_by_kind, "your function returned dict", marks=MISTAKE["q2"]),
+    pytest.param(_one_off, "rank 0, the lesson's model", marks=MISTAKE["q2"]),
 ])
 def test_q2_counts_the_bytes_this_rank_holds(count, words):
     result = q2.evaluate(count)
@@ -124,9 +160,34 @@ def test_q2_refuses_what_is_not_a_function():
 
 def test_q3_communication_ratio():
     assert q3.evaluate(1.5).status == "correct"
-    assert "reshard_after_forward=False" in q3.evaluate(1.0).message
-    assert "upside down" in q3.evaluate(2 / 3).message
     assert q3.evaluate(3).status == "incorrect"
+
+
+@pytest.mark.parametrize("answer", [
+    pytest.param(Fraction(3, 2), marks=RIGHT["q3"], id="fraction"),
+    pytest.param(torch.tensor(3.0) / 2, marks=RIGHT["q3"], id="0-d-tensor"),
+    pytest.param(np.float32(1.5), marks=RIGHT["q3"], id="numpy-float32"),
+])
+def test_q3_right_written_another_way(answer):
+    result = q3.evaluate(answer)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("answer, words", [
+    pytest.param(1.0, "reshard_after_forward=False", marks=MISTAKE["q3"], id="kept-gathered"),
+    pytest.param(2 / 3, "upside down", marks=MISTAKE["q3"], id="upside-down"),
+    pytest.param(3, "DDP's all-reduce is two of those units", marks=MISTAKE["q3"], id="not-divided"),
+])
+def test_q3_names_each_mistake(answer, words):
+    result = q3.evaluate(answer)
+    assert result.status == "incorrect" and words in result.message, result.message
+
+
+def test_q3_names_the_mistake_in_portuguese(monkeypatch):
+    from effitrain_helpers.core.settings import SETTINGS
+
+    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    assert "o all-reduce do DDP vale duas dessas unidades" in q3.evaluate(3).message
 
 
 def _optimized(model):
@@ -180,6 +241,31 @@ def _model_only(model):
     return _right(model)[0]
 
 
+def _right_by_index(model):
+    """Right, another way: the blocks by index, the module fully_shard returns kept, AdamW's arguments by
+    keyword with the rate written 0.001."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    for i in range(len(model.blocks)):
+        fully_shard(model.blocks[i])
+    sharded = fully_shard(model)
+    return sharded, torch.optim.AdamW(params=sharded.parameters(), lr=0.001)
+
+
+def _right_said_out_loud(model):
+    """Right, another way: the blocks as the ModuleList's children, resharding after forward said out loud (the
+    default), the parameters listed first, AdamW's rate by position, the pair built as a tuple."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks.children():
+        fully_shard(block, reshard_after_forward=True)
+    fully_shard(model, reshard_after_forward=True)
+    params = [p for p in model.parameters()]
+    return tuple([model, torch.optim.AdamW(params, 1e-3)])
+
+
 def _sgd(model):
     import torch
 
@@ -190,12 +276,16 @@ def _sgd(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("shard, words", [
     (_right, None),
-    (_root_only, "call fully_shard on each of the 2 blocks first"),
-    (_blocks_only, "fully_shard(model) on the root takes the ones no block took"),
-    (_ddp, "every rank still holds every parameter whole"),
-    (_optimizer_first, "it was created before fully_shard"),
-    pytest.param(_model_only, "return the pair (model, optimizer)", marks=pytest.mark.exhaustive),
-    pytest.param(_sgd, "the optimizer is SGD with lr=0.001", marks=pytest.mark.exhaustive),
+    pytest.param(_right_by_index, None, marks=[RIGHT["q1"], EXHAUSTIVE_MARK]),
+    pytest.param(_right_said_out_loud, None, marks=[RIGHT["q1"], EXHAUSTIVE_MARK]),
+    pytest.param(_root_only, "call fully_shard on each of the 2 blocks first", marks=MISTAKE["q1"]),
+    pytest.param(_blocks_only, "fully_shard(model) on the root takes the ones no block took",
+                 marks=MISTAKE["q1"]),
+    pytest.param(_ddp, "every rank still holds every parameter whole", marks=MISTAKE["q1"]),
+    pytest.param(_optimizer_first, "it was created before fully_shard", marks=MISTAKE["q1"]),
+    pytest.param(_model_only, "return the pair (model, optimizer)",
+                 marks=[MISTAKE["q1"], EXHAUSTIVE_MARK]),
+    pytest.param(_sgd, "the optimizer is SGD with lr=0.001", marks=[MISTAKE["q1"], EXHAUSTIVE_MARK]),
 ])
 def test_q1_judges_the_sharding_by_what_it_does(shard, words):
     result = q1.evaluate(shard)
@@ -211,12 +301,27 @@ def test_q1_refuses_what_is_not_a_function():
 
 def test_q4_zero2_row():
     assert q4.evaluate(16.64).status == "correct"
-    assert "ZeRO-1's row" in q4.evaluate(31.41).message
-    assert "ZeRO-3's row" in q4.evaluate(1.875).message
-    assert "DDP's row" in q4.evaluate(120).message
-    assert "in bytes" in q4.evaluate(16.64e9).message
-    assert "divided among the 64 devices" in q4.evaluate(15).message
-    assert q4.evaluate((2 + (2 + 12) / 64) * 7.5).status == "correct"  # right, another way: bytes per parameter
-    assert q4.evaluate(16.6406).status == "correct"
-    for off_by_one in (2 * 7.5 + 14 * 7.5 / 65, 2 * 7.5 + 15 * 7.5 / 64):  # mutants accepted before (issue 41)
-        assert "divided among the 64 devices" in q4.evaluate(off_by_one).message
+
+
+@pytest.mark.parametrize("answer", [
+    pytest.param((2 + (2 + 12) / 64) * 7.5, marks=RIGHT["q4"], id="bytes-per-parameter-x-billions"),
+    pytest.param(16.6406, marks=RIGHT["q4"], id="rounded"),
+])
+def test_q4_right_written_another_way(answer):
+    result = q4.evaluate(answer)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("answer, words", [
+    pytest.param(31.41, "ZeRO-1's row", marks=MISTAKE["q4"], id="zero-1"),
+    pytest.param(1.875, "ZeRO-3's row", marks=MISTAKE["q4"], id="zero-3"),
+    pytest.param(120, "DDP's row", marks=MISTAKE["q4"], id="ddp"),
+    pytest.param(16.64e9, "in bytes", marks=MISTAKE["q4"], id="bytes"),
+    pytest.param(15, "divided among the 64 devices", marks=MISTAKE["q4"], id="parameters-only"),
+    # mutants accepted before (issue 41): one device too many, one byte too many
+    pytest.param(2 * 7.5 + 14 * 7.5 / 65, "divided among the 64 devices", marks=MISTAKE["q4"], id="65-devices"),
+    pytest.param(2 * 7.5 + 15 * 7.5 / 64, "divided among the 64 devices", marks=MISTAKE["q4"], id="15-bytes"),
+])
+def test_q4_names_each_mistake(answer, words):
+    result = q4.evaluate(answer)
+    assert result.status == "incorrect" and words in result.message, result.message

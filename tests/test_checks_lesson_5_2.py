@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 
@@ -9,26 +11,79 @@ from effitrain_helpers.measure.step_profile import StepProfile
 from effitrain_helpers.teach.checks.lesson_5_2 import RECORDED, _judge, q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, Incorrect, ____
 
+# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
+# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
+RIGHT = {q: pytest.mark.judges(f"5.2 {q}", "right") for q in ("q1", "q2", "q3", "q4")}
+MISTAKE = {q: pytest.mark.judges(f"5.2 {q}", "mistake") for q in ("q1", "q2", "q3", "q4")}
+
 ONE = StepProfile({"data loading": 12.0, "forward": 30.0, "backward": 45.0, "optimizer step": 10.0}, 100.0, 0.0,
                   [100.0, 101.0, 99.0], 3)
 
 
 def test_5_2_q2_which_phase_dominates():
-    assert q2.evaluate("backward", ONE).status == CORRECT
     assert q2.evaluate(max(ONE.phases_ms, key=ONE.phases_ms.get), ONE).status == CORRECT
-    wrong = q2.evaluate("forward", ONE)
-    assert wrong.status == INCORRECT and "30 ms" in wrong.message
-    assert "not one of the labelled phases" in q2.evaluate("other (not labelled)", ONE).message
-    assert "a phase's name" in q2.evaluate(45.0, ONE).message
     assert "pass the 1-process profile" in q2.evaluate("backward", {"backward": 1}).message
     assert q2.evaluate(____, ONE).status == NOT_ATTEMPTED
 
 
+@RIGHT["q2"]
+@pytest.mark.parametrize("answer", [
+    pytest.param(lambda one: max(one.phases_ms.items(), key=lambda pair: pair[1])[0], id="max-of-pairs"),
+    pytest.param(lambda one: sorted(one.phases_ms, key=one.phases_ms.__getitem__)[-1], id="last-of-sorted"),
+    pytest.param(lambda one: "backward", id="read-off-the-table"),
+])
+def test_5_2_q2_right_written_another_way(answer):
+    result = q2.evaluate(answer(ONE), ONE)
+    assert result.status == CORRECT, result.message
+
+
+@MISTAKE["q2"]
+@pytest.mark.parametrize("answer, words", [
+    pytest.param("forward", "'forward' took 30 ms per step; another phase took more", id="another-phase"),
+    pytest.param(max(ONE.phases_ms), "max() over the dict compared the phases' names", id="max-of-the-names"),
+    pytest.param("other (not labelled)", "not one of the labelled phases", id="the-unlabelled-rest"),
+    pytest.param(45.0, "answer with a phase's name", id="its-milliseconds"),
+])
+def test_5_2_q2_names_each_mistake(answer, words):
+    result = q2.evaluate(answer, ONE)
+    assert result.status == INCORRECT and words in result.message, result.message
+
+
 def test_5_2_q3_the_most_workers_can_save():
-    assert q3.evaluate(0.12, ONE).status == CORRECT
     assert q3.evaluate(ONE.phases_ms["data loading"] / ONE.step_ms, ONE).status == CORRECT
-    assert "not a percent" in q3.evaluate(12, ONE).message
-    assert "everything BUT data loading" in q3.evaluate(0.88, ONE).message
+
+
+@RIGHT["q3"]
+@pytest.mark.parametrize("answer", [
+    pytest.param(0.12, id="read-off-the-table"),
+    pytest.param(Fraction(12, 100), id="fraction"),
+    pytest.param(1 - (ONE.step_ms - ONE.phases_ms["data loading"]) / ONE.step_ms, id="one-minus-the-rest"),
+])
+def test_5_2_q3_right_written_another_way(answer):
+    result = q3.evaluate(answer, ONE)
+    assert result.status == CORRECT, result.message
+
+
+@MISTAKE["q3"]
+@pytest.mark.parametrize("answer, words", [
+    pytest.param(12, "not a percent", id="percent"),
+    pytest.param(0.88, "everything BUT data loading", id="the-rest"),
+    pytest.param(12 / 88, "data loading over the rest of the step", id="over-the-rest"),
+])
+def test_5_2_q3_names_each_mistake(answer, words):
+    result = q3.evaluate(answer, ONE)
+    assert result.status == INCORRECT and words in result.message, result.message
+
+
+def test_5_2_q2_and_q3_name_the_mistakes_in_portuguese(monkeypatch):
+    from effitrain_helpers.core.settings import SETTINGS
+
+    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    assert "o max() sobre o dict comparou os nomes das fases" in q2.evaluate(max(ONE.phases_ms), ONE).message
+    assert "isso é o carregamento de dados sobre o resto do passo" in q3.evaluate(12 / 88, ONE).message
+
+
+def test_5_2_q3_says_what_loading_took_when_it_cannot_name_the_slip():
     assert "12.0 ms of the 100.0 ms step" in q3.evaluate(0.3, ONE).message
 
 
@@ -46,6 +101,9 @@ FOUND = {"world": 2, "stepped": 5, "returned": "profile", "is_profile": True, "r
     ({"step_in_optimizer": False}, "does not contain optimizer.step()"),
     ({"reduce_in_backward": False}, "put loss.backward() inside it"),
     ({"stale": 4}, "4 of 5 backward passes began with the gradients of earlier batches"),  # a mutant (issue 41)
+    ({"recorded": 0, "scheduled": True, "marked": 5}, "give schedule(...) repeat=1, or a wait of 1"),
+    ({"recorded": 0, "scheduled": True, "marked": 0}, "each training step (the schedule counts those calls)"),
+    ({"recorded": 0, "scheduled": False, "marked": 5}, "give profile(...) a schedule (without one"),
 ])
 def test_5_2_q1_names_what_the_profiler_missed(change, message):
     _judge(0, FOUND)  # everything recorded: no complaint
@@ -54,8 +112,10 @@ def test_5_2_q1_names_what_the_profiler_missed(change, message):
     assert message in str(err.value)
 
 
-@pytest.mark.slow
-def test_5_2_q1_runs_the_learners_profiler_in_two_processes():
+def profilers() -> dict:
+    """q1's answers: the right one, right ones written another way, and likely mistakes, built here so that they
+    travel to the workers by value."""
+    import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     def right(model, optimizer, batches):
@@ -72,6 +132,36 @@ def test_5_2_q1_runs_the_learners_profiler_in_two_processes():
                 prof.step()
         return prof
 
+    def started_by_hand(model, optimizer, batches):  # right: start() and stop(), the labels from the autograd alias
+        prof = torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=len(batches) - 2))
+        prof.start()
+        for batch in batches:
+            with torch.autograd.profiler.record_function("forward"):
+                loss = model(**batch).loss
+            with torch.autograd.profiler.record_function("backward"):
+                loss.backward()
+            with torch.autograd.profiler.record_function("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=False)
+            prof.step()
+        prof.stop()
+        return prof
+
+    def first_step_skipped(model, optimizer, batches):  # right: skip_first and one cycle, labels in a loop
+        phases = {"forward": lambda b: b.update(loss=model(**b["batch"]).loss),
+                  "backward": lambda b: b["loss"].backward(),
+                  "optimizer": lambda b: (optimizer.step(), optimizer.zero_grad())}
+        plan = schedule(skip_first=1, wait=0, warmup=1, active=len(batches) - 2, repeat=1)  # repeat: the last
+        # prof.step() would otherwise start a new cycle (wait=0), whose empty warm-up prof.events() then shows
+        with profile(activities=[ProfilerActivity.CPU], schedule=plan) as prof:
+            for batch in batches:
+                state = {"batch": batch}
+                for label, run in phases.items():
+                    with record_function(label):
+                        run(state)
+                prof.step()
+        return prof
+
     def step_outside_the_label(model, optimizer, batches):
         with profile(schedule=schedule(wait=1, warmup=1, active=len(batches) - 2)) as prof:
             for batch in batches:
@@ -85,9 +175,55 @@ def test_5_2_q1_runs_the_learners_profiler_in_two_processes():
                 prof.step()
         return prof
 
-    assert q1.evaluate(right).status == CORRECT
-    wrong = q1.evaluate(step_outside_the_label)
-    assert wrong.status == INCORRECT and "does not contain optimizer.step()" in wrong.message
+    def no_schedule(model, optimizer, batches):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for batch in batches:
+                with record_function("forward"):
+                    loss = model(**batch).loss
+                with record_function("backward"):
+                    loss.backward()
+                with record_function("optimizer"):
+                    optimizer.step()
+                    optimizer.zero_grad()
+                prof.step()
+        return prof
+
+    def cycle_started_again(model, optimizer, batches):  # wait=0 and no repeat: the last step opens a new cycle
+        with profile(schedule=schedule(skip_first=1, wait=0, warmup=1, active=len(batches) - 2)) as prof:
+            for batch in batches:
+                with record_function("forward"):
+                    loss = model(**batch).loss
+                with record_function("backward"):
+                    loss.backward()
+                with record_function("optimizer"):
+                    optimizer.step()
+                    optimizer.zero_grad()
+                prof.step()
+        return prof
+
+    def not_returned(model, optimizer, batches):
+        right(model, optimizer, batches)
+
+    return locals()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, words", [
+    ("right", None),
+    pytest.param("started_by_hand", None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
+    pytest.param("first_step_skipped", None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
+    pytest.param("step_outside_the_label", "does not contain optimizer.step()", marks=MISTAKE["q1"]),
+    pytest.param("no_schedule", "give profile(...) a schedule", marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
+    pytest.param("not_returned", "returned NoneType; return the profiler itself",
+                 marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
+    pytest.param("cycle_started_again", "give schedule(...) repeat=1", marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
+])
+def test_5_2_q1_runs_the_learners_profiler_in_two_processes(name, words):
+    result = q1.evaluate(profilers()[name])
+    if words is None:
+        assert result.status == CORRECT, result.message
+    else:
+        assert result.status == INCORRECT and words in result.message, result.message
 
 
 def test_5_2_q1_refuses_what_is_not_a_function():
@@ -150,11 +286,46 @@ def _returns_the_table(step, path):
     return prof, prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=1).splitlines()
 
 
+def _sorted_then_first(step, path):
+    """Right, another way: the profiler's events sorted by self CPU time, largest first."""
+    from torch.profiler import profile
+
+    with profile() as prof:
+        step()
+    prof.export_chrome_trace(str(path))
+    ranked = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return (prof, ranked[0].key)
+
+
+def _started_by_hand(step, path):
+    """Right, another way: start() and stop() instead of a `with` block, the top found in a loop."""
+    import torch
+
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    prof.start()
+    step()
+    prof.stop()
+    prof.export_chrome_trace(path)
+    top, most = None, -1.0
+    for event in prof.key_averages():
+        if event.self_cpu_time_total > most:
+            top, most = event.key, event.self_cpu_time_total
+    return prof, top
+
+
 def test_5_2_q4_reads_the_trace_back_and_compares_the_top_operator():
     right = q4.evaluate(_right_profile_and_save)
     assert right.status == CORRECT and "self CPU time" in right.message
 
 
+@RIGHT["q4"]
+@pytest.mark.parametrize("right", [_sorted_then_first, _started_by_hand])
+def test_5_2_q4_right_written_another_way(right):
+    result = q4.evaluate(right)
+    assert result.status == CORRECT, result.message
+
+
+@MISTAKE["q4"]
 @pytest.mark.parametrize("wrong, message", [
     (_exported_inside_the_block, "before the profiler stopped"),
     (_sorted_by_cpu_total, "'training step' has the most CPU total"),

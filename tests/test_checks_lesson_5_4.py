@@ -2,7 +2,9 @@
 its figure (no process starts: the two-node runs are tested in tests/test_nodes.py)."""
 
 import os
+from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from effitrain_helpers.teach import plots
@@ -11,6 +13,11 @@ from effitrain_helpers.training import link_rate
 
 FIRST, PORT, INTERFACE = l54.Q1_FIRST, l54.Q1_PORT, l54.Q1_INTERFACE
 SCRIPT = ["-m", "effitrain_helpers.training.train", "--json"]
+
+# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
+# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
+RIGHT = {q: pytest.mark.judges(f"5.4 {q}", "right") for q in ("q1", "q2", "q3")}
+MISTAKE = {q: pytest.mark.judges(f"5.4 {q}", "mistake") for q in ("q1", "q2", "q3")}
 
 
 def _agent(**change):
@@ -35,6 +42,35 @@ def test_5_4_q1_a_right_agent_and_torchrun_leaves_the_environment_alone(monkeypa
     assert "OMP_NUM_THREADS" not in os.environ
 
 
+def _agent_with_equals(node_rank):
+    """Right, another way: --option=value, torchrun's underscore spellings, numbers as ints, gloo's variable
+    alone (NCCL is not used here)."""
+    args = ["--nnodes=2", "--nproc_per_node=2", f"--node_rank={node_rank}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={FIRST}:{PORT}", "--rdzv_id=effitrain", "-m", "effitrain_helpers.training.train",
+            "--json"]
+    return args, dict(GLOO_SOCKET_IFNAME=INTERFACE)
+
+
+def _agent_with_a_range(node_rank):
+    """Right, another way: --nnodes as the range MIN:MAX (2:2), --module for -m, ints where torchrun takes
+    numbers, the options in another order."""
+    args = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{FIRST}:{PORT}", "--rdzv-id", "job-42",
+            "--node-rank", node_rank, "--nproc-per-node", 2, "--nnodes", "2:2",
+            "--module", "effitrain_helpers.training.train", "--json"]
+    env = {}
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        env[name] = INTERFACE
+    return args, env
+
+
+@RIGHT["q1"]
+@pytest.mark.parametrize("agent", [_agent_with_equals, _agent_with_a_range])
+def test_5_4_q1_right_written_another_way(agent):
+    result = l54.q1.evaluate(agent)
+    assert result.status == "correct", result.message
+
+
+@MISTAKE["q1"]
 @pytest.mark.parametrize("agent, words", [
     (_agent(extra=["--standalone"]), "--standalone starts a rendezvous of its own"),
     (_agent(**{"--rdzv-backend": None}), "pass --rdzv-backend c10d"),
@@ -65,12 +101,13 @@ def right_rank(node, local):
     return node * int(os.environ["LOCAL_WORLD_SIZE"]) + local
 
 
+@MISTAKE["q2"]
 @pytest.mark.parametrize("answer, words", [
     (lambda node, local: node + local, "same number"),
     (lambda node, local: local * 2 + node, "column first"),
     (lambda node, local: node * int(os.environ["WORLD_SIZE"]) + local, "LOCAL_WORLD_SIZE"),
     (lambda node, local: node * os.environ["LOCAL_WORLD_SIZE"] + str(local), "int(...)"),
-    (lambda node, local: node * 2 + local, "the run reported rank"),  # right for 2 x 2, not for 4 x 8
+    (lambda node, local: node * 2 + local, "as if every node ran 2 processes; this cluster runs 8"),  # 2 x 2 only
     (3, "pass your global_rank function"),
 ], ids=["node-plus-local", "column-first", "world-size", "text", "fixed-2", "not-a-function"])
 def test_5_4_q2_names_each_mistake_and_restores_the_environment(answer, words, monkeypatch):
@@ -83,15 +120,66 @@ def test_5_4_q2_names_each_mistake_and_restores_the_environment(answer, words, m
 
 def test_5_4_q2_right():
     assert l54.q2.evaluate(right_rank, RANKS).status == "correct"
+    result = l54.q2.evaluate(lambda node, local: node * 3 + local + 1, RANKS)  # no slip the checker can name
+    assert result.status == "incorrect" and "you give 1, the run reported rank 0" in result.message, result.message
+
+
+def test_5_4_q2_names_a_written_in_count_in_portuguese(monkeypatch):
+    from effitrain_helpers.core.settings import SETTINGS
+
+    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    result = l54.q2.evaluate(lambda node, local: node * 2 + local, RANKS)
+    assert "como se cada nó rodasse 2 processos; este cluster roda 8 por nó" in result.message, result.message
+
+
+def _rank_from_getenv(node, local):
+    """Right, another way: os.getenv, the product written the other way round."""
+    return int(os.getenv("LOCAL_WORLD_SIZE")) * node + local
+
+
+def _rank_counted(node, local):
+    """Right, another way: the ranks of the nodes before this one counted in a loop."""
+    before = 0
+    for _ in range(node):
+        before += int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return before + local
+
+
+@RIGHT["q2"]
+@pytest.mark.parametrize("answer", [_rank_from_getenv, _rank_counted])
+def test_5_4_q2_right_written_another_way(answer):
+    result = l54.q2.evaluate(answer, RANKS)
+    assert result.status == "correct", result.message
+
+
+Q3_RIGHT = 2 * 7 / 8 * 124e6 * 4 * 8 / 25e9
 
 
 def test_5_4_q3_all_reduce_seconds():
-    right = 2 * 7 / 8 * 124e6 * 4 * 8 / 25e9
-    assert l54.q3.evaluate(right).status == "correct"
-    assert "bits per second" in l54.q3.evaluate(right / 8).message
-    assert "sends the gradient once" in l54.q3.evaluate(124e6 * 4 * 8 / 25e9).message
-    assert "4 bytes per parameter" in l54.q3.evaluate(right / 4).message
+    assert l54.q3.evaluate(Q3_RIGHT).status == "correct"
     assert l54.q3.evaluate(1.0).status == "incorrect"
+
+
+@RIGHT["q3"]
+@pytest.mark.parametrize("answer", [
+    pytest.param(0.278, id="rounded"),
+    pytest.param(np.float64(1.75) * 124_000_000 * 32 / 25_000_000_000, id="numpy-bits-first"),
+    pytest.param(Fraction(2 * 7 * 124_000_000 * 4 * 8, 8 * 25_000_000_000), id="fraction"),
+])
+def test_5_4_q3_right_written_another_way(answer):
+    result = l54.q3.evaluate(answer)
+    assert result.status == "correct", result.message
+
+
+@MISTAKE["q3"]
+@pytest.mark.parametrize("answer, words", [
+    pytest.param(Q3_RIGHT / 8, "bits per second", id="bytes-as-bits"),
+    pytest.param(124e6 * 4 * 8 / 25e9, "sends the gradient once", id="sent-once"),
+    pytest.param(Q3_RIGHT / 4, "4 bytes per parameter", id="one-byte-per-parameter"),
+])
+def test_5_4_q3_names_each_mistake(answer, words):
+    result = l54.q3.evaluate(answer)
+    assert result.status == "incorrect" and words in result.message, result.message
 
 
 def _sweep(base_ddp, base_fsdp, ddp_bytes, fsdp_bytes, rates=(1e7, 1e9)):

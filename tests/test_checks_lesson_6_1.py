@@ -14,6 +14,11 @@ from effitrain_helpers.processes.launch import _unimportable_module
 from effitrain_helpers.teach.checks.lesson_6_1 import q1, q2, ring_or_reference
 from effitrain_helpers.teach.exercises import ____
 
+# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
+# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
+RIGHT = {q: pytest.mark.judges(f"6.1 {q}", "right") for q in ("q1", "q2")}
+MISTAKE = {q: pytest.mark.judges(f"6.1 {q}", "mistake") for q in ("q1", "q2")}
+
 
 def _ring(tensor, gather_offset=1):
     """A ring all-reduce; ``gather_offset=0`` starts the all-gather from the wrong chunk (off by one)."""
@@ -130,6 +135,29 @@ def _ring_the_other_way(tensor):
             chunks[got][:] = buffer
 
 
+def _ring_receive_first(tensor):
+    """Right: each step posts its receive first (dist.irecv), then sends with a blocking dist.send; the chunks
+    are slices cut by hand, and the two phases are one loop of 2 (N - 1) steps."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    base, extra = divmod(tensor.numel(), world)
+    bounds = [0]
+    for i in range(world):
+        bounds.append(bounds[-1] + base + (1 if i < extra else 0))
+    chunk = [tensor[bounds[i]:bounds[i + 1]] for i in range(world)]
+    for step in range(2 * (world - 1)):
+        reducing = step < world - 1
+        shift = step if reducing else step - (world - 1) - 1
+        send, got = (rank - shift) % world, (rank - shift - 1) % world
+        buffer = torch.empty_like(chunk[got])
+        request = dist.irecv(buffer, (rank - 1) % world)
+        dist.send(chunk[send], (rank + 1) % world)
+        request.wait()
+        if reducing:
+            chunk[got] += buffer
+        else:
+            chunk[got].copy_(buffer)
+
+
 def _gathered_whole(tensor):
     """Gathers every rank's whole tensor and sums it locally; the reduce-scatter is made but its result unused."""
     world = dist.get_world_size()
@@ -173,15 +201,19 @@ def test_an_unwritten_ring_is_measured_as_the_reference():
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
     pytest.param(_ring, None, marks=pytest.mark.exhaustive),  # the notebook's nbval run checks its solution
-    (_collective, "your ring called dist.all_reduce"),
-    (_parameter_server, "a parameter server, not a ring: in 3 processes rank 0 sent 64 bytes, 2 times the tensor"),
-    (_off_by_a_chunk, "off by a chunk"),
-    (_deadlock, "deadlock in 2 processes: ranks 0, 1 each waited 5 s in a blocking dist.send"),
-    (_new_tensor, "returned the sum but left the tensor unchanged"),
-    (_direct_exchange, "not a ring: in 3 processes rank 0 sent to ranks [1, 2] and received from ranks [1, 2]"),
-    pytest.param(_ring_the_other_way, None, marks=pytest.mark.exhaustive),
+    pytest.param(_collective, "your ring called dist.all_reduce", marks=MISTAKE["q1"]),
+    pytest.param(_parameter_server, "a parameter server, not a ring: in 3 processes rank 0 sent 64 bytes, 2 times "
+                 "the tensor", marks=MISTAKE["q1"]),
+    pytest.param(_off_by_a_chunk, "off by a chunk", marks=MISTAKE["q1"]),
+    pytest.param(_deadlock, "deadlock in 2 processes: ranks 0, 1 each waited 5 s in a blocking dist.send",
+                 marks=MISTAKE["q1"]),
+    pytest.param(_new_tensor, "returned the sum but left the tensor unchanged", marks=MISTAKE["q1"]),
+    pytest.param(_direct_exchange, "not a ring: in 3 processes rank 0 sent to ranks [1, 2] and received from "
+                 "ranks [1, 2]", marks=MISTAKE["q1"]),
+    pytest.param(_ring_the_other_way, None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
+    pytest.param(_ring_receive_first, None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
 ], ids=["right", "collective", "parameter-server", "off-by-a-chunk", "deadlock", "not-in-place", "direct-exchange",
-        "right-leftwards-blocking"])
+        "right-leftwards-blocking", "right-receive-first"])
 def test_q1_names_each_mistake(fn, words):
     result = q1.evaluate(fn)
     assert result.status == ("correct" if words is None else "incorrect"), result.message
@@ -192,12 +224,13 @@ def test_q1_names_each_mistake(fn, words):
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
     pytest.param(_two_halves, None, marks=pytest.mark.exhaustive),  # so does the notebook
-    (_collective, "you called dist.all_reduce"),
-    (_no_padding, "pad the tensor with zeros to a multiple of N"),
-    (_shard_kept, "came back unchanged"),
-    (_gathered_whole, "rank 0 all-gathered 32 bytes for a tensor of 32, then summed on its own"),
-    (_two_halves_with_lists, None),
-    pytest.param(_two_halves_into_a_new_buffer, None, marks=pytest.mark.exhaustive),
+    pytest.param(_collective, "you called dist.all_reduce", marks=MISTAKE["q2"]),
+    pytest.param(_no_padding, "pad the tensor with zeros to a multiple of N", marks=MISTAKE["q2"]),
+    pytest.param(_shard_kept, "came back unchanged", marks=MISTAKE["q2"]),
+    pytest.param(_gathered_whole, "rank 0 all-gathered 32 bytes for a tensor of 32, then summed on its own",
+                 marks=MISTAKE["q2"]),
+    pytest.param(_two_halves_with_lists, None, marks=RIGHT["q2"]),
+    pytest.param(_two_halves_into_a_new_buffer, None, marks=[RIGHT["q2"], pytest.mark.exhaustive]),
 ], ids=["right", "all-reduce", "no-padding", "not-copied-back", "gathered-whole", "right-list-forms",
         "right-new-buffer"])
 def test_q2_names_each_mistake(fn, words):

@@ -16,6 +16,11 @@ from effitrain_helpers.teach.checks import lesson_6_2 as l62
 
 EXHAUSTIVE = [pytest.mark.exhaustive]  # every further wrong version: one launch each
 
+# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
+# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
+RIGHT = {q: pytest.mark.judges(f"6.2 {q}", "right") for q in ("q1", "q2", "q3", "q4")}
+MISTAKE = {q: pytest.mark.judges(f"6.2 {q}", "mistake") for q in ("q1", "q2", "q3", "q4")}
+
 
 def broadcasts():
     import torch
@@ -80,6 +85,10 @@ def averages():
         for p in model.parameters():
             p.grad.div_(world)
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+
+    def averaged_by_the_collective(model):  # also right: ReduceOp.AVG (gloo has it in this torch)
+        for p in model.parameters():
+            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
 
     def one_flat_bucket(model):  # also right: every gradient in one all-reduce, copied back
         grads = [p.grad for p in model.parameters()]
@@ -201,11 +210,12 @@ def accumulations():
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [
     ("right", None),
-    ("forgotten", "differ at step 0: nothing was sent"),
-    pytest.param("copies", "not a copy", marks=EXHAUSTIVE),
-    pytest.param("summed", "SUM of their weights", marks=EXHAUSTIVE),
-    pytest.param("from_rank_1", "rank 1's weights, not rank 0's", marks=EXHAUSTIVE),
-    pytest.param("first_layer_only", "differ at step 0 in 2.weight, 2.bias", marks=EXHAUSTIVE),
+    pytest.param("forgotten", "differ at step 0: nothing was sent", marks=MISTAKE["q1"]),
+    pytest.param("copies", "not a copy", marks=[MISTAKE["q1"], *EXHAUSTIVE]),
+    pytest.param("summed", "SUM of their weights", marks=[MISTAKE["q1"], *EXHAUSTIVE]),
+    pytest.param("from_rank_1", "rank 1's weights, not rank 0's", marks=[MISTAKE["q1"], *EXHAUSTIVE]),
+    pytest.param("first_layer_only", "differ at step 0 in 2.weight, 2.bias",
+                 marks=[MISTAKE["q1"], *EXHAUSTIVE]),
 ])
 def test_q1_broadcast_parameters(name, expected):
     result = l62.q1.evaluate(broadcasts()[name])
@@ -217,9 +227,9 @@ def test_q1_broadcast_parameters(name, expected):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
-    "the_parameter_itself",
-    pytest.param("under_no_grad", marks=EXHAUSTIVE),
-    pytest.param("as_one_vector", marks=EXHAUSTIVE),
+    pytest.param("the_parameter_itself", marks=RIGHT["q1"]),
+    pytest.param("under_no_grad", marks=[RIGHT["q1"], *EXHAUSTIVE]),
+    pytest.param("as_one_vector", marks=[RIGHT["q1"], *EXHAUSTIVE]),
 ])
 def test_q1_right_written_another_way(name):
     result = l62.q1.evaluate(broadcasts()[name])
@@ -228,7 +238,8 @@ def test_q1_right_written_another_way(name):
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("name", ["divided_first", "one_flat_bucket"])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=RIGHT["q2"])
+                                  for name in ("divided_first", "one_flat_bucket", "averaged_by_the_collective")])
 def test_q2_right_written_another_way(name):
     result = l62.q2.evaluate(averages()[name])
     assert result.status == "correct", result.message
@@ -236,7 +247,8 @@ def test_q2_right_written_another_way(name):
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("name", ["counted_by_hand", "in_groups_of_k"])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=RIGHT["q3"])
+                                  for name in ("counted_by_hand", "in_groups_of_k")])
 def test_q3_right_written_another_way(name):
     result = l62.q3.evaluate(accumulations()[name])
     assert result.status == "correct", result.message
@@ -245,13 +257,15 @@ def test_q3_right_written_another_way(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [
     ("right", None),
-    ("not_divided", "2 times too large"),
-    ("divided_by_2", "in 3 processes the summed gradients were divided by 2, not by 3"),
-    pytest.param("not_synchronised", "no gradient left its rank", marks=EXHAUSTIVE),
-    pytest.param("divided_only", "never exchanged it", marks=EXHAUSTIVE),
-    pytest.param("reduced_to_rank_0", "rank(s) [1] did not get the averaged gradients", marks=EXHAUSTIVE),
-    pytest.param("copies", "left the gradients as they were", marks=EXHAUSTIVE),
-    pytest.param("weights_only", "gradients of 0.bias, 2.bias", marks=EXHAUSTIVE),
+    pytest.param("not_divided", "2 times too large", marks=MISTAKE["q2"]),
+    pytest.param("divided_by_2", "in 3 processes the summed gradients were divided by 2, not by 3",
+                 marks=MISTAKE["q2"]),
+    pytest.param("not_synchronised", "no gradient left its rank", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
+    pytest.param("divided_only", "never exchanged it", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
+    pytest.param("reduced_to_rank_0", "rank(s) [1] did not get the averaged gradients",
+                 marks=[MISTAKE["q2"], *EXHAUSTIVE]),
+    pytest.param("copies", "left the gradients as they were", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
+    pytest.param("weights_only", "gradients of 0.bias, 2.bias", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
 ])
 def test_q2_average_gradients(name, expected):
     result = l62.q2.evaluate(averages()[name])
@@ -266,11 +280,13 @@ def test_q2_average_gradients(name, expected):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [
     ("right", None),
-    ("sync_every_micro_batch", "k = 4 times what no_sync needs"),
-    pytest.param("loss_not_divided", "k = 4 times too large", marks=EXHAUSTIVE),
-    pytest.param("step_every_micro_batch", "stepped at every micro-batch", marks=EXHAUSTIVE),
-    pytest.param("zeroed_each_micro_batch", "only the last micro-batch counted", marks=EXHAUSTIVE),
-    pytest.param("never_synchronised", "nothing was exchanged", marks=EXHAUSTIVE),
+    pytest.param("sync_every_micro_batch", "k = 4 times what no_sync needs", marks=MISTAKE["q3"]),
+    pytest.param("loss_not_divided", "k = 4 times too large", marks=[MISTAKE["q3"], *EXHAUSTIVE]),
+    pytest.param("step_every_micro_batch", "stepped at every micro-batch",
+                 marks=[MISTAKE["q3"], *EXHAUSTIVE]),
+    pytest.param("zeroed_each_micro_batch", "only the last micro-batch counted",
+                 marks=[MISTAKE["q3"], *EXHAUSTIVE]),
+    pytest.param("never_synchronised", "nothing was exchanged", marks=[MISTAKE["q3"], *EXHAUSTIVE]),
 ])
 def test_q3_accumulation_by_hand(name, expected):
     result = l62.q3.evaluate(accumulations()[name])
@@ -481,17 +497,36 @@ def overlapped_syncs() -> dict:
             ReturnsWithoutAllBuckets: "yet wait() returned"}
 
 
-@pytest.mark.slow
-def test_q4_judges_right_and_wrong_overlapped_syncs_by_what_they_do():
-    """Every class above judged in one launch of 2 processes (and the right ones in one of 3): the right ones in
-    three forms accepted, each named mistake recognised by its own message."""
+@pytest.fixture(scope="module")
+def overlapped_verdicts() -> dict:
+    """Every class of overlapped_syncs() judged in one launch of 2 processes (and the right ones in one of 3):
+    its name -> (the words its message must hold, or None when right; the verdict)."""
     answers = overlapped_syncs()
     verdicts = l62.judge_overlapped_syncs(list(answers))
-    for (cls, words), verdict in zip(answers.items(), verdicts):
-        if words is None:
-            assert verdict is None, (cls.__name__, verdict)
-        else:
-            assert verdict is not None and words in str(verdict), (cls.__name__, verdict)
+    return {cls.__name__: (words, verdict) for (cls, words), verdict in zip(answers.items(), verdicts)}
+
+
+Q4_RIGHT_ANOTHER_WAY = ("PerParameter", "DividedFirst")
+Q4_MISTAKES = ("AfterBackward", "Blocking", "WaitInHook", "ArrivalOrder", "NeverWaited", "NotDivided",
+               "LastNeverLaunched", "CountsNeverReset", "EveryParameterHooked", "ReturnsWithoutAllBuckets")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Right",
+                                  *(pytest.param(n, marks=RIGHT["q4"]) for n in Q4_RIGHT_ANOTHER_WAY),
+                                  *(pytest.param(n, marks=MISTAKE["q4"]) for n in Q4_MISTAKES)])
+def test_q4_judges_right_and_wrong_overlapped_syncs_by_what_they_do(name, overlapped_verdicts):
+    """The right class in three forms accepted, each named mistake recognised by its own message (all judged in
+    one launch: the fixture)."""
+    words, verdict = overlapped_verdicts[name]
+    if words is None:
+        assert verdict is None, (name, verdict)
+    else:
+        assert verdict is not None and words in str(verdict), (name, verdict)
+
+
+def test_q4_cases_name_every_class_once():
+    assert [cls.__name__ for cls in overlapped_syncs()] == ["Right", *Q4_RIGHT_ANOTHER_WAY, *Q4_MISTAKES]
 
 
 def test_q4_refuses_the_lessons_own_class_and_an_instance_without_a_process():

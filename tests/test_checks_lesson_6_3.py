@@ -14,6 +14,12 @@ from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.engines import zero
 from effitrain_helpers.engines.zero import balanced_owners
 
+# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
+# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
+RIGHT = {q: pytest.mark.judges(f"6.3 {q}", "right") for q in ("q1", "q2", "q3")}
+MISTAKE = {q: pytest.mark.judges(f"6.3 {q}", "mistake") for q in ("q1", "q2", "q3")}
+EXHAUSTIVE_MARK = pytest.mark.exhaustive
+
 
 def _round_robin(sizes, world_size):
     return [i % world_size for i in range(len(sizes))]
@@ -35,7 +41,9 @@ def _in_the_order_given(sizes, world_size):
 
 
 def _largest_first(sizes, world_size):
-    """Right: the lesson's rule in a loop."""
+    """Right: the lesson's rule in a loop, as a learner writes it. An independent copy of
+    zero.balanced_owners on purpose: the checker refuses balanced_owners itself, so q1's right answers are
+    learners' own code (and the spellings differ: reverse=True, loads.index(min(loads)))."""
     loads, owners = [0] * world_size, [0] * len(sizes)
     for i in sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True):
         rank = loads.index(min(loads))
@@ -57,17 +65,19 @@ def _with_a_heap(sizes, world_size):
 
 
 @pytest.mark.parametrize("assign, words", [
-    (_largest_first, None),
-    (_with_a_heap, None),
-    (balanced_owners, "hands the work to balanced_owners, the lesson's own assignment"),
-    (lambda sizes, world_size: balanced_owners(sizes, world_size), "hands the work to balanced_owners"),
-    (_in_the_order_given, "in the order the tensors come"),
-    (_round_robin, "unbalanced"),
-    (_halves, "unbalanced"),
-    (lambda sizes, world_size: [0] * len(sizes), "owns nothing"),
-    (lambda sizes, world_size: [world_size] * len(sizes), "does not exist"),
-    (lambda sizes, world_size: [0], "one owner per tensor"),
-    (lambda sizes, world_size: None, "one rank (an int) per tensor"),
+    pytest.param(_largest_first, None, marks=RIGHT["q1"]),
+    pytest.param(_with_a_heap, None, marks=RIGHT["q1"]),
+    pytest.param(balanced_owners, "hands the work to balanced_owners, the lesson's own assignment",
+                 marks=MISTAKE["q1"]),
+    pytest.param(lambda sizes, world_size: balanced_owners(sizes, world_size), "hands the work to balanced_owners",
+                 marks=MISTAKE["q1"]),
+    pytest.param(_in_the_order_given, "in the order the tensors come", marks=MISTAKE["q1"]),
+    pytest.param(_round_robin, "unbalanced", marks=MISTAKE["q1"]),
+    pytest.param(_halves, "unbalanced", marks=MISTAKE["q1"]),
+    pytest.param(lambda sizes, world_size: [0] * len(sizes), "owns nothing", marks=MISTAKE["q1"]),
+    pytest.param(lambda sizes, world_size: [world_size] * len(sizes), "does not exist", marks=MISTAKE["q1"]),
+    pytest.param(lambda sizes, world_size: [0], "one owner per tensor", marks=MISTAKE["q1"]),
+    pytest.param(lambda sizes, world_size: None, "one rank (an int) per tensor", marks=MISTAKE["q1"]),
 ])
 def test_q1_names_each_wrong_assignment(assign, words):
     result = q1.evaluate(assign)
@@ -88,25 +98,8 @@ def test_starter_code_is_not_attempted():
     assert "pass your class itself" in q2.evaluate(object()).message
 
 
-class _Right:
-    def __init__(self, params, optimizer_class, **defaults):
-        import torch.distributed as dist
-
-        self.params = list(params)
-        self.owners = _largest_first([p.numel() for p in self.params], dist.get_world_size())
-        mine = [p for p, o in zip(self.params, self.owners) if o == dist.get_rank()]
-        self.optimizer = optimizer_class(mine, **defaults)
-
-    def step(self):
-        import torch.distributed as dist
-
-        self.optimizer.step()
-        for p, owner in zip(self.params, self.owners):
-            dist.broadcast(p.data, src=owner)
-
-    def zero_grad(self):
-        for p in self.params:
-            p.grad = None
+# q2's wrong answers below are the lesson's own ZeRO-1 (zero.ShardedOptimizer, judged right in SHARDED) with one
+# thing changed, which each one's name says.
 
 
 class _SubclassesOptimizer(torch.optim.Optimizer):
@@ -132,7 +125,8 @@ class _SubclassesOptimizer(torch.optim.Optimizer):
 
 class _FlatSlices:
     """Right, another way: each rank owns one flat slice of all the values (a new parameter), stepped, then
-    every slice all-gathered and copied back."""
+    every slice all-gathered and copied back. Its flattening and padding are a learner's own on purpose (not
+    zero.py's helpers): a right answer the engine did not write."""
 
     def __init__(self, params, optimizer_class, **defaults):
         import torch.distributed as dist
@@ -167,13 +161,13 @@ class _FlatSlices:
             p.grad = None
 
 
-class _DefaultsDropped(_Right):
+class _DefaultsDropped(zero.ShardedOptimizer):
     def __init__(self, params, optimizer_class, **defaults):
         super().__init__(params, optimizer_class, **defaults)
         self.optimizer = optimizer_class(self.optimizer.param_groups[0]["params"])
 
 
-class _RoundRobin(_Right):
+class _RoundRobin(zero.ShardedOptimizer):
     """Owners by position, whatever the sizes: on weights and biases that alternate, 2 ranks hold 94% / 6%."""
 
     def __init__(self, params, optimizer_class, **defaults):
@@ -185,7 +179,7 @@ class _RoundRobin(_Right):
         self.optimizer = optimizer_class(mine, **defaults)
 
 
-class _BroadcastFromRank0(_Right):
+class _BroadcastFromRank0(zero.ShardedOptimizer):
     def step(self):
         import torch.distributed as dist
 
@@ -194,7 +188,7 @@ class _BroadcastFromRank0(_Right):
             dist.broadcast(p.data, src=0)
 
 
-class _OwnersDifferBetweenRanks(_Right):
+class _OwnersDifferBetweenRanks(zero.ShardedOptimizer):
     """Each rank turns the owners by its own rank: the ranks disagree on every src."""
 
     def __init__(self, params, optimizer_class, **defaults):
@@ -204,30 +198,30 @@ class _OwnersDifferBetweenRanks(_Right):
         self.owners = [(o + dist.get_rank()) % dist.get_world_size() for o in self.owners]
 
 
-class _AdamWWrittenIn(_Right):
+class _AdamWWrittenIn(zero.ShardedOptimizer):
     """Ignores optimizer_class: AdamW written in."""
 
     def __init__(self, params, optimizer_class, **defaults):
         import torch.distributed as dist
 
         self.params = list(params)
-        self.owners = _largest_first([p.numel() for p in self.params], dist.get_world_size())
+        self.owners = balanced_owners([p.numel() for p in self.params], dist.get_world_size())
         mine = [p for p, o in zip(self.params, self.owners) if o == dist.get_rank()]
         self.optimizer = torch.optim.AdamW(mine, **defaults)
 
 
-class _NoBroadcast(_Right):
+class _NoBroadcast(zero.ShardedOptimizer):
     def step(self):
         self.optimizer.step()
 
 
-class _EveryoneStepsEverything(_Right):
+class _EveryoneStepsEverything(zero.ShardedOptimizer):
     def __init__(self, params, optimizer_class, **defaults):
         super().__init__(params, optimizer_class, **defaults)
         self.optimizer = optimizer_class(self.params, **defaults)
 
 
-class _Overlap(_Right):
+class _Overlap(zero.ShardedOptimizer):
     def __init__(self, params, optimizer_class, **defaults):
         import torch.distributed as dist
 
@@ -236,22 +230,22 @@ class _Overlap(_Right):
             self.optimizer.add_param_group({"params": [self.params[0]]})
 
 
-class _Missing(_Right):
+class _Missing(zero.ShardedOptimizer):
     def __init__(self, params, optimizer_class, **defaults):
         import torch.distributed as dist
 
         self.params = list(params)
-        self.owners = _largest_first([p.numel() for p in self.params], dist.get_world_size())
+        self.owners = balanced_owners([p.numel() for p in self.params], dist.get_world_size())
         mine = [p for p, o in zip(self.params[1:], self.owners[1:]) if o == dist.get_rank()]
         self.optimizer = optimizer_class(mine, **defaults)
 
 
-class _ZeroGradOwnShare(_Right):
+class _ZeroGradOwnShare(zero.ShardedOptimizer):
     def zero_grad(self):
         self.optimizer.zero_grad()
 
 
-class _BroadcastOnlyOnOwner(_Right):
+class _BroadcastOnlyOnOwner(zero.ShardedOptimizer):
     def step(self):
         import torch.distributed as dist
 
@@ -262,7 +256,6 @@ class _BroadcastOnlyOnOwner(_Right):
 
 
 SHARDED = {  # class -> None (right) or words of its message
-    _Right: None,
     _SubclassesOptimizer: None,
     _FlatSlices: None,
     zero.ShardedOptimizer: None,  # the lesson's reference
@@ -280,16 +273,29 @@ SHARDED = {  # class -> None (right) or words of its message
 }
 
 
+@pytest.fixture(scope="module")
+def sharded_verdicts() -> dict:
+    """Every class of SHARDED judged in one launch of 2 processes (and the right ones in one of 3): class ->
+    its verdict."""
+    return dict(zip(SHARDED, lesson_6_3.judge_sharded_optimizers(list(SHARDED))))
+
+
+def _q2_marks(cls):
+    """A right class written another way, or a named mistake (the lesson's own class: neither)."""
+    if cls is zero.ShardedOptimizer:
+        return ()
+    return (RIGHT if SHARDED[cls] is None else MISTAKE)["q2"]
+
+
 @pytest.mark.slow
-def test_q2_judges_right_and_wrong_sharded_optimizers_by_what_they_do():
-    """Every class above judged in one launch of 2 processes (and the right ones in one of 3): right ones in
-    four forms accepted, each wrong one named."""
-    verdicts = lesson_6_3.judge_sharded_optimizers(list(SHARDED))
-    for (cls, words), verdict in zip(SHARDED.items(), verdicts):
-        if words is None:
-            assert verdict is None, (cls.__name__, verdict)
-        else:
-            assert verdict is not None and words in str(verdict), (cls.__name__, verdict)
+@pytest.mark.parametrize("cls", [pytest.param(cls, marks=_q2_marks(cls), id=cls.__name__) for cls in SHARDED])
+def test_q2_judges_right_and_wrong_sharded_optimizers_by_what_they_do(cls, sharded_verdicts):
+    """Right ones in three forms accepted, each wrong one named (all judged in one launch: the fixture)."""
+    words, verdict = SHARDED[cls], sharded_verdicts[cls]
+    if words is None:
+        assert verdict is None, (cls.__name__, verdict)
+    else:
+        assert verdict is not None and words in str(verdict), (cls.__name__, verdict)
 
 
 @pytest.mark.slow
@@ -356,7 +362,8 @@ def test_zero_stages_by_hand_hold_their_share_and_train_adamws_weights():
 
 
 class _Shards:
-    """q3's solution, as the notebook writes it."""
+    """q3's solution, as a learner writes it: its padding and slicing are its own on purpose, independent of
+    zero.py's flat_pieces, which the checker's reference slices use (_ShardsFromPieces below uses the engine's)."""
 
     def __init__(self, model, bucket_bytes):
         import torch.distributed as dist
@@ -413,6 +420,41 @@ class _ShardsFromPieces(_Shards):
         self.free(b)
 
 
+class _ShardsThroughTheTensorApi(_Shards):
+    """Right, written another way: padded with torch.nn.functional.pad, reduce_scatter_tensor (the older name of
+    reduce_scatter_single, deprecated but still in torch), averaged in place, and the hook a named function."""
+
+    def __init__(self, model, bucket_bytes):
+        import torch.distributed as dist
+
+        from effitrain_helpers.engines.gradient_sync import gradient_buckets
+
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.buckets = gradient_buckets(model.parameters(), bucket_bytes)
+        self.chunks = [(sum(p.numel() for p in b) + self.world - 1) // self.world for b in self.buckets]
+        self.shards, self.arrived = [None for _ in self.buckets], [0 for _ in self.buckets]
+
+        def hook_for(b):
+            def hook(p):
+                self.arrive(b)
+            return hook
+
+        for b, bucket in enumerate(self.buckets):
+            for p in bucket:
+                p.register_post_accumulate_grad_hook(hook_for(b))
+
+    def send(self, b):
+        import torch
+        import torch.distributed as dist
+
+        flat = torch.cat([p.grad.flatten() for p in self.buckets[b]])
+        padded = torch.nn.functional.pad(flat, (0, self.world * self.chunks[b] - flat.numel()))
+        mine = padded.new_empty(self.chunks[b])
+        dist.reduce_scatter_tensor(mine, padded, op=dist.ReduceOp.SUM)
+        self.shards[b] = mine.div_(self.world)
+        self.free(b)
+
+
 class _NoFree(_Shards):
     def free(self, b):
         pass
@@ -458,13 +500,14 @@ class _NoHooks(_Shards):
 @pytest.mark.slow
 @pytest.mark.parametrize("cls, words", [
     (_Shards, None),
-    (_ShardsFromPieces, None),
-    (_NoFree, "still hold their full gradient"),
-    pytest.param(_NoDivide, "divide by the world size", marks=pytest.mark.exhaustive),
-    pytest.param(_AllReduce, "called all_reduce", marks=pytest.mark.exhaustive),
-    (_NeverReset, "start each bucket's count again"),
-    (_FreedAtTheEnd, "bytes of gradients during backward"),
-    pytest.param(_NoHooks, "from the hooks", marks=pytest.mark.exhaustive),
+    pytest.param(_ShardsFromPieces, None, marks=RIGHT["q3"]),
+    pytest.param(_ShardsThroughTheTensorApi, None, marks=[RIGHT["q3"], EXHAUSTIVE_MARK]),
+    pytest.param(_NoFree, "still hold their full gradient", marks=MISTAKE["q3"]),
+    pytest.param(_NoDivide, "divide by the world size", marks=[MISTAKE["q3"], EXHAUSTIVE_MARK]),
+    pytest.param(_AllReduce, "called all_reduce", marks=[MISTAKE["q3"], EXHAUSTIVE_MARK]),
+    pytest.param(_NeverReset, "start each bucket's count again", marks=MISTAKE["q3"]),
+    pytest.param(_FreedAtTheEnd, "bytes of gradients during backward", marks=MISTAKE["q3"]),
+    pytest.param(_NoHooks, "from the hooks", marks=[MISTAKE["q3"], EXHAUSTIVE_MARK]),
 ])
 def test_q3_names_each_wrong_in_backward_reduce_scatter(cls, words):
     from effitrain_helpers.teach.checks.lesson_6_3 import q3

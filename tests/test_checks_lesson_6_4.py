@@ -15,6 +15,7 @@ from effitrain_helpers.teach.exercises import ____  # a global, as in a notebook
 from effitrain_helpers.engines import pipeline as schedules
 from effitrain_helpers.training import pipeline
 from effitrain_helpers.engines.tensor_parallel import CopyToRanks, SumFromRanks, split_mlp
+from verdicts import mistake, right, speak
 
 
 def _split(first_rows, second_cols, bias=False, use_rank=True):
@@ -46,25 +47,75 @@ def _split_by_chunks(mlp, rank, world):
     return up, down
 
 
+def _split_by_state_dict(mlp, rank, world):
+    """Right, another way: each share taken with tensor_split and loaded into new layers with load_state_dict."""
+    first, last = mlp[0], mlp[2]
+    up = nn.Linear(first.in_features, first.out_features // world)
+    down = nn.Linear(first.out_features // world, last.out_features, bias=False)
+    up.load_state_dict({"weight": first.weight.tensor_split(world, dim=0)[rank],
+                        "bias": first.bias.tensor_split(world)[rank]})
+    down.load_state_dict({"weight": last.weight.tensor_split(world, dim=1)[rank]})
+    return up, down
+
+
+@pytest.mark.parametrize("answer", [right("6.4 q1", _split_by_chunks, id="chunks-as-parameters"),
+                                    right("6.4 q1", _split_by_state_dict, id="tensor-split-load-state-dict")])
+def test_q1_a_split_written_another_way_is_correct(answer):
+    result = q1.evaluate(answer)
+    assert result.status == "correct", result.message
+
+
 def test_q1_hand_written_splits_are_correct_and_the_house_one_is_refused():
     assert q1.evaluate(_split(True, True)).status == "correct"
-    assert q1.evaluate(_split_by_chunks).status == "correct"
     for handed_over in (split_mlp, lambda mlp, rank, world: split_mlp(mlp, rank, world)):
         result = q1.evaluate(handed_over)
         assert result.status == "incorrect" and "hands the work to split_mlp" in result.message, result.message
 
 
 @pytest.mark.parametrize("answer, words", [
-    (_split(False, True), "up was split along the wrong dimension"),
-    (_split(True, False), "down was split along the wrong dimension"),
-    (_split(True, True, bias=True), "down has a bias"),
-    (_split(True, True, use_rank=False), "got the same share"),
-    (lambda mlp, rank, world: mlp, "should return a pair of torch.nn.Linear"),
+    mistake("6.4 q1", _split(False, True), "up was split along the wrong dimension"),
+    mistake("6.4 q1", _split(True, False), "down was split along the wrong dimension"),
+    mistake("6.4 q1", _split(True, True, bias=True), "down has a bias"),
+    mistake("6.4 q1", _split(True, True, use_rank=False), "got the same share"),
+    mistake("6.4 q1", lambda mlp, rank, world: mlp, "should return a pair of torch.nn.Linear"),
     ("split_mlp", "pass your function itself"),
 ])
 def test_q1_names_each_wrong_split(answer, words):
     result = q1.evaluate(answer)
     assert result.status == "incorrect" and words in result.message, result.message
+
+
+def _split_without_no_grad(mlp, rank, world):
+    """The solution's copies with no torch.no_grad() around them."""
+    k = mlp[0].out_features // world
+    up, down = nn.Linear(mlp[0].in_features, k), nn.Linear(k, mlp[2].out_features, bias=False)
+    up.weight.copy_(mlp[0].weight[rank * k:(rank + 1) * k])
+    return up, down
+
+
+def _split_assigning_slices(mlp, rank, world):
+    """The slices assigned to the new layers' weights as they are (plain tensors, not parameters)."""
+    k = mlp[0].out_features // world
+    up, down = nn.Linear(mlp[0].in_features, k), nn.Linear(k, mlp[2].out_features, bias=False)
+    up.weight = mlp[0].weight[rank * k:(rank + 1) * k]
+    return up, down
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+@pytest.mark.parametrize("answer, words", [
+    mistake("6.4 q1", _split_without_no_grad, {"en": "Do the copies inside with torch.no_grad():",
+                                               "pt-BR": "Faça as cópias dentro de with torch.no_grad():"},
+            id="copy-without-no-grad"),
+    mistake("6.4 q1", _split_assigning_slices, {"en": "a module's weight must be an nn.Parameter",
+                                                "pt-BR": "o peso de um módulo precisa ser um nn.Parameter"},
+            id="slice-assigned-to-weight"),
+])
+def test_q1_names_what_autograd_and_nn_module_refuse(answer, words, lang, monkeypatch):
+    """The two errors a first split meets, named (they were the library's exception, RuntimeError and
+    TypeError, before)."""
+    speak(monkeypatch, lang)
+    result = q1.evaluate(answer)
+    assert result.status == "incorrect" and words[lang] in result.message, result.message
 
 
 def test_q1_mismatched_rows_and_columns_do_not_add_up():
@@ -90,18 +141,17 @@ def test_starters_are_not_attempted():
     assert q4.evaluate(lambda stage, stages, m: ____).status == "not attempted"
 
 
-class CopyByHand(torch.autograd.Function):
-    """Right: the identity forward, the gradient summed over the ranks in backward."""
+def _solution(exercise, name: str):
+    """``name`` as the exercise's solution cell defines it, run as the notebook runs it (the lesson's imports, the
+    earlier exercises' solutions): the answer is written once, in ``solution_code``, not copied here (the lesson's
+    CopyToRanks and SumFromRanks are the engine's, which the checkers refuse as handed over)."""
+    from mutation import split_check_call
+    from mutation_contexts import namespace
 
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
+    q = exercise.name.split(":")[0].split()[1]  # "6.4 q2: CopyToRanks ..." -> q2
+    cell = dict(namespace("lesson_6_4", q))
+    exec(compile(split_check_call(exercise.solution_code)[0], f"<lesson_6_4 {q} solution>", "exec"), cell)
+    return cell[name]
 
 
 class CopyReturnsInput(torch.autograd.Function):
@@ -118,18 +168,33 @@ class CopyReturnsInput(torch.autograd.Function):
         return total
 
 
-class SumByHand(torch.autograd.Function):
-    """Right: the partial sums all-reduced in forward, the gradient passed through."""
+class CopyWaitsOnAsyncReduce(torch.autograd.Function):
+    """Right, another way: forward an explicit identity copy; backward starts the all-reduce with async_op=True
+    and waits on its handle."""
 
     @staticmethod
     def forward(ctx, x):
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
+        return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        return grad
+        total = grad.detach().clone()
+        dist.all_reduce(total, dist.ReduceOp.SUM, async_op=True).wait()
+        return total
+
+
+class SumWaitsOnAsyncReduce(torch.autograd.Function):
+    """Right, another way: the sum started with async_op=True into a copy made by torch.clone, waited on."""
+
+    @staticmethod
+    def forward(ctx, x):
+        total = torch.clone(x)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM, async_op=True).wait()
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 1
 
 
 class SumIntoNewTensor(torch.autograd.Function):
@@ -225,46 +290,52 @@ def test_q2_q3_refuse_what_is_not_an_autograd_function_and_the_lessons_own():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise, answer, words", [
-    (q2, CopyByHand, None),
-    (q2, CopyNoReduce, "the input gradient is partial on every rank"),
-    (q3, SumByHand, None),
-    (q3, SumNoReduce, "the outputs are partial sums"),
-    pytest.param(q3, SumReducedTwice, "SumFromRanks.backward returns the gradient as it is",
-                 marks=pytest.mark.exhaustive),
-    pytest.param(q2, CopyReturnsInput, None, marks=pytest.mark.exhaustive),
-    pytest.param(q3, SumIntoNewTensor, None, marks=pytest.mark.exhaustive),
-    (q2, CopyReducedInPlace, "with f(x) + x the other branch got the reduced gradient too"),  # mutants (issue 41)
-    pytest.param(q3, SumReducedInPlace, "the caller's partial sum became the total",  # accepted before (issue 41)
-                 marks=pytest.mark.exhaustive),
+    (q2, "CopyToRanks", None),  # the solution's: the identity forward, the gradient summed in backward
+    mistake("6.4 q2", q2, CopyNoReduce, "the input gradient is partial on every rank"),
+    (q3, "SumFromRanks", None),  # the solution's: the partial sums all-reduced in forward
+    mistake("6.4 q3", q3, SumNoReduce, "the outputs are partial sums"),
+    mistake("6.4 q3", q3, SumReducedTwice, "SumFromRanks.backward returns the gradient as it is",
+            marks=pytest.mark.exhaustive),
+    right("6.4 q2", q2, CopyReturnsInput, None, marks=pytest.mark.exhaustive),
+    right("6.4 q3", q3, SumIntoNewTensor, None, marks=pytest.mark.exhaustive),
+    mistake("6.4 q2", q2, CopyReducedInPlace,  # a mutant (issue 41)
+            "with f(x) + x the other branch got the reduced gradient too"),
+    mistake("6.4 q3", q3, SumReducedInPlace, "the caller's partial sum became the total",  # accepted before (41)
+            marks=pytest.mark.exhaustive),
+    right("6.4 q2", q2, CopyWaitsOnAsyncReduce, None, marks=pytest.mark.exhaustive),
+    right("6.4 q3", q3, SumWaitsOnAsyncReduce, None, marks=pytest.mark.exhaustive),
 ], ids=["q2-right", "q2-no-backward-all-reduce", "q3-right", "q3-all-reduce-forgotten", "q3-reduced-twice",
-        "q2-right-returns-input", "q3-right-new-tensor", "q2-reduced-in-place", "q3-reduced-in-place"])
+        "q2-right-returns-input", "q3-right-new-tensor", "q2-reduced-in-place", "q3-reduced-in-place",
+        "q2-right-async", "q3-right-async"])
 def test_q2_q3_run_the_pair_in_2_processes(exercise, answer, words):
-    result = exercise.evaluate(answer)
+    result = exercise.evaluate(_solution(exercise, answer) if isinstance(answer, str) else answer)
     if words is None:
         assert result.status == "correct", result.message
     else:
         assert result.status == "incorrect" and words in result.message, result.message
 
 
-def warm_by_stage(stage, stages, m):
-    """Named wrong version: the filling forwards counted the wrong way round (a deadlock)."""
-    warm = min(stage, m)
-    order = [("F", i) for i in range(warm)]
-    for i in range(m - warm):
-        order += [("F", warm + i), ("B", i)]
-    return order + [("B", i) for i in range(m - warm, m)]
+def _warmed_up(warm_up):
+    """1F1B's shape with ``warm_up(stage, stages, m)`` filling forwards: written here, not taken from
+    ``pipeline.one_f_one_b`` (whose warm-up is fixed, and which the checker refuses as handed over)."""
+
+    def order_of(stage, stages, m):
+        warm = warm_up(stage, stages, m)
+        order = [("F", i) for i in range(warm)]
+        for i in range(m - warm):
+            order += [("F", warm + i), ("B", i)]
+        return order + [("B", i) for i in range(m - warm, m)]
+
+    return order_of
+
+
+# Named wrong version: the filling forwards counted the wrong way round (a deadlock).
+warm_by_stage = _warmed_up(lambda stage, stages, m: min(stage, m))
+warm_up_one_short = _warmed_up(lambda stage, stages, m: max(min(stages - 2 - stage, m), 0))
 
 
 def no_pipelining(stage, stages, m):
     return [op for i in range(m) for op in (("F", i), ("B", i))]
-
-
-def warm_up_one_short(stage, stages, m):
-    warm = max(min(stages - 2 - stage, m), 0)
-    order = [("F", i) for i in range(warm)]
-    for i in range(m - warm):
-        order += [("F", warm + i), ("B", i)]
-    return order + [("B", i) for i in range(m - warm, m)]
 
 
 def backward_first_after_warm_up(stage, stages, m):
@@ -293,10 +364,10 @@ def test_q4_static_mistakes_need_no_process():
 
 
 @pytest.mark.parametrize("answer, words", [
-    (no_pipelining, "no pipelining: every stage runs F0 B0 F1 B1 F2 B2 F3 B3"),
-    (warm_up_one_short, "stage 0 of 3 runs 2 forward(s) before its first backward (F0 F1 B0"),
-    (warm_by_stage, "stage 0 of 3 runs 1 forward(s) before its first backward (F0 B0"),
-    (schedules.all_forward_all_backward, "That is all-forward-all-backward"),
+    mistake("6.4 q4", no_pipelining, "no pipelining: every stage runs F0 B0 F1 B1 F2 B2 F3 B3"),
+    mistake("6.4 q4", warm_up_one_short, "stage 0 of 3 runs 2 forward(s) before its first backward (F0 F1 B0"),
+    mistake("6.4 q4", warm_by_stage, "stage 0 of 3 runs 1 forward(s) before its first backward (F0 B0"),
+    mistake("6.4 q4", schedules.all_forward_all_backward, "That is all-forward-all-backward"),
     (schedules.one_f_one_b, "hands the work to pipeline.one_f_one_b"),
     (lambda stage, stages, m: schedules.SCHEDULES["1F1B"](stage, stages, m), "hands the work to"),
 ], ids=["no-pipelining", "warm-up-one-short", "warm-up-reversed", "all-forward-all-backward", "the-lessons-own",
@@ -308,8 +379,8 @@ def test_q4_refuses_what_is_not_exactly_1f1b_without_a_process(answer, words):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("answer", [
-    backward_first_after_warm_up,
-    pytest.param(as_a_comprehension, marks=pytest.mark.exhaustive),
+    right("6.4 q4", backward_first_after_warm_up),
+    right("6.4 q4", as_a_comprehension, marks=pytest.mark.exhaustive),
 ])
 def test_q4_runs_a_right_order_in_3_processes(answer):
     result = q4.evaluate(answer)

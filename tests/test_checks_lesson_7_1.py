@@ -12,6 +12,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from effitrain_helpers.engines import mixed_precision
 from effitrain_helpers.teach.checks.lesson_7_1 import q1, q2
 from effitrain_helpers.training import precision_across_ranks as pa
+from verdicts import mistake, right, speak
 
 BF16, FP32, FP16 = torch.bfloat16, torch.float32, torch.float16
 EXHAUSTIVE = pytest.mark.exhaustive  # a wrong answer beyond the named mistakes
@@ -24,9 +25,12 @@ def _verdict(exercise, answer):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", [
-    MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=FP32),
-    MixedPrecisionPolicy(BF16, FP32, cast_forward_inputs=True),  # positional, a default spelled out
-], ids=["keywords", "positional"])
+    MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=FP32),  # the solution's own form
+    right("7.1 q1", MixedPrecisionPolicy(BF16, FP32, cast_forward_inputs=True)),  # positional, a default spelled out
+    # keywords in another order, torch.float (float32's alias), the outputs' dtype spelled out
+    right("7.1 q1", MixedPrecisionPolicy(reduce_dtype=torch.float, param_dtype=torch.bfloat16,
+                                         output_dtype=torch.bfloat16), marks=EXHAUSTIVE),
+], ids=["keywords", "positional", "bfloat16 outputs spelled out"])
 def test_q1_accepts_bf16_compute_with_a_float32_reduction(policy):
     status, message = _verdict(q1, policy)
     assert status == "correct", message
@@ -34,15 +38,28 @@ def test_q1_accepts_bf16_compute_with_a_float32_reduction(policy):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy, words", [
-    (MixedPrecisionPolicy(param_dtype=FP16, reduce_dtype=FP32), "without a gradient scaler"),
-    (MixedPrecisionPolicy(param_dtype=BF16), "reduce_dtype is left unset"),
-    (MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=BF16), "reduce_dtype is bfloat16"),
-    pytest.param(MixedPrecisionPolicy(), "the parameters are float32 while the model runs",
-                 marks=EXHAUSTIVE),
-    pytest.param(MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=FP16), "reduced in float16",
-                 marks=EXHAUSTIVE),
+    mistake("7.1 q1", MixedPrecisionPolicy(param_dtype=FP16, reduce_dtype=FP32), "without a gradient scaler"),
+    mistake("7.1 q1", MixedPrecisionPolicy(param_dtype=BF16), "reduce_dtype is left unset"),
+    mistake("7.1 q1", MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=BF16), "reduce_dtype is bfloat16"),
+    mistake("7.1 q1", MixedPrecisionPolicy(), "the parameters are float32 while the model runs",
+            marks=EXHAUSTIVE),
+    mistake("7.1 q1", MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=FP16), "reduced in float16",
+            marks=EXHAUSTIVE),
 ], ids=["float16 without a scaler", "reduce unset", "reduce bf16", "no param dtype", "reduce float16"])
 def test_q1_names_each_mistake(policy, words):
+    status, message = _verdict(q1, policy)
+    assert status == "incorrect" and words in message, message
+
+
+@pytest.mark.parametrize("lang, words", [("en", "param_dtype is 'bfloat16', a str: FSDP casts with a torch.dtype"),
+                                         ("pt-BR", "param_dtype é 'bfloat16', um str: o FSDP converte com")])
+@pytest.mark.parametrize("policy", [
+    mistake("7.1 q1", MixedPrecisionPolicy(param_dtype="bfloat16", reduce_dtype="float32"), id="names"),
+    mistake("7.1 q1", MixedPrecisionPolicy(param_dtype="bfloat16", reduce_dtype=FP32), id="one-name"),
+])
+def test_q1_names_a_dtype_given_by_its_name(policy, lang, words, monkeypatch):
+    """Refused before any sharding (it was the library's TypeError from inside FSDP)."""
+    speak(monkeypatch, lang)
     status, message = _verdict(q1, policy)
     assert status == "incorrect" and words in message, message
 
@@ -63,6 +80,16 @@ def _right_by_type(model, policy):
     layers = [m for m in model.modules() if isinstance(m, torch.nn.TransformerEncoderLayer)]
     for layer in layers:
         fully_shard(layer, mp_policy=policy)
+    return fully_shard(model, mp_policy=policy)
+
+
+def _right_by_named_children(model, policy):
+    """Right, another way: the blocks found by name among the model's children, each sharded; the root last,
+    its result returned."""
+    for _, child in model.named_children():
+        if isinstance(child, torch.nn.ModuleList):
+            for block in child:
+                fully_shard(block, mp_policy=policy)
     return fully_shard(model, mp_policy=policy)
 
 
@@ -108,7 +135,9 @@ def _hands_over(model, policy):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn", [_right, _right_by_type], ids=["model.blocks", "by type"])
+@pytest.mark.parametrize("fn", [_right, right("7.1 q2", _right_by_type),
+                                right("7.1 q2", _right_by_named_children, marks=EXHAUSTIVE)],
+                         ids=["model.blocks", "by type", "by named children"])
 def test_q2_accepts_each_block_then_the_root(fn):
     status, message = _verdict(q2, fn)
     assert status == "correct", message
@@ -116,18 +145,14 @@ def test_q2_accepts_each_block_then_the_root(fn):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
-    (_root_not_wrapped, "the root module is not wrapped"),
-    pytest.param(_root_only, "0 of the 2 blocks are FSDP groups of their own",
-                 marks=EXHAUSTIVE),
-    pytest.param(_first_block_only, "1 of the 2 blocks",
-                 marks=EXHAUSTIVE),
-    (_root_without_policy, "embed, head computed in float32"),
-    (_cast_first, "the stored parameters are bfloat16"),
-    (_own_bf16_reduce, "reduce_dtype is bfloat16"),
-    pytest.param(_own_float16, "without a gradient scaler",
-                 marks=EXHAUSTIVE),
-    pytest.param(_not_returned, "return the model",
-                 marks=EXHAUSTIVE),
+    mistake("7.1 q2", _root_not_wrapped, "the root module is not wrapped"),
+    mistake("7.1 q2", _root_only, "0 of the 2 blocks are FSDP groups of their own", marks=EXHAUSTIVE),
+    mistake("7.1 q2", _first_block_only, "1 of the 2 blocks", marks=EXHAUSTIVE),
+    mistake("7.1 q2", _root_without_policy, "embed, head computed in float32"),
+    mistake("7.1 q2", _cast_first, "the stored parameters are bfloat16"),
+    mistake("7.1 q2", _own_bf16_reduce, "reduce_dtype is bfloat16"),
+    mistake("7.1 q2", _own_float16, "without a gradient scaler", marks=EXHAUSTIVE),
+    mistake("7.1 q2", _not_returned, "return the model", marks=EXHAUSTIVE),
     pytest.param(_hands_over, "the lesson's own answer",
                  marks=EXHAUSTIVE),
 ], ids=["root not wrapped", "root only", "one block", "root without policy", "cast first", "bf16 reduce",

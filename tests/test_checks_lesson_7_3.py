@@ -9,6 +9,7 @@ from effitrain_helpers.measure.memory_estimate import layer_activation_bytes
 from effitrain_helpers.measure.planner import Cluster, Model, bubble, memory_per_device, parameters_per_rank, plan
 from effitrain_helpers.teach.checks.lesson_7_3 import q1, q2, q3
 from effitrain_helpers.teach.exercises import ____
+from verdicts import assert_verdict, mistake, right
 
 
 def _memory(model, layout, m, bytes_per=(2, 2, 12), zero_shards=None, in_flight=None, logits=True, split=True,
@@ -29,35 +30,71 @@ def _memory(model, layout, m, bytes_per=(2, 2, 12), zero_shards=None, in_flight=
     return held + max(first, last)
 
 
+def _memory_stage_by_stage(model, layout, m):
+    """Right, another way: each part's bytes per parameter and the ZeRO stage from which it is sharded, summed in
+    a loop; the activations of the first and the last stage from one rule (stage s holds min(PP - s, m)
+    micro-batches under 1F1B, the last one the logits too)."""
+    n = parameters_per_rank(model, layout)
+    held = 0.0
+    for bytes_per, sharded_from in ((2, 3), (2, 2), (12, 1)):  # parameters, gradients, Adam's state
+        held += bytes_per * n / (layout.dp * layout.cp if layout.zero >= sharded_from else 1)
+    one = layer_activation_bytes(model.hidden, model.heads, model.seq, layout.micro_batch, tp=layout.tp,
+                                 cp=layout.cp, recompute=layout.recompute)
+    logits = 4 * model.seq * layout.micro_batch * model.vocab / (layout.tp * layout.cp)
+    return held + max(model.layers / layout.pp * one * min(layout.pp - stage, m)
+                      + (logits if stage == layout.pp - 1 else 0) for stage in (0, layout.pp - 1))
+
+
+def _memory_as_a_table(model, layout, m):
+    """Right, another way: the four parts in a dict, as the lesson's table shows them, ZeRO's divisors looked up by
+    the stage, the busier end stage by an if."""
+    n, shards = parameters_per_rank(model, layout), layout.dp * layout.cp
+    divisors = [(1, 1, 1), (1, 1, shards), (1, shards, shards), (shards, shards, shards)][layout.zero]
+    parts = {"parameters": 2 * n / divisors[0], "gradients": 2 * n / divisors[1],
+             "optimizer state": 12 * n / divisors[2]}
+    stage = model.layers / layout.pp * layer_activation_bytes(
+        model.hidden, model.heads, model.seq, layout.micro_batch, layout.tp, layout.cp, layout.recompute)
+    first = stage * min(layout.pp, m)
+    last = stage + 4 * model.seq * layout.micro_batch * model.vocab / layout.tp / layout.cp
+    parts["activations"] = first if first > last else last
+    return sum(parts.values())
+
+
 @pytest.mark.parametrize("answer, words", [
     (_memory, None),
-    (lambda *a: _memory(*a, zero=False), "ZeRO is left out"),
-    (lambda *a: _memory(*a, zero_shards=lambda layout: layout.dp), "divide by DP x CP"),
-    (lambda *a: _memory(*a, in_flight=lambda layout, m: m), "GPipe"),
-    (lambda *a: _memory(*a, in_flight=lambda layout, m: 1), "one micro-batch of activations only"),
-    (lambda *a: _memory(*a, logits=False), "the logits are missing"),
-    (lambda *a: _memory(*a, split=False), "not split"),
-    (lambda *a: _memory(*a, bytes_per=(4, 4, 8)), "float32 Adam"),
+    right("7.3 q1", _memory_stage_by_stage, None),
+    right("7.3 q1", _memory_as_a_table, None),
+    mistake("7.3 q1", lambda *a: _memory(*a, zero=False), "ZeRO is left out"),
+    mistake("7.3 q1", lambda *a: _memory(*a, zero_shards=lambda layout: layout.dp), "divide by DP x CP"),
+    mistake("7.3 q1", lambda *a: _memory(*a, in_flight=lambda layout, m: m), "GPipe"),
+    mistake("7.3 q1", lambda *a: _memory(*a, in_flight=lambda layout, m: 1), "one micro-batch of activations only"),
+    mistake("7.3 q1", lambda *a: _memory(*a, logits=False), "the logits are missing"),
+    mistake("7.3 q1", lambda *a: _memory(*a, split=False), "not split"),
+    mistake("7.3 q1", lambda *a: _memory(*a, bytes_per=(4, 4, 8)), "float32 Adam"),
     (lambda *a: _memory(*a) * 1.1, "compare each part"),
     (lambda *a: "many", "return one number"),
 ])
 def test_q1_names_each_mistake(answer, words):
-    result = q1.evaluate(answer)
-    assert result.status == ("correct" if words is None else "incorrect"), result.message
-    assert words is None or words in result.message, result.message
+    assert_verdict(q1, answer, words=words)
+
+
+def _idle_slots_counted(p, m):
+    """Right, another way: the step's slots walked one by one for the first stage, its idle ones counted."""
+    slots = m + p - 1
+    idle = sum(1 for slot in range(slots) if slot >= m)  # it works the first m slots, then waits
+    return idle / slots
 
 
 @pytest.mark.parametrize("answer, words", [
     (lambda p, m: (p - 1) / (m + p - 1), None),
-    (lambda p, m: 1 - m / (m + p - 1), None),
-    (lambda p, m: (p - 1) / m, "ideal step"),
-    (lambda p, m: (m - 1) / (m + p - 1), "swapped"),
+    right("7.3 q2", lambda p, m: 1 - m / (m + p - 1), None),
+    right("7.3 q2", _idle_slots_counted, None),
+    mistake("7.3 q2", lambda p, m: (p - 1) / m, "ideal step"),
+    mistake("7.3 q2", lambda p, m: (m - 1) / (m + p - 1), "swapped"),
     (lambda p, m: p / (m + p), "a stage idles"),
 ])
 def test_q2_names_each_mistake(answer, words):
-    result = q2.evaluate(answer)
-    assert result.status == ("correct" if words is None else "incorrect"), result.message
-    assert words is None or words in result.message, result.message
+    assert_verdict(q2, answer, words=words)
 
 
 @pytest.mark.parametrize("exercise, answer, name", [
@@ -75,21 +112,27 @@ def test_the_lesson_s_own_function_is_not_an_answer(exercise, answer, name):
 THIRTEEN_B = Model(13e9, 40, 5120, 40, 4096, 32000)
 
 
+def _plan_by_keywords():
+    """Right, another way: every argument by keyword, the numbers written as integers with underscores."""
+    model = Model(parameters=13_000_000_000, layers=40, hidden=5120, heads=40, seq=4096, vocab=32_000)
+    return plan(model=model, cluster=Cluster(devices=32, memory_gb=40.0), global_batch_tokens=2_000_000,
+                fixed=dict(tp=4))
+
+
 @pytest.mark.parametrize("report, words", [
     (lambda: plan(THIRTEEN_B, Cluster(32, 40), 2e6, {"tp": 4}), None),
-    (lambda: plan(THIRTEEN_B, Cluster(32, 40), 2e6, {"tp": 4, "cp": None}), None),
-    (lambda: plan(THIRTEEN_B, Cluster(32, 40), 2e6), "TP other than 4"),
-    (lambda: plan(THIRTEEN_B, Cluster(32, 40e9), 2e6, {"tp": 4}), "not bytes"),
-    (lambda: plan(THIRTEEN_B, Cluster(32, 40), 2e6 / 4096, {"tp": 4}), "not sequences"),
+    right("7.3 q3", lambda: plan(THIRTEEN_B, Cluster(32, 40), 2e6, {"tp": 4, "cp": None}), None),
+    right("7.3 q3", _plan_by_keywords, None),
+    mistake("7.3 q3", lambda: plan(THIRTEEN_B, Cluster(32, 40), 2e6), "TP other than 4"),
+    mistake("7.3 q3", lambda: plan(THIRTEEN_B, Cluster(32, 40e9), 2e6, {"tp": 4}), "not bytes"),
+    mistake("7.3 q3", lambda: plan(THIRTEEN_B, Cluster(32, 40), 2e6 / 4096, {"tp": 4}), "not sequences"),
     (lambda: plan(THIRTEEN_B, Cluster(64, 40), 2e6, {"tp": 4}), "the question says 32"),
-    (lambda: plan(replace(THIRTEEN_B, heads=80), Cluster(32, 40), 2e6, {"tp": 4}), "heads"),
-    (lambda: plan(THIRTEEN_B, Cluster(32, 40, inter_gbps=5), 2e6, {"tp": 4}), "defaults"),
+    mistake("7.3 q3", lambda: plan(replace(THIRTEEN_B, heads=80), Cluster(32, 40), 2e6, {"tp": 4}), "heads"),
+    mistake("7.3 q3", lambda: plan(THIRTEEN_B, Cluster(32, 40, inter_gbps=5), 2e6, {"tp": 4}), "defaults"),
     (lambda: "DP8 TP4", "what plan(...) returned"),
 ])
 def test_q3_names_each_mistake(report, words):
-    result = q3.evaluate(report())
-    assert result.status == ("correct" if words is None else "incorrect"), result.message
-    assert words is None or words in result.message, result.message
+    assert_verdict(q3, report(), words=words)
 
 
 @pytest.mark.parametrize("exercise", [q1, q2, q3])

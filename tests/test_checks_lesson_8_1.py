@@ -2,6 +2,7 @@
 named; and the house's FlashAttention against torch's scaled_dot_product_attention (outputs, log-sum-exp,
 gradients) and its bytes saved for backward against the theory."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +11,7 @@ from effitrain_helpers.teach.checks.lesson_8_1 import forward_or_reference, q1, 
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.engines import flash_attention as fa
 from effitrain_helpers.training import attention_memory
+from verdicts import assert_verdict, mistake, right
 
 
 def _forward(q, k, v, is_causal, tile, rescale_sum=True, rescale_out=True, subtract_max=True, diagonal=1,
@@ -61,27 +63,30 @@ def _in_log_space(q, k, v, is_causal, tile):
 
 
 
-@pytest.mark.slow  # about 10 checker runs (a few seconds on a busy 2-core CPU)
-def test_a_forward_written_two_ways_is_correct():
-    assert q1.evaluate(_forward).status == "correct", q1.evaluate(_forward).message
-    result = q1.evaluate(_in_log_space)
+@pytest.mark.slow  # about 10 checker runs each (a few seconds on a busy 2-core CPU)
+@pytest.mark.parametrize("forward", [
+    right("8.1 q1", _forward, id="every-key-tile-masked"),  # no tile skipped, the mask by >= and a diagonal
+    right("8.1 q1", _in_log_space, id="log-space-keys-outer"),
+])
+def test_a_forward_written_two_ways_is_correct(forward):
+    result = q1.evaluate(forward)
     assert result.status == "correct", result.message
 
 
-@pytest.mark.parametrize("mistake, words", [
-    ({"rescale_sum": False}, "running sum l is not rescaled"),
-    ({"rescale_out": False}, "output must be rescaled"),
-    ({"subtract_max": False}, "Subtract the running max"),
-    ({"diagonal": 0}, "causal mask off by one"),
-    ({"diagonal": 2}, "causal mask off by one"),
-    ({"local_mask": True}, "global positions"),
-    ({"full_tiles_only": True}, "the last tile is shorter"),
-    ({"whole": True}, "the full n x n scores"),
-    ({"step": 1}, "visited once"),
+@pytest.mark.parametrize("slip, words", [
+    mistake("8.1 q1", {"rescale_sum": False}, "running sum l is not rescaled"),
+    mistake("8.1 q1", {"rescale_out": False}, "output must be rescaled"),
+    mistake("8.1 q1", {"subtract_max": False}, "Subtract the running max"),
+    mistake("8.1 q1", {"diagonal": 0}, "causal mask off by one"),
+    mistake("8.1 q1", {"diagonal": 2}, "causal mask off by one"),
+    mistake("8.1 q1", {"local_mask": True}, "global positions"),
+    mistake("8.1 q1", {"full_tiles_only": True}, "the last tile is shorter"),
+    mistake("8.1 q1", {"whole": True}, "the full n x n scores"),
+    mistake("8.1 q1", {"step": 1}, "visited once"),
 ])
 @pytest.mark.slow
-def test_each_mistake_is_named(mistake, words):
-    result = q1.evaluate(lambda q, k, v, c, t: _forward(q, k, v, c, t, **mistake))
+def test_each_mistake_is_named(slip, words):
+    result = q1.evaluate(lambda q, k, v, c, t: _forward(q, k, v, c, t, **slip))
     assert result.status == "incorrect" and words in result.message, result.message
 
 
@@ -133,22 +138,19 @@ def test_bad_shapes_are_one_line():
 
 
 @pytest.mark.parametrize("answer, words", [
-    ((8576.0, 513.0), None),
-    ((8576, 513.2), None),
-    ((513.0, 8576.0), "swapped"),
-    ((2144.0, 513.0), "values, not bytes"),
-    ((8192.0, 513.0), "only the n x n probabilities"),
-    ((8576.0, 385.0), "leaves out the output"),
-    ((8576.0, 512.0), "leaves out the log-sum-exp"),
+    ((8576.0, 513.0), None),  # the solution's own values
+    right("8.1 q2", (8576, 513.2), None),  # an int, and a float rounded
+    right("8.1 q2", (np.float32(8576), torch.tensor(513.0)), None),  # a NumPy scalar and a 0-d tensor
+    mistake("8.1 q2", (513.0, 8576.0), "swapped"),
+    mistake("8.1 q2", (2144.0, 513.0), "values, not bytes"),
+    mistake("8.1 q2", (8192.0, 513.0), "only the n x n probabilities"),
+    mistake("8.1 q2", (8576.0, 385.0), "leaves out the output"),
+    mistake("8.1 q2", (8576.0, 512.0), "leaves out the log-sum-exp"),
     ((8000.0, 513.0), "the math kernel's bytes"),
     ((8576.0, 500.0), "the flash kernel's bytes"),
 ])
 def test_the_bytes_prediction_names_each_slip(answer, words):
-    result = q2.evaluate(*answer)
-    if words is None:
-        assert result.status == "correct", result.message
-    else:
-        assert result.status == "incorrect" and words in result.message, result.message
+    assert_verdict(q2, *answer, words=words)
 
 
 def test_the_prediction_s_theory_is_what_the_hooks_measure():

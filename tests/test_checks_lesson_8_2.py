@@ -9,6 +9,7 @@ from effitrain_helpers.engines import recomputation as rc
 from effitrain_helpers.teach.checks.lesson_8_2 import SHAPES, q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import activation_memory as am
+from verdicts import assert_correct, assert_not_attempted, assert_refused, mistake, right
 
 SHAPE = (48, 2, 32, 4)  # s, b, h, a
 
@@ -69,10 +70,20 @@ def _by_tensor(s, b, h, a, ffn):
     return float(value * (norms + attention + mlp))
 
 
-def test_two_right_predictions_are_correct():
-    for fn in (_right, _by_tensor):
-        result = q1.evaluate(fn)
-        assert result.status == "correct", result.message
+def _by_operation(s, b, h, a, ffn):
+    """Right, another way: (how many, size) of what each operation keeps, listed and summed, as a NumPy integer."""
+    import numpy as np
+
+    kept = [(2, s * b * h), (4, s * b),  # each layer norm: its input, then a mean and 1/std per row
+            (4, s * b * h), (1, a * s * s * b), (1, s * b * h),  # q, k, v's input, q, k, v; probabilities; out's input
+            (1, s * b * h), (4, s * b * ffn)]  # up's input; the MLP's four tensors of width ffn
+    return np.int64(4) * sum(count * size for count, size in kept)
+
+
+@pytest.mark.parametrize("fn", [_right, right("8.2 q1", _by_tensor), right("8.2 q1", _by_operation)],
+                         ids=["the solution's formula", "tensor by tensor", "operation by operation"])
+def test_two_right_predictions_are_correct(fn):
+    assert_correct(q1, fn)
 
 
 def _wrong(**slip):
@@ -94,31 +105,29 @@ def _lesson_block(s, b, h, a, ffn):
 
 
 @pytest.mark.parametrize("fn, words", [
-    (_wrong(no_square=True), "a s² term is missing"),
-    (_wrong(value=2), "2 bytes a value"),
-    (_wrong(value=1), "values, not bytes"),
-    (_wrong(probs_twice=True), "counted twice"),
-    (_wrong(masks=True), "no dropout"),
-    (_wrong(no_stats=True), "statistics are missing"),
-    (_wrong(no_norm_inputs=True), "inputs are missing"),
-    (_wrong(four_h=True), "width as 4h"),
-    (_wrong(gelu_like=True), "four tensors of width ffn"),
-    (_wrong(up_twice=True), "kept once"),
+    mistake("8.2 q1", _wrong(no_square=True), "a s² term is missing"),
+    mistake("8.2 q1", _wrong(value=2), "2 bytes a value"),
+    mistake("8.2 q1", _wrong(value=1), "values, not bytes"),
+    mistake("8.2 q1", _wrong(probs_twice=True), "counted twice"),
+    mistake("8.2 q1", _wrong(masks=True), "no dropout"),
+    mistake("8.2 q1", _wrong(no_stats=True), "statistics are missing"),
+    mistake("8.2 q1", _wrong(no_norm_inputs=True), "inputs are missing"),
+    mistake("8.2 q1", _wrong(four_h=True), "width as 4h"),
+    mistake("8.2 q1", _wrong(gelu_like=True), "four tensors of width ffn"),
+    mistake("8.2 q1", _wrong(up_twice=True), "kept once"),
     (_lesson_block, "the lesson's block"),
     (lambda s, b, h, a, ffn: 4 * (s * b * (8 * h + 4 * ffn) + a * s * s * b), "statistics are missing"),
     (lambda s, b, h, a, ffn: 12345, "List each operation's saved tensors"),
 ])
 def test_each_slip_is_named(fn, words):
-    result = q1.evaluate(fn)
-    assert result.status == "incorrect" and words in result.message, result.message
+    assert_refused(q1, fn, words=words)
 
 
 def test_not_attempted_and_not_a_function():
     def block_bytes(s, b, h, a, ffn):
         return ____
-    assert q1.evaluate(block_bytes).status == "not attempted"
-    result = q1.evaluate(97920)
-    assert result.status == "incorrect" and "function itself" in result.message
+    assert_not_attempted(q1, block_bytes)
+    assert_refused(q1, 97920, words="function itself")
 
 
 def test_the_held_back_shapes_are_not_the_lessons():
@@ -148,29 +157,28 @@ def _checkpointed(*flags, reentrant=False, p=None, detach=False, **options):
     return fn
 
 
-@pytest.mark.parametrize("fn", [_checkpointed(), _checkpointed(reentrant=True), _core],
+@pytest.mark.parametrize("fn", [_checkpointed(), right("8.2 q2", _checkpointed(reentrant=True)),
+                                right("8.2 q2", _core)],
                          ids=["non-reentrant", "reentrant", "own core"])
 def test_three_right_recomputations_are_correct(fn):
-    result = q2.evaluate(fn)
-    assert result.status == "correct", result.message
+    assert_correct(q2, fn)
 
 
 @pytest.mark.parametrize("fn, words", [
-    (lambda q, k, v, dropout: rc.attention_core(q, k, v, dropout, True), "Wrap the call in"),
-    (_checkpointed(preserve_rng_state=False), "preserve_rng_state"),
-    (_checkpointed(False), "dropout was off"),
-    (_checkpointed(p=0.1), "the function's argument dropout"),
-    (_checkpointed(detach=True), "no gradient reached"),
+    mistake("8.2 q2", lambda q, k, v, dropout: rc.attention_core(q, k, v, dropout, True), "Wrap the call in"),
+    mistake("8.2 q2", _checkpointed(preserve_rng_state=False), "preserve_rng_state"),
+    mistake("8.2 q2", _checkpointed(False), "dropout was off"),
+    mistake("8.2 q2", _checkpointed(p=0.1), "the function's argument dropout"),
+    mistake("8.2 q2", _checkpointed(detach=True), "no gradient reached"),
     (lambda q, k, v, dropout: rc.attention_core(q, k, v, dropout, True).softmax(-1), "not attention's core"),
     (lambda q, k, v, dropout: q.sum(), "tensor of shape"),
 ])
 def test_each_recomputation_mistake_is_named(fn, words):
-    result = q2.evaluate(fn)
-    assert result.status == "incorrect" and words in result.message, result.message
+    assert_refused(q2, fn, words=words)
 
 
 def test_recomputation_not_attempted_and_not_a_function():
     def attention_recomputed(q, k, v, dropout):
         return ____
-    assert q2.evaluate(attention_recomputed).status == "not attempted"
-    assert "function itself" in q2.evaluate(3).message
+    assert_not_attempted(q2, attention_recomputed)
+    assert_refused(q2, 3, words="function itself")

@@ -9,6 +9,7 @@ from effitrain_helpers.engines import ring_attention as ring
 from effitrain_helpers.teach.checks.lesson_8_3 import answer_or_reference, q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import long_context as lc
+from verdicts import assert_correct, assert_not_attempted, assert_refused, mistake, right
 
 
 def _weights(lse_a, lse_b, lse):
@@ -34,10 +35,10 @@ def _max_shifted(out_a, lse_a, out_b, lse_b):
     return (out_a * ea[..., None] + out_b * eb[..., None]) / (ea + eb)[..., None], m + torch.log(ea + eb)
 
 
-@pytest.mark.parametrize("merge", [_in_log_space, _with_sigmoid, _max_shifted])
+@pytest.mark.parametrize("merge", [_in_log_space, right("8.3 q1", _with_sigmoid), right("8.3 q1", _max_shifted)],
+                         ids=["_in_log_space", "_with_sigmoid", "_max_shifted"])
 def test_a_merge_written_three_ways_is_correct(merge):
-    result = q1.evaluate(merge)
-    assert result.status == "correct", result.message
+    assert_correct(q1, merge)
 
 
 def _added(out_a, lse_a, out_b, lse_b):
@@ -70,12 +71,12 @@ def _output_not_rescaled(out_a, lse_a, out_b, lse_b):
 
 
 @pytest.mark.parametrize("merge, words", [
-    (_added, "without rescaling"),
-    (_averaged, "without rescaling"),
-    (_max_not_logsumexp, "the larger of the two, not their log-sum-exp"),
-    (_swapped, "weights are swapped"),
-    (_overflowing, "overflows float32"),
-    (_output_not_rescaled, "the log-sum-exp is right but the output is not"),
+    mistake("8.3 q1", _added, "without rescaling"),
+    mistake("8.3 q1", _averaged, "without rescaling"),
+    mistake("8.3 q1", _max_not_logsumexp, "the larger of the two, not their log-sum-exp"),
+    mistake("8.3 q1", _swapped, "weights are swapped"),
+    mistake("8.3 q1", _overflowing, "overflows float32"),
+    mistake("8.3 q1", _output_not_rescaled, "the log-sum-exp is right but the output is not"),
     (lambda a, la, b, lb: (a, la), "differs from attention over all the keys"),
     (lambda a, la, b, lb: a, "must return a pair"),
     (lambda a, la, b, lb: (a[:, :1], la), "the same shapes"),
@@ -83,15 +84,14 @@ def _output_not_rescaled(out_a, lse_a, out_b, lse_b):
     (42, "pass your function itself"),
 ])
 def test_each_wrong_merge_is_named(merge, words):
-    result = q1.evaluate(merge)
-    assert result.status == "incorrect" and words in result.message, result.message
+    assert_refused(q1, merge, words=words)
 
 
 def test_an_unwritten_answer_is_not_attempted_and_the_reference_runs_instead():
     def merge(out_a, lse_a, out_b, lse_b):
         return ____
 
-    assert q1.evaluate(merge).status == "not attempted"
+    assert_not_attempted(q1, merge)
     assert answer_or_reference(merge, ring.merge) is ring.merge
     assert answer_or_reference(_in_log_space, ring.merge) is _in_log_space
 
@@ -159,10 +159,10 @@ def _even_ranks_send_first(k, v):
 
 @pytest.mark.slow
 @pytest.mark.exhaustive  # 3 processes per answer
-@pytest.mark.parametrize("step", [_posted_together, _even_ranks_send_first])
+@pytest.mark.parametrize("step", [right("8.3 q2", _posted_together), right("8.3 q2", _even_ranks_send_first)],
+                         ids=["_posted_together", "_even_ranks_send_first"])
 def test_a_ring_step_written_two_more_ways_is_correct(step):
-    result = q2.evaluate(step)
-    assert result.status == "correct", result.message
+    assert_correct(q2, step)
 
 
 def _step(k, v, to=1, frm=-1, blocking=False, wait=True, into_sent=False, swap=False):
@@ -185,22 +185,20 @@ def _step(k, v, to=1, frm=-1, blocking=False, wait=True, into_sent=False, swap=F
 @pytest.mark.slow
 @pytest.mark.exhaustive  # a deadlock costs the 10 s clock, then a second run
 @pytest.mark.parametrize("options, words", [
-    ({"blocking": True}, "deadlock"),
-    ({"frm": 1}, "works with 2 processes"),
-    ({"to": -1, "frm": 1}, "the wrong way round"),
-    ({"swap": True}, "arrive swapped"),
-    ({"into_sent": True}, "changed the block it sent"),
+    mistake("8.3 q2", {"blocking": True}, "deadlock"),
+    mistake("8.3 q2", {"frm": 1}, "works with 2 processes"),
+    mistake("8.3 q2", {"to": -1, "frm": 1}, "the wrong way round"),
+    mistake("8.3 q2", {"swap": True}, "arrive swapped"),
+    mistake("8.3 q2", {"into_sent": True}, "changed the block it sent"),
 ])
 def test_each_wrong_ring_step_is_named(options, words):
-    result = q2.evaluate(lambda k, v: _step(k, v, **options))
-    assert result.status == "incorrect" and words in result.message, result.message
+    assert_refused(q2, lambda k, v: _step(k, v, **options), words=words)
 
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
 def test_a_step_that_returns_before_its_receives_arrive_is_refused():
-    result = q2.evaluate(lambda k, v: (torch.empty_like(k), torch.empty_like(v)))
-    assert result.status == "incorrect" and "hold no rank's block" in result.message, result.message
+    assert_refused(q2, lambda k, v: (torch.empty_like(k), torch.empty_like(v)), words="hold no rank's block")
 
 
 def _ring_everywhere(n, d, batch):

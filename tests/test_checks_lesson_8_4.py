@@ -4,6 +4,7 @@ and gradients, and its bytes against the theory; the routing's capacity, drops a
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -12,6 +13,7 @@ from effitrain_helpers.engines import experts
 from effitrain_helpers.teach.checks.lesson_8_4 import q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.training import expert_parallel
+from verdicts import assert_verdict, mistake, right
 
 
 def _dispatch(rows, expert, num_experts, sort=True, exchange=True, equal_sizes=False, minlength=True):
@@ -74,6 +76,34 @@ def _combine_by_hand(y, plan, gate, token, num_tokens):
     return out
 
 
+def _dispatch_by_sort(rows, expert, num_experts):
+    """Right, another way: a stable torch.sort for the order, one_hot for the counts, the splits as ints by
+    keyword, the rows taken with index_select."""
+    world = dist.get_world_size()
+    _, order = torch.sort(expert, stable=True)
+    send = torch.nn.functional.one_hot(expert, num_experts).sum(dim=0)
+    recv = torch.zeros_like(send)
+    dist.all_to_all_single(recv, send)
+    counts = recv.reshape(world, num_experts // world)
+    out_splits = [int(c) for c in counts.sum(dim=1)]
+    in_splits = [int(c) for c in send.reshape(world, -1).sum(dim=1)]
+    received = torch.empty(sum(out_splits), rows.shape[1], dtype=rows.dtype)
+    dist.all_to_all_single(received, rows.index_select(0, order), output_split_sizes=out_splits,
+                           input_split_sizes=in_splits)
+    return received, counts, (order, in_splits, out_splits)
+
+
+def _combine_by_inverse(y, plan, gate, token, num_tokens):
+    """Right, another way: the rows put back in the assignments' order by the inverse permutation (argsort of
+    the order), weighted, then added in place with index_add_."""
+    order, in_splits, out_splits = plan
+    back = torch.empty(sum(in_splits), y.shape[1], dtype=y.dtype)
+    dist.all_to_all_single(back, y, output_split_sizes=in_splits, input_split_sizes=out_splits)
+    out = torch.zeros(num_tokens, y.shape[1], dtype=y.dtype)
+    out.index_add_(0, token, back[torch.argsort(order)] * gate.unsqueeze(1))
+    return out
+
+
 def _unsorted(rows, expert, num_experts):
     return _dispatch(rows, expert, num_experts, sort=False)
 
@@ -108,20 +138,23 @@ def _splits_not_swapped(y, plan, gate, token, num_tokens):
 
 @pytest.mark.slow  # each verdict starts 2, then 3 processes (about 10 s on a busy 2-core CPU)
 @pytest.mark.parametrize("dispatch, combine, words", [
-    pytest.param(_dispatch_by_hand, _combine_by_hand, None, id="right-by-hand"),
-    pytest.param(_unsorted, _combine, "must be sorted by expert", id="not-sorted"),
+    right("8.4 q1", _dispatch_by_hand, _combine_by_hand, None, id="right-by-hand"),
+    right("8.4 q1", _dispatch_by_sort, _combine_by_inverse, None, id="right-by-sort",
+          marks=pytest.mark.exhaustive),
+    mistake("8.4 q1", _unsorted, _combine, "must be sorted by expert", id="not-sorted"),
     pytest.param(_dispatch_by_hand, _ungated_by_hand, "without their gates", id="no-gates-by-hand",
                  marks=pytest.mark.exhaustive),
-    pytest.param(_dispatch, _ungated, "without their gates", id="no-gates"),
-    pytest.param(_dispatch, _not_unpermuted, "undo the permutation", id="not-unpermuted"),
-    pytest.param(_not_exchanged, _combine, "Exchange the counts first", id="counts-not-exchanged",
-                 marks=pytest.mark.exhaustive),
-    pytest.param(_equal_sizes, _combine, "Pass output_split_sizes", id="no-split-sizes",
-                 marks=pytest.mark.exhaustive),
-    pytest.param(_dispatch, _splits_not_swapped, "does not add up", id="combine-splits-not-swapped",
-                 marks=pytest.mark.exhaustive),
-    pytest.param(_counts_only_up_to_the_last_expert_used, _combine, "send one count per expert", id="no-minlength",
-                 marks=pytest.mark.exhaustive),  # the mutant that survived a checker without a rank of 1 token
+    mistake("8.4 q1", _dispatch, _ungated, "without their gates", id="no-gates"),
+    mistake("8.4 q1", _dispatch, _not_unpermuted, "undo the permutation", id="not-unpermuted"),
+    mistake("8.4 q1", _not_exchanged, _combine, "Exchange the counts first", id="counts-not-exchanged",
+            marks=pytest.mark.exhaustive),
+    mistake("8.4 q1", _equal_sizes, _combine, "Pass output_split_sizes", id="no-split-sizes",
+            marks=pytest.mark.exhaustive),
+    mistake("8.4 q1", _dispatch, _splits_not_swapped, "does not add up", id="combine-splits-not-swapped",
+            marks=pytest.mark.exhaustive),
+    mistake("8.4 q1", _counts_only_up_to_the_last_expert_used, _combine, "send one count per expert",
+            id="no-minlength", marks=pytest.mark.exhaustive),  # the mutant that survived a checker without a rank
+    # of 1 token
     pytest.param(_dispatch, _combine, None, id="right", marks=pytest.mark.exhaustive),  # the notebook runs it too
 ])
 def test_q1_names_each_mistake(dispatch, combine, words):
@@ -196,19 +229,16 @@ def test_bad_settings_are_one_line():
 
 
 @pytest.mark.parametrize("answer, words", [
-    ((157, 109.375), None),
-    ((157.0, 109.38), None),
-    ((156, 109.375), "rounds 156.25 down"),
-    ((79, 109.375), "leaves out k"),
+    ((157, 109.375), None),  # the solution's own values
+    right("8.4 q2", (157.0, 109.38), None),  # a float capacity, the MiB rounded
+    right("8.4 q2", (np.int64(157), torch.tensor(109.375)), None),  # a NumPy integer and a 0-d tensor
+    mistake("8.4 q2", (156, 109.375), "rounds 156.25 down"),
+    mistake("8.4 q2", (79, 109.375), "leaves out k"),
     ((150, 109.375), "the capacity: 150"),
-    ((157, 54.6875), "half the answer"),
-    ((157, 125.0), "counts every row"),
-    ((157, 218.75), "twice the answer"),
+    mistake("8.4 q2", (157, 54.6875), "half the answer"),
+    mistake("8.4 q2", (157, 125.0), "counts every row"),
+    mistake("8.4 q2", (157, 218.75), "twice the answer"),
     ((157, 100.0), "the bytes of one forward"),
 ])
 def test_q2_names_each_slip(answer, words):
-    result = q2.evaluate(*answer)
-    if words is None:
-        assert result.status == "correct", result.message
-    else:
-        assert result.status == "incorrect" and words in result.message, result.message
+    assert_verdict(q2, *answer, words=words)

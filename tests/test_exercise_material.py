@@ -243,8 +243,8 @@ def test_hints_leave_something_to_find(stem, q, exercise, solved, secret):
 
 # Exercises whose hints stop at the idea (issue 41): their last hint says what to do and where to look, and no
 # hint writes a solution line with blanks to fill in; the answer is only in solution(). Every exercise of the
-# start page, chapters 1-5, 6.1 and 6.4, and these:
-STOP_AT_THE_IDEA = {f"{stem}:{q}" for stem, q, *_ in CASES if stem[0] in "012345" or stem[:3] in ("6_1", "6_4")} | {
+# start page and chapters 1-6, and these:
+STOP_AT_THE_IDEA = {f"{stem}:{q}" for stem, q, *_ in CASES if stem[0] in "0123456"} | {
                     "1_1_prepare_models:q2", "1_1_prepare_models:q4", "3_3_mixed_precision:q2",
                     "5_3_checkpoint_crash_resume:q1", "5_3_checkpoint_crash_resume:q2",
                     "5_3_checkpoint_crash_resume:q3", "5_3_checkpoint_crash_resume:q4",
@@ -252,6 +252,7 @@ STOP_AT_THE_IDEA = {f"{stem}:{q}" for stem, q, *_ in CASES if stem[0] in "012345
                     "8_1_attention_that_fits:q1", "8_1_attention_that_fits:q2", "8_2_activation_memory:q1",
                     "8_2_activation_memory:q2", "8_3_sequence_and_context_parallelism:q1",
                     "8_3_sequence_and_context_parallelism:q2", "8_4_experts:q1",
+                    "7_2_a_mesh_of_devices:q1", "7_2_a_mesh_of_devices:q2",
                     "7_3_choosing_a_configuration:q1", "7_3_choosing_a_configuration:q2",
                     "7_3_choosing_a_configuration:q3"}
 

@@ -1,6 +1,7 @@
 """The project's promises about itself: set-up files agree, notebooks follow the outputs policy,
 importing the helpers is cheap, nothing trusts remote code."""
 
+import os
 import re
 import subprocess
 import sys
@@ -105,3 +106,22 @@ def test_no_code_cell_is_longer_than_a_screen(path):
             if len(lines) > MAX_CELL_LINES:
                 long.append(f"{cell.get('id')} ({len(lines)} lines)")
     assert not long, f"{path.name}: code cells over {MAX_CELL_LINES} lines: {', '.join(long)}"
+
+
+def test_waiting_threads_sleep_in_the_package_the_kernels_and_the_tests(monkeypatch):
+    """OMP_WAIT_POLICY=PASSIVE (effitrain_helpers/__init__.py says why): set by the package for what it starts, by
+    the kernel spec every install writes (Makefile and both READMEs' manual steps), and by the Makefile's tests."""
+    import importlib
+
+    import effitrain_helpers
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    importlib.reload(effitrain_helpers)
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    importlib.reload(effitrain_helpers)
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"  # a user's own choice stays
+    installs = [line for name in ("Makefile", "README.md", "README.pt-BR.md")
+                for line in (ROOT / name).read_text().replace("\\\n", " ").splitlines() if "ipykernel install" in line]
+    assert len(installs) == 5 and all("--env OMP_WAIT_POLICY PASSIVE" in line for line in installs), installs
+    assert "export OMP_WAIT_POLICY ?= PASSIVE" in (ROOT / "Makefile").read_text()

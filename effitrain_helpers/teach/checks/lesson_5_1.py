@@ -220,6 +220,9 @@ def _check_communication_ratio(answer) -> None:
                            "(reshard_after_forward=False): here they are gathered a second time in backward."))
     if abs(got - 2 / 3) < 0.01:
         raise Incorrect(tr("upside down: FSDP sends more than DDP, not less."))
+    if abs(got - 3) < 0.01:
+        raise Incorrect(tr("3 is what FSDP sends, counted in all-gathers of the model; DDP's all-reduce is two of "
+                           "those units: divide by what DDP sends."))
     if abs(got - 1.5) > 0.01:
         raise Incorrect(tr("{got:g}: count all-gathers and reduce-scatters in units of the model's bytes: an "
                            "all-reduce costs two of them.", got=got))

@@ -49,6 +49,9 @@ def _run_learner(profile_fn) -> dict:
         return [(e.time_range.start, e.time_range.end) for e in events if match(e.name)]
 
     found["recorded"] = len(spans(lambda n: n.startswith(STEP_PREFIX)))
+    schedule = getattr(prof, "schedule", None)  # torch's default (none given) records everything, marks no step
+    found["scheduled"] = getattr(schedule, "__name__", "") != "_default_schedule_fn"
+    found["marked"] = getattr(prof, "step_num", None)  # how many times prof.step() was called
     found["labels"] = {label: len(spans(lambda n, label=label: n == label)) for label in LABELS}
     found["step_in_optimizer"] = any(_inside(s, spans(lambda n: n == "optimizer"))
                                      for s in spans(lambda n: n.startswith("Optimizer.step#")))
@@ -77,9 +80,15 @@ def _judge(rank: int, found: dict) -> None:
                            "once per optimizer step (optimizer.zero_grad()).", rank=rank, count=found["stale"],
                            batches=BATCHES))
     if found["recorded"] != RECORDED:
-        why = (tr("give profile(...) a schedule (without one it marks no steps) and call prof.step() once at "
-                  "the end of each training step") if found["recorded"] == 0 else
-               tr("give profile(...) a schedule that skips 1 step, warms up 1 and records the rest"))
+        if found["recorded"] == 0 and found.get("scheduled") and found.get("marked") == BATCHES:
+            why = tr("your schedule had started a new cycle by the end (the last prof.step() began it, and what "
+                     "the profiler shows is that cycle, still empty): give schedule(...) repeat=1, or a wait of 1")
+        elif found["recorded"] == 0 and found.get("scheduled") and found.get("marked") == 0:
+            why = tr("call prof.step() once at the end of each training step (the schedule counts those calls)")
+        else:
+            why = (tr("give profile(...) a schedule (without one it marks no steps) and call prof.step() once at "
+                      "the end of each training step") if found["recorded"] == 0 else
+                   tr("give profile(...) a schedule that skips 1 step, warms up 1 and records the rest"))
         raise Incorrect(tr("on rank {rank}: the profiler recorded {recorded} steps, not {want} of {batches}: "
                            "{why}.", rank=rank, recorded=found["recorded"], want=RECORDED, batches=BATCHES,
                            why=why))
@@ -111,6 +120,10 @@ def _check_dominant(answer, profile) -> None:
     if answer not in profile.phases_ms:
         raise Incorrect(tr("{answer!r} is not one of the labelled phases: {phases}.", answer=answer,
                            phases=", ".join(profile.phases_ms)))
+    if answer != profile.dominant() and answer == max(profile.phases_ms):
+        raise Incorrect(tr("{answer!r} comes last in alphabetical order: max() over the dict compared the phases' "
+                           "names, not their times. Give max() a key= that ranks each name by its milliseconds.",
+                           answer=answer))
     if answer != profile.dominant():
         raise Incorrect(tr("{answer!r} took {ms:.0f} ms per step; another phase took more. "
                            "Compare the 'ms per step' column of the labelled phases.", answer=answer,
@@ -126,6 +139,9 @@ def _check_best_gain(answer, profile) -> None:
     if abs(got - (1 - want)) < 0.01 and abs(got - want) >= 0.01:
         raise Incorrect(tr("that is the share of everything BUT data loading: workers only take over the "
                            "loading."))
+    if abs(got - want / (1 - want)) < 0.005 and abs(got - want) >= 0.01:
+        raise Incorrect(tr("that is data loading over the rest of the step; the gain is loading's share of the "
+                           "whole step: divide by the step's time, loading included."))
     if abs(got - want) >= 0.01:
         raise Incorrect(tr("{got:.3f} is not it: data loading took {loading:.1f} ms of the {step:.1f} ms step "
                            "in the run without workers.", got=got, loading=profile.phases_ms["data loading"],

@@ -126,6 +126,11 @@ def _judge_rank(answer, reported: dict, nproc: int, nnodes: int) -> None:
     if got == node * nproc * nnodes + local:
         raise Incorrect(tr("WORLD_SIZE counts every process of the job; the processes of one node are "
                            "LOCAL_WORLD_SIZE."))
+    per_node = (got - local) / node if node else None
+    if per_node and per_node == int(per_node) and per_node != nproc:
+        raise Incorrect(tr("local rank {local} of node {node}: you give {got:g}, as if every node ran {k:g} processes; "
+                           "this cluster runs {nproc} per node. Read the number from LOCAL_WORLD_SIZE rather than "
+                           "writing it in.", local=local, node=node, got=got, k=per_node, nproc=nproc))
     raise Incorrect(tr("local rank {local} of node {node}, {nproc} processes per node: you give {got:g}, "
                        "the run reported rank {rank}.", local=local, node=node, nproc=nproc, got=got, rank=rank))
 

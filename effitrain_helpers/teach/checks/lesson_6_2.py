@@ -244,10 +244,14 @@ q1 = Exercise(
     hints=["Each rank built its model from its own seed. Before the first step, copy one rank's values into "
            "every other rank's parameters, in place, so that all replicas start equal.",
            "torch.distributed.broadcast(tensor, src=...) overwrites `tensor` on every rank with the source "
-           "rank's values (PyTorch docs: 'Distributed communication package', collective functions). A "
-           "collective writes into the tensor you pass it, outside autograd: pass the parameters themselves "
-           "(or their .data), never copies.",
-           "for ____ in model.____():\n    ____  # one collective: which tensor, and from which rank?"],
+           "rank's values (PyTorch docs: 'Distributed communication package', collective functions). It writes "
+           "into the very tensor you pass, so pass the parameters themselves (or their .data), never copies. A "
+           "parameter that requires grad can be passed as it is, with no torch.no_grad(): autograd does not "
+           "record what a collective writes.",
+           "One broadcast per tensor of model.parameters(), every rank making the same calls in the same order, "
+           "each from the rank whose weights everyone keeps. DistributedDataParallel does exactly this when it "
+           "is built: read the call to _sync_module_states in DistributedDataParallel.__init__ "
+           "(torch/nn/parallel/distributed.py)."],
     solution_code=("def broadcast_parameters(model):\n    for p in model.parameters():\n"
                    "        dist.broadcast(p.data, src=0)\n\nq1.check(broadcast_parameters)"),
 )
@@ -263,8 +267,11 @@ q2 = Exercise(
            "torch.distributed.all_reduce(tensor) sums `tensor` over the ranks, in place, and leaves the sum on "
            "every rank (PyTorch docs: 'Distributed communication package'); dist.get_world_size() is the number "
            "of ranks in this run, whatever it is.",
-           "for ____ in model.____():\n    ____  # every rank's gradient summed into this rank's, in place\n"
-           "    ____  # the sum turned into the mean"],
+           "For each parameter, hint 2's collective on its gradient itself (every rank's gradient summed into "
+           "this rank's, in place), then that sum turned into the mean: divide by the number of ranks this run "
+           "has, asked from torch.distributed, never written in (the check runs in 2 and then in 3 processes). "
+           "DDP's default comm hook does it per bucket, dividing first: _allreduce_fut in "
+           "torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py."],
     solution_code=("def average_gradients(model):\n    for p in model.parameters():\n        dist.all_reduce(p.grad)\n"
                    "        p.grad /= dist.get_world_size()\n\nq2.check(average_gradients)"),
 )
@@ -281,7 +288,10 @@ q3 = Exercise(
            "Scale each micro-batch's loss so the k gradients add up to their mean; after the k-th backward, "
            "call your average_gradients, then the optimizer's step and zero_grad methods. Python's enumerate() "
            "gives each micro-batch's index.",
-           "for ____, (inputs, targets) in ____(micro_batches):\n    (____ / ____).backward()\n    if ____:\n        ...  # synchronise (your function), step, zero the gradients"],
+           "Number the micro-batches as you loop over them. Each loss is divided by k before its backward; "
+           "after the micro-batch that closes a group of k (its position, counted from 1, is a multiple of k), "
+           "your q2 function runs once, then the optimizer steps and the gradients are zeroed. Nothing else "
+           "communicates: what DDP's no_sync() arranges (its docstring in torch/nn/parallel/distributed.py)."],
     solution_code=(
         "def train_accumulated(model, optimizer, micro_batches, k):\n"
         "    for i, (inputs, targets) in enumerate(micro_batches):\n"
@@ -667,10 +677,12 @@ q4 = Exercise(
            "gradient; dist.all_reduce(tensor, async_op=True) returns a work handle at once, whose wait() "
            "returns once tensor holds the sum (docs: torch.distributed). torch.cat flattens a bucket's "
            "gradients into one tensor; Tensor.split cuts it back.",
-           "# in the hook of bucket b:\nself.arrived[b] ____  # one more of its gradients is in\nwhile ____:  # the next bucket to launch is complete\n"
-           "    flat = torch.cat([____ for p in ____])\n    self.sent.append((flat, dist.all_reduce(____, ____)))\n"
-           "# in wait(): for each pending bucket, ____, then each p.grad gets its part of flat / ____; reset "
-           "the counts; raise if a bucket was never launched"],
+           "Keep, for one backward, how many gradients of each bucket have arrived and which buckets were "
+           "launched, with their tensors and work handles. The hook counts one more for its bucket, then "
+           "launches every next bucket (in bucket order) that is now complete; wait() waits on each handle, "
+           "writes each bucket's mean back into its parameters' .grad, starts the counts again and raises when "
+           "a bucket was never launched. DDP's Reducer is built this way: mark_variable_ready, "
+           "mark_bucket_ready and next_bucket_ in torch/include/torch/csrc/distributed/c10d/reducer.hpp."],
     solution_code=(
         "class OverlappedSync:\n"
         "    def __init__(self, model, bucket_bytes):\n"

@@ -323,9 +323,10 @@ q1 = Exercise(
            "Keep a running total of values per rank; for each tensor, largest first (sorted(..., key=...)), "
            "pick the rank whose total is smallest (min(range(world_size), key=...)). "
            "ZeroRedundancyOptimizer._partition_parameters does the same.",
-           "def assign_owners(sizes, world_size):\n    loads, owners = ____, [0] * len(sizes)\n"
-           "    for i in sorted(range(len(sizes)), key=____):\n        rank = ____\n"
-           "        owners[____] = ____\n        loads[rank] += ____\n    return ____"],
+           "Visit the tensors by decreasing size; each goes to the rank holding the fewest values at that "
+           "moment, whose total then grows by its size. The answer lists one rank per tensor, in the order the "
+           "sizes were given (not the sorted order). ZeroRedundancyOptimizer._partition_parameters, in "
+           "torch/distributed/optim/zero_redundancy_optimizer.py, is the rule in torch's own words."],
     solution_code=(
         "def assign_owners(sizes, world_size):\n    loads, owners = [0] * world_size, [0] * len(sizes)\n"
         "    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):\n"
@@ -349,8 +350,10 @@ q2 = Exercise(
            "assign_owners (sizes: p.numel()) and build optimizer_class(my_share, **defaults). In step(): the "
            "inner optimizer's step, then torch.distributed.broadcast(tensor, src=...) for each parameter "
            "(docs: torch.distributed).",
-           "# in step(), after the inner step:\nfor p, owner in zip(____, ____):\n"
-           "    dist.broadcast(____, src=____)\n\n# in zero_grad():\nfor p in ____:\n    p.____ = ____"],
+           "The owners must be one list, the same on every rank (computed from the sizes alone), so that every "
+           "rank makes the same broadcasts in the same order, each with src = that tensor's owner. zero_grad() "
+           "clears every parameter's gradient, not only this rank's share. ZeroRedundancyOptimizer.step() "
+           "ends the same way: _sync_params in torch/distributed/optim/zero_redundancy_optimizer.py."],
     solution_code=(
         "class ShardedOptimizer:\n    def __init__(self, params, optimizer_class, **defaults):\n"
         "        self.params = list(params)\n"
@@ -519,10 +522,11 @@ q3 = Exercise(
            "Tensor.register_post_accumulate_grad_hook(hook) calls hook(p) once p.grad is complete; "
            "torch.distributed.reduce_scatter_single(output, input) sums input over the ranks and gives rank r "
            "the r-th of N equal pieces (input padded to N times the piece's length; docs: torch.distributed).",
-           "# in the hook, once bucket b is complete:\nflat = torch.cat([____ for p in ____])\n"
-           "# pad flat with zeros to N times the slice's length, then:\n"
-           "dist.reduce_scatter_single(____, ____)\nself.shards[b] = ____ / ____\n"
-           "# and free the bucket's full gradients"],
+           "Each bucket needs a count of its arrived gradients (started again once sent) and a slice length: "
+           "its values divided by N, rounded up. When the count is full: the bucket's gradients, flattened and "
+           "padded with zeros to N slices, are reduce-scattered into a new one-slice tensor, whose mean goes "
+           "to self.shards[b]; then each of its parameters lets go of .grad. FSDP sends gradients this way: "
+           "foreach_reduce in torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py."],
     solution_code=(
         "class GradientShards:\n    def __init__(self, model, bucket_bytes):\n"
         "        self.world = dist.get_world_size()\n"

@@ -29,7 +29,22 @@ def _shares(split_mlp, mlp, world: int) -> list[tuple]:
 
     shares = []
     for rank in range(world):
-        share = split_mlp(mlp, rank, world)
+        try:
+            share = split_mlp(mlp, rank, world)
+        except RuntimeError as err:
+            if "leaf Variable that requires grad is being used in an in-place operation" not in str(err):
+                raise
+            raise Incorrect(tr("copying into a new layer's weight raised {error}: autograd refuses an in-place "
+                               "change to a parameter that requires grad. Do the copies inside "
+                               "with torch.no_grad(): (or build the weights with nn.Parameter).",
+                               error=type(err).__name__)) from None
+        except TypeError as err:
+            if "torch.nn.Parameter or None expected" not in str(err):
+                raise
+            raise Incorrect(tr("assigning a slice to a layer's weight raised {error}: a slice of a parameter is a "
+                               "plain tensor, and a module's weight must be an nn.Parameter. Wrap it, "
+                               "nn.Parameter(slice.detach().clone()), or copy it into the weight with copy_ "
+                               "under torch.no_grad().", error=type(err).__name__)) from None
         if not (isinstance(share, (tuple, list)) and len(share) == 2
                 and all(isinstance(m, torch.nn.Linear) for m in share)):
             raise Incorrect(tr("split_mlp should return a pair of torch.nn.Linear, (up, down); for rank {rank} "

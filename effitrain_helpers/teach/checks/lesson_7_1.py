@@ -78,6 +78,7 @@ def _judge_dtypes(seen: dict, reduce_unset: bool | None = None) -> None:
 
 
 def _check_policy(policy) -> None:
+    import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     from effitrain_helpers.engines.mixed_precision import shard_in_precision
@@ -85,6 +86,12 @@ def _check_policy(policy) -> None:
     if not isinstance(policy, MixedPrecisionPolicy):
         raise Incorrect(tr("pass a MixedPrecisionPolicy(...) (from torch.distributed.fsdp); you gave {kind}.",
                            kind=type(policy).__name__))
+    for field in ("param_dtype", "reduce_dtype"):
+        given = getattr(policy, field)
+        if given is not None and not isinstance(given, torch.dtype):
+            raise Incorrect(tr("{field} is {given!r}, a {kind}: FSDP casts with a torch.dtype, so give the dtype "
+                               "itself (torch.bfloat16, torch.float32), not its name.", field=field, given=given,
+                               kind=type(given).__name__))
     seen = _observe(lambda model: shard_in_precision(model, policy), MODELS[0])
     _judge_dtypes(seen, reduce_unset=policy.reduce_dtype is None)
 

@@ -6,7 +6,8 @@ mesh's shape, names and tensor-parallel groups, how each linear layer came out s
 gradient against the unsplit block's, and the collectives on the ``tp`` group forward and backward. The likely
 mistakes are named from what happened, not from the code: dimensions swapped or misnamed, two column-wise layers
 in a row, a row-wise layer first, the output projection (or the MLP) left whole, outputs gathered when they need
-not be. q2 judges the learner's ``tp_bytes(batch, seq, hidden, dp, blocks)``, the bytes the ``tp`` dimension carries
+not be; before any process starts, a plan entry parallelize_module cannot use (a key that names no layer of the
+block, a style class not called, Hugging Face's "colwise" strings). q2 judges the learner's ``tp_bytes(batch, seq, hidden, dp, blocks)``, the bytes the ``tp`` dimension carries
 per step, against ``device_mesh.tp_bytes_per_step`` on shapes the notebook does not show, naming the forward
 counted alone, q, k and v fused into one all-reduce, the global batch instead of the data-parallel share, and
 16-bit values.
@@ -106,6 +107,34 @@ def _check_run(facts: list[dict], dp: int, tp: int) -> None:
                                bytes=reduces * activation))
 
 
+def _check_plan_entries(plan: dict) -> None:
+    """Before any process starts: every key names a layer of the block (parallelize_module matches the keys
+    against the block's submodule names, fnmatch patterns allowed, and skips one that matches none with only a
+    warning), and every value is a ParallelStyle object (a class not called, or Hugging Face's "colwise" string,
+    fails inside parallelize_module with a library error)."""
+    from fnmatch import fnmatch
+
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    for key, style in plan.items():
+        if not isinstance(key, str) or not any(fnmatch(layer, key) for layer in EXPECTED):
+            raise Incorrect(tr("plan[{key!r}] names no layer of the block: parallelize_module matches each key "
+                               "against the names of the block's own layers, {layers} (Block in "
+                               "engines/mesh_parallel.py), and skips a key that matches none with only a warning.",
+                               key=key, layers=", ".join(EXPECTED)))
+        if isinstance(style, type) and issubclass(style, ParallelStyle):
+            raise Incorrect(tr("plan[{key!r}] is the class {style}, not a style: call it, {style}(), to make one "
+                               "(its arguments choose the layouts; the defaults are the ones this block needs).",
+                               key=key, style=style.__name__))
+        if isinstance(style, str):
+            raise Incorrect(tr("plan[{key!r}] is the string {style!r} (how a Hugging Face tp_plan names a style): "
+                               "parallelize_module takes ParallelStyle objects, ColwiseParallel() or "
+                               "RowwiseParallel().", key=key, style=style))
+        if not isinstance(style, ParallelStyle):
+            raise Incorrect(tr("plan[{key!r}] is {kind}: each layer's entry is a ParallelStyle, ColwiseParallel() "
+                               "or RowwiseParallel().", key=key, kind=type(style).__name__))
+
+
 def _check_mesh_and_plan(make_mesh, plan) -> None:
     from effitrain_helpers.engines import mesh_parallel
     from effitrain_helpers.training.device_mesh import plan_facts
@@ -119,6 +148,7 @@ def _check_mesh_and_plan(make_mesh, plan) -> None:
     if not isinstance(plan, dict) or not plan:
         raise Incorrect(tr("plan should be a dict from each layer's name in the block to a ParallelStyle "
                            "(ColwiseParallel() or RowwiseParallel()); you gave {kind}.", kind=type(plan).__name__))
+    _check_plan_entries(plan)
     ranks = run_learner_in_processes(plan_facts, make_mesh, plan, SHAPES, processes=4)
     for i, (dp, tp) in enumerate(SHAPES):
         facts = [rank[i] for rank in ranks]
@@ -141,8 +171,11 @@ q1 = Exercise(
            "takes a dict from each layer's name to a style: ColwiseParallel() (split the output features) or "
            "RowwiseParallel() (split the input features, sum the partial outputs); "
            "torch.distributed.tensor.parallel documents both.",
-           "def make_mesh(dp, tp):\n    return init_device_mesh(\"cpu\", (____, ____), mesh_dim_names=____)\n\n"
-           "plan = {\"q\": ____, ..., \"up\": ColwiseParallel(), \"down\": ____}"],
+           "The grid's shape lists its outer dimension first, and the names follow the same order: data "
+           "parallelism outside, tensor parallelism inside ('A grid of ranks' above). In each half, the layers "
+           "that read the whole hidden vector split their outputs; the layer fed their split features splits "
+           "its inputs and sums. The placements table above shows how TP cut q's and out's weights on the tp "
+           "dimension (Shard(0): rows, Shard(1): columns); lesson 6.4's up and down are cut the same way."],
     solution_code=(
         "def make_mesh(dp, tp):\n"
         "    return init_device_mesh(\"cpu\", (dp, tp), mesh_dim_names=(\"dp\", \"tp\"))\n\n\n"
@@ -195,8 +228,10 @@ q2 = Exercise(
            "the table above shows what to expect for the lesson's own model.",
            "Forward: one after each row-wise layer. Backward: one for the input gradient of each column-wise "
            "layer. Each carries the activations of this rank's rows of the batch.",
-           "One all-reduce carries (batch // dp) * seq * hidden values of ____ bytes; a block runs ____ of them "
-           "forward and ____ backward."],
+           "Count the row-wise and the column-wise layers of exercise 1's plan; each all-reduce carries the "
+           "activations of the rows one tp group computes on (its data-parallel share of the global batch), "
+           "in the dtype the lesson trains in. 'Bytes per rank, per dimension' above states the rule, and the "
+           "table's tp (2) row is your function's answer for the lesson's own case."],
     solution_code=(
         "def tp_bytes(batch, seq, hidden, dp, blocks):\n"
         "    activations = 4 * (batch // dp) * seq * hidden  # float32 values of this rank's rows\n"
