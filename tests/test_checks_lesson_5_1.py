@@ -7,12 +7,8 @@ import pytest
 import torch
 
 from effitrain_helpers.teach.checks.lesson_5_1 import q1, q2, q3, q4
+from verdicts import mistake, right, speak
 
-# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
-# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
-RIGHT = {q: pytest.mark.judges(f"5.1 {q}", "right") for q in ("q1", "q2", "q3", "q4")}
-MISTAKE = {q: pytest.mark.judges(f"5.1 {q}", "mistake") for q in ("q1", "q2", "q3", "q4")}
-EXHAUSTIVE_MARK = pytest.mark.exhaustive
 
 
 def _local(t):
@@ -118,19 +114,19 @@ def _counted_with_nbytes(model, optimizer):
 @pytest.mark.slow
 @pytest.mark.parametrize("count, words", [
     (_counted, None),
-    pytest.param(_counted_in_one_loop, None, marks=[RIGHT["q2"], EXHAUSTIVE_MARK]),
-    pytest.param(_counted_with_nbytes, None, marks=[RIGHT["q2"], EXHAUSTIVE_MARK]),
-    pytest.param(_global_numel, "numel() of a DTensor is the size of the global tensor", marks=MISTAKE["q2"]),
-    pytest.param(_global_gradients, "p.grad of a sharded parameter is a DTensor too", marks=MISTAKE["q2"]),
-    pytest.param(_global_state, "exp_avg and exp_avg_sq are counted whole", marks=MISTAKE["q2"]),
-    pytest.param(_times_world, "that is this rank's bytes times 2", marks=MISTAKE["q2"]),
-    pytest.param(_parameters_only, "only the parameters are counted", marks=MISTAKE["q2"]),
-    pytest.param(_no_state, "the optimizer's state is missing", marks=MISTAKE["q2"]),
-    pytest.param(_no_gradients, "the gradients are missing", marks=MISTAKE["q2"]),
-    pytest.param(_no_steps, "is a 0-d tensor that is not sharded", marks=MISTAKE["q2"]),
-    pytest.param(_hard_coded, "on every rank and for both models", marks=MISTAKE["q2"]),
-    pytest.param(_by_kind, "your function returned dict", marks=MISTAKE["q2"]),
-    pytest.param(_one_off, "rank 0, the lesson's model", marks=MISTAKE["q2"]),
+    right("5.1 q2", _counted_in_one_loop, None, marks=pytest.mark.exhaustive),
+    right("5.1 q2", _counted_with_nbytes, None, marks=pytest.mark.exhaustive),
+    mistake("5.1 q2", _global_numel, "numel() of a DTensor is the size of the global tensor"),
+    mistake("5.1 q2", _global_gradients, "p.grad of a sharded parameter is a DTensor too"),
+    mistake("5.1 q2", _global_state, "exp_avg and exp_avg_sq are counted whole"),
+    mistake("5.1 q2", _times_world, "that is this rank's bytes times 2"),
+    mistake("5.1 q2", _parameters_only, "only the parameters are counted"),
+    mistake("5.1 q2", _no_state, "the optimizer's state is missing"),
+    mistake("5.1 q2", _no_gradients, "the gradients are missing"),
+    mistake("5.1 q2", _no_steps, "is a 0-d tensor that is not sharded"),
+    mistake("5.1 q2", _hard_coded, "on every rank and for both models"),
+    mistake("5.1 q2", _by_kind, "your function returned dict"),
+    mistake("5.1 q2", _one_off, "rank 0, the lesson's model"),
 ])
 def test_q2_counts_the_bytes_this_rank_holds(count, words):
     result = q2.evaluate(count)
@@ -164,9 +160,9 @@ def test_q3_communication_ratio():
 
 
 @pytest.mark.parametrize("answer", [
-    pytest.param(Fraction(3, 2), marks=RIGHT["q3"], id="fraction"),
-    pytest.param(torch.tensor(3.0) / 2, marks=RIGHT["q3"], id="0-d-tensor"),
-    pytest.param(np.float32(1.5), marks=RIGHT["q3"], id="numpy-float32"),
+    right("5.1 q3", Fraction(3, 2), id="fraction"),
+    right("5.1 q3", torch.tensor(3.0) / 2, id="0-d-tensor"),
+    right("5.1 q3", np.float32(1.5), id="numpy-float32"),
 ])
 def test_q3_right_written_another_way(answer):
     result = q3.evaluate(answer)
@@ -174,9 +170,9 @@ def test_q3_right_written_another_way(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(1.0, "reshard_after_forward=False", marks=MISTAKE["q3"], id="kept-gathered"),
-    pytest.param(2 / 3, "upside down", marks=MISTAKE["q3"], id="upside-down"),
-    pytest.param(3, "DDP's all-reduce is two of those units", marks=MISTAKE["q3"], id="not-divided"),
+    mistake("5.1 q3", 1.0, "reshard_after_forward=False", id="kept-gathered"),
+    mistake("5.1 q3", 2 / 3, "upside down", id="upside-down"),
+    mistake("5.1 q3", 3, "DDP's all-reduce is two of those units", id="not-divided"),
 ])
 def test_q3_names_each_mistake(answer, words):
     result = q3.evaluate(answer)
@@ -184,9 +180,7 @@ def test_q3_names_each_mistake(answer, words):
 
 
 def test_q3_names_the_mistake_in_portuguese(monkeypatch):
-    from effitrain_helpers.core.settings import SETTINGS
-
-    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    speak(monkeypatch, "pt-BR")
     assert "o all-reduce do DDP vale duas dessas unidades" in q3.evaluate(3).message
 
 
@@ -276,16 +270,14 @@ def _sgd(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("shard, words", [
     (_right, None),
-    pytest.param(_right_by_index, None, marks=[RIGHT["q1"], EXHAUSTIVE_MARK]),
-    pytest.param(_right_said_out_loud, None, marks=[RIGHT["q1"], EXHAUSTIVE_MARK]),
-    pytest.param(_root_only, "call fully_shard on each of the 2 blocks first", marks=MISTAKE["q1"]),
-    pytest.param(_blocks_only, "fully_shard(model) on the root takes the ones no block took",
-                 marks=MISTAKE["q1"]),
-    pytest.param(_ddp, "every rank still holds every parameter whole", marks=MISTAKE["q1"]),
-    pytest.param(_optimizer_first, "it was created before fully_shard", marks=MISTAKE["q1"]),
-    pytest.param(_model_only, "return the pair (model, optimizer)",
-                 marks=[MISTAKE["q1"], EXHAUSTIVE_MARK]),
-    pytest.param(_sgd, "the optimizer is SGD with lr=0.001", marks=[MISTAKE["q1"], EXHAUSTIVE_MARK]),
+    right("5.1 q1", _right_by_index, None, marks=pytest.mark.exhaustive),
+    right("5.1 q1", _right_said_out_loud, None, marks=pytest.mark.exhaustive),
+    mistake("5.1 q1", _root_only, "call fully_shard on each of the 2 blocks first"),
+    mistake("5.1 q1", _blocks_only, "fully_shard(model) on the root takes the ones no block took"),
+    mistake("5.1 q1", _ddp, "every rank still holds every parameter whole"),
+    mistake("5.1 q1", _optimizer_first, "it was created before fully_shard"),
+    mistake("5.1 q1", _model_only, "return the pair (model, optimizer)", marks=pytest.mark.exhaustive),
+    mistake("5.1 q1", _sgd, "the optimizer is SGD with lr=0.001", marks=pytest.mark.exhaustive),
 ])
 def test_q1_judges_the_sharding_by_what_it_does(shard, words):
     result = q1.evaluate(shard)
@@ -304,8 +296,8 @@ def test_q4_zero2_row():
 
 
 @pytest.mark.parametrize("answer", [
-    pytest.param((2 + (2 + 12) / 64) * 7.5, marks=RIGHT["q4"], id="bytes-per-parameter-x-billions"),
-    pytest.param(16.6406, marks=RIGHT["q4"], id="rounded"),
+    right("5.1 q4", (2 + (2 + 12) / 64) * 7.5, id="bytes-per-parameter-x-billions"),
+    right("5.1 q4", 16.6406, id="rounded"),
 ])
 def test_q4_right_written_another_way(answer):
     result = q4.evaluate(answer)
@@ -313,14 +305,14 @@ def test_q4_right_written_another_way(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(31.41, "ZeRO-1's row", marks=MISTAKE["q4"], id="zero-1"),
-    pytest.param(1.875, "ZeRO-3's row", marks=MISTAKE["q4"], id="zero-3"),
-    pytest.param(120, "DDP's row", marks=MISTAKE["q4"], id="ddp"),
-    pytest.param(16.64e9, "in bytes", marks=MISTAKE["q4"], id="bytes"),
-    pytest.param(15, "divided among the 64 devices", marks=MISTAKE["q4"], id="parameters-only"),
+    mistake("5.1 q4", 31.41, "ZeRO-1's row", id="zero-1"),
+    mistake("5.1 q4", 1.875, "ZeRO-3's row", id="zero-3"),
+    mistake("5.1 q4", 120, "DDP's row", id="ddp"),
+    mistake("5.1 q4", 16.64e9, "in bytes", id="bytes"),
+    mistake("5.1 q4", 15, "divided among the 64 devices", id="parameters-only"),
     # mutants accepted before (issue 41): one device too many, one byte too many
-    pytest.param(2 * 7.5 + 14 * 7.5 / 65, "divided among the 64 devices", marks=MISTAKE["q4"], id="65-devices"),
-    pytest.param(2 * 7.5 + 15 * 7.5 / 64, "divided among the 64 devices", marks=MISTAKE["q4"], id="15-bytes"),
+    mistake("5.1 q4", 2 * 7.5 + 14 * 7.5 / 65, "divided among the 64 devices", id="65-devices"),
+    mistake("5.1 q4", 2 * 7.5 + 15 * 7.5 / 64, "divided among the 64 devices", id="15-bytes"),
 ])
 def test_q4_names_each_mistake(answer, words):
     result = q4.evaluate(answer)

@@ -10,11 +10,8 @@ import torch
 from effitrain_helpers.measure.step_profile import StepProfile
 from effitrain_helpers.teach.checks.lesson_5_2 import RECORDED, _judge, q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import CORRECT, INCORRECT, NOT_ATTEMPTED, Incorrect, ____
+from verdicts import mistake, right, speak
 
-# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
-# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
-RIGHT = {q: pytest.mark.judges(f"5.2 {q}", "right") for q in ("q1", "q2", "q3", "q4")}
-MISTAKE = {q: pytest.mark.judges(f"5.2 {q}", "mistake") for q in ("q1", "q2", "q3", "q4")}
 
 ONE = StepProfile({"data loading": 12.0, "forward": 30.0, "backward": 45.0, "optimizer step": 10.0}, 100.0, 0.0,
                   [100.0, 101.0, 99.0], 3)
@@ -26,7 +23,7 @@ def test_5_2_q2_which_phase_dominates():
     assert q2.evaluate(____, ONE).status == NOT_ATTEMPTED
 
 
-@RIGHT["q2"]
+@pytest.mark.judges("5.2 q2", "right")
 @pytest.mark.parametrize("answer", [
     pytest.param(lambda one: max(one.phases_ms.items(), key=lambda pair: pair[1])[0], id="max-of-pairs"),
     pytest.param(lambda one: sorted(one.phases_ms, key=one.phases_ms.__getitem__)[-1], id="last-of-sorted"),
@@ -37,7 +34,7 @@ def test_5_2_q2_right_written_another_way(answer):
     assert result.status == CORRECT, result.message
 
 
-@MISTAKE["q2"]
+@pytest.mark.judges("5.2 q2", "mistake")
 @pytest.mark.parametrize("answer, words", [
     pytest.param("forward", "'forward' took 30 ms per step; another phase took more", id="another-phase"),
     pytest.param(max(ONE.phases_ms), "max() over the dict compared the phases' names", id="max-of-the-names"),
@@ -53,7 +50,7 @@ def test_5_2_q3_the_most_workers_can_save():
     assert q3.evaluate(ONE.phases_ms["data loading"] / ONE.step_ms, ONE).status == CORRECT
 
 
-@RIGHT["q3"]
+@pytest.mark.judges("5.2 q3", "right")
 @pytest.mark.parametrize("answer", [
     pytest.param(0.12, id="read-off-the-table"),
     pytest.param(Fraction(12, 100), id="fraction"),
@@ -64,7 +61,7 @@ def test_5_2_q3_right_written_another_way(answer):
     assert result.status == CORRECT, result.message
 
 
-@MISTAKE["q3"]
+@pytest.mark.judges("5.2 q3", "mistake")
 @pytest.mark.parametrize("answer, words", [
     pytest.param(12, "not a percent", id="percent"),
     pytest.param(0.88, "everything BUT data loading", id="the-rest"),
@@ -76,9 +73,7 @@ def test_5_2_q3_names_each_mistake(answer, words):
 
 
 def test_5_2_q2_and_q3_name_the_mistakes_in_portuguese(monkeypatch):
-    from effitrain_helpers.core.settings import SETTINGS
-
-    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    speak(monkeypatch, "pt-BR")
     assert "o max() sobre o dict comparou os nomes das fases" in q2.evaluate(max(ONE.phases_ms), ONE).message
     assert "isso é o carregamento de dados sobre o resto do passo" in q3.evaluate(12 / 88, ONE).message
 
@@ -210,13 +205,12 @@ def profilers() -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("name, words", [
     ("right", None),
-    pytest.param("started_by_hand", None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
-    pytest.param("first_step_skipped", None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
-    pytest.param("step_outside_the_label", "does not contain optimizer.step()", marks=MISTAKE["q1"]),
-    pytest.param("no_schedule", "give profile(...) a schedule", marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
-    pytest.param("not_returned", "returned NoneType; return the profiler itself",
-                 marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
-    pytest.param("cycle_started_again", "give schedule(...) repeat=1", marks=[MISTAKE["q1"], pytest.mark.exhaustive]),
+    right("5.2 q1", "started_by_hand", None, marks=pytest.mark.exhaustive),
+    right("5.2 q1", "first_step_skipped", None, marks=pytest.mark.exhaustive),
+    mistake("5.2 q1", "step_outside_the_label", "does not contain optimizer.step()"),
+    mistake("5.2 q1", "no_schedule", "give profile(...) a schedule", marks=pytest.mark.exhaustive),
+    mistake("5.2 q1", "not_returned", "returned NoneType; return the profiler itself", marks=pytest.mark.exhaustive),
+    mistake("5.2 q1", "cycle_started_again", "give schedule(...) repeat=1", marks=pytest.mark.exhaustive),
 ])
 def test_5_2_q1_runs_the_learners_profiler_in_two_processes(name, words):
     result = q1.evaluate(profilers()[name])
@@ -318,14 +312,14 @@ def test_5_2_q4_reads_the_trace_back_and_compares_the_top_operator():
     assert right.status == CORRECT and "self CPU time" in right.message
 
 
-@RIGHT["q4"]
+@pytest.mark.judges("5.2 q4", "right")
 @pytest.mark.parametrize("right", [_sorted_then_first, _started_by_hand])
 def test_5_2_q4_right_written_another_way(right):
     result = q4.evaluate(right)
     assert result.status == CORRECT, result.message
 
 
-@MISTAKE["q4"]
+@pytest.mark.judges("5.2 q4", "mistake")
 @pytest.mark.parametrize("wrong, message", [
     (_exported_inside_the_block, "before the profiler stopped"),
     (_sorted_by_cpu_total, "'training step' has the most CPU total"),

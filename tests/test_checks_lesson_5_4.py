@@ -10,14 +10,11 @@ import pytest
 from effitrain_helpers.teach import plots
 from effitrain_helpers.teach.checks import lesson_5_4 as l54
 from effitrain_helpers.training import link_rate
+from verdicts import speak
 
 FIRST, PORT, INTERFACE = l54.Q1_FIRST, l54.Q1_PORT, l54.Q1_INTERFACE
 SCRIPT = ["-m", "effitrain_helpers.training.train", "--json"]
 
-# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
-# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
-RIGHT = {q: pytest.mark.judges(f"5.4 {q}", "right") for q in ("q1", "q2", "q3")}
-MISTAKE = {q: pytest.mark.judges(f"5.4 {q}", "mistake") for q in ("q1", "q2", "q3")}
 
 
 def _agent(**change):
@@ -63,14 +60,14 @@ def _agent_with_a_range(node_rank):
     return args, env
 
 
-@RIGHT["q1"]
+@pytest.mark.judges("5.4 q1", "right")
 @pytest.mark.parametrize("agent", [_agent_with_equals, _agent_with_a_range])
 def test_5_4_q1_right_written_another_way(agent):
     result = l54.q1.evaluate(agent)
     assert result.status == "correct", result.message
 
 
-@MISTAKE["q1"]
+@pytest.mark.judges("5.4 q1", "mistake")
 @pytest.mark.parametrize("agent, words", [
     (_agent(extra=["--standalone"]), "--standalone starts a rendezvous of its own"),
     (_agent(**{"--rdzv-backend": None}), "pass --rdzv-backend c10d"),
@@ -101,7 +98,7 @@ def right_rank(node, local):
     return node * int(os.environ["LOCAL_WORLD_SIZE"]) + local
 
 
-@MISTAKE["q2"]
+@pytest.mark.judges("5.4 q2", "mistake")
 @pytest.mark.parametrize("answer, words", [
     (lambda node, local: node + local, "same number"),
     (lambda node, local: local * 2 + node, "column first"),
@@ -125,9 +122,7 @@ def test_5_4_q2_right():
 
 
 def test_5_4_q2_names_a_written_in_count_in_portuguese(monkeypatch):
-    from effitrain_helpers.core.settings import SETTINGS
-
-    monkeypatch.setattr(SETTINGS, "lang", "pt-BR")
+    speak(monkeypatch, "pt-BR")
     result = l54.q2.evaluate(lambda node, local: node * 2 + local, RANKS)
     assert "como se cada nó rodasse 2 processos; este cluster roda 8 por nó" in result.message, result.message
 
@@ -145,7 +140,7 @@ def _rank_counted(node, local):
     return before + local
 
 
-@RIGHT["q2"]
+@pytest.mark.judges("5.4 q2", "right")
 @pytest.mark.parametrize("answer", [_rank_from_getenv, _rank_counted])
 def test_5_4_q2_right_written_another_way(answer):
     result = l54.q2.evaluate(answer, RANKS)
@@ -160,7 +155,7 @@ def test_5_4_q3_all_reduce_seconds():
     assert l54.q3.evaluate(1.0).status == "incorrect"
 
 
-@RIGHT["q3"]
+@pytest.mark.judges("5.4 q3", "right")
 @pytest.mark.parametrize("answer", [
     pytest.param(0.278, id="rounded"),
     pytest.param(np.float64(1.75) * 124_000_000 * 32 / 25_000_000_000, id="numpy-bits-first"),
@@ -171,7 +166,7 @@ def test_5_4_q3_right_written_another_way(answer):
     assert result.status == "correct", result.message
 
 
-@MISTAKE["q3"]
+@pytest.mark.judges("5.4 q3", "mistake")
 @pytest.mark.parametrize("answer, words", [
     pytest.param(Q3_RIGHT / 8, "bits per second", id="bytes-as-bits"),
     pytest.param(124e6 * 4 * 8 / 25e9, "sends the gradient once", id="sent-once"),

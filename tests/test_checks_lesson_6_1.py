@@ -13,11 +13,8 @@ from effitrain_helpers.measure.all_reduce_cost import ring_all_reduce
 from effitrain_helpers.processes.launch import _unimportable_module
 from effitrain_helpers.teach.checks.lesson_6_1 import q1, q2, ring_or_reference
 from effitrain_helpers.teach.exercises import ____
+from verdicts import mistake, right
 
-# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
-# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
-RIGHT = {q: pytest.mark.judges(f"6.1 {q}", "right") for q in ("q1", "q2")}
-MISTAKE = {q: pytest.mark.judges(f"6.1 {q}", "mistake") for q in ("q1", "q2")}
 
 
 def _ring(tensor, gather_offset=1):
@@ -201,17 +198,16 @@ def test_an_unwritten_ring_is_measured_as_the_reference():
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
     pytest.param(_ring, None, marks=pytest.mark.exhaustive),  # the notebook's nbval run checks its solution
-    pytest.param(_collective, "your ring called dist.all_reduce", marks=MISTAKE["q1"]),
-    pytest.param(_parameter_server, "a parameter server, not a ring: in 3 processes rank 0 sent 64 bytes, 2 times "
-                 "the tensor", marks=MISTAKE["q1"]),
-    pytest.param(_off_by_a_chunk, "off by a chunk", marks=MISTAKE["q1"]),
-    pytest.param(_deadlock, "deadlock in 2 processes: ranks 0, 1 each waited 5 s in a blocking dist.send",
-                 marks=MISTAKE["q1"]),
-    pytest.param(_new_tensor, "returned the sum but left the tensor unchanged", marks=MISTAKE["q1"]),
-    pytest.param(_direct_exchange, "not a ring: in 3 processes rank 0 sent to ranks [1, 2] and received from "
-                 "ranks [1, 2]", marks=MISTAKE["q1"]),
-    pytest.param(_ring_the_other_way, None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
-    pytest.param(_ring_receive_first, None, marks=[RIGHT["q1"], pytest.mark.exhaustive]),
+    mistake("6.1 q1", _collective, "your ring called dist.all_reduce"),
+    mistake("6.1 q1", _parameter_server, "a parameter server, not a ring: in 3 processes rank 0 sent 64 bytes, 2 times "
+                 "the tensor"),
+    mistake("6.1 q1", _off_by_a_chunk, "off by a chunk"),
+    mistake("6.1 q1", _deadlock, "deadlock in 2 processes: ranks 0, 1 each waited 5 s in a blocking dist.send"),
+    mistake("6.1 q1", _new_tensor, "returned the sum but left the tensor unchanged"),
+    mistake("6.1 q1", _direct_exchange, "not a ring: in 3 processes rank 0 sent to ranks [1, 2] and received from "
+                 "ranks [1, 2]"),
+    right("6.1 q1", _ring_the_other_way, None, marks=pytest.mark.exhaustive),
+    right("6.1 q1", _ring_receive_first, None, marks=pytest.mark.exhaustive),
 ], ids=["right", "collective", "parameter-server", "off-by-a-chunk", "deadlock", "not-in-place", "direct-exchange",
         "right-leftwards-blocking", "right-receive-first"])
 def test_q1_names_each_mistake(fn, words):
@@ -224,13 +220,12 @@ def test_q1_names_each_mistake(fn, words):
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
     pytest.param(_two_halves, None, marks=pytest.mark.exhaustive),  # so does the notebook
-    pytest.param(_collective, "you called dist.all_reduce", marks=MISTAKE["q2"]),
-    pytest.param(_no_padding, "pad the tensor with zeros to a multiple of N", marks=MISTAKE["q2"]),
-    pytest.param(_shard_kept, "came back unchanged", marks=MISTAKE["q2"]),
-    pytest.param(_gathered_whole, "rank 0 all-gathered 32 bytes for a tensor of 32, then summed on its own",
-                 marks=MISTAKE["q2"]),
-    pytest.param(_two_halves_with_lists, None, marks=RIGHT["q2"]),
-    pytest.param(_two_halves_into_a_new_buffer, None, marks=[RIGHT["q2"], pytest.mark.exhaustive]),
+    mistake("6.1 q2", _collective, "you called dist.all_reduce"),
+    mistake("6.1 q2", _no_padding, "pad the tensor with zeros to a multiple of N"),
+    mistake("6.1 q2", _shard_kept, "came back unchanged"),
+    mistake("6.1 q2", _gathered_whole, "rank 0 all-gathered 32 bytes for a tensor of 32, then summed on its own"),
+    right("6.1 q2", _two_halves_with_lists, None),
+    right("6.1 q2", _two_halves_into_a_new_buffer, None, marks=pytest.mark.exhaustive),
 ], ids=["right", "all-reduce", "no-padding", "not-copied-back", "gathered-whole", "right-list-forms",
         "right-new-buffer"])
 def test_q2_names_each_mistake(fn, words):

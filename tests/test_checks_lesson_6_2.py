@@ -13,13 +13,10 @@ import textwrap
 import pytest
 
 from effitrain_helpers.teach.checks import lesson_6_2 as l62
+from verdicts import mistake, right
 
 EXHAUSTIVE = [pytest.mark.exhaustive]  # every further wrong version: one launch each
 
-# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
-# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
-RIGHT = {q: pytest.mark.judges(f"6.2 {q}", "right") for q in ("q1", "q2", "q3", "q4")}
-MISTAKE = {q: pytest.mark.judges(f"6.2 {q}", "mistake") for q in ("q1", "q2", "q3", "q4")}
 
 
 def broadcasts():
@@ -210,12 +207,11 @@ def accumulations():
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [
     ("right", None),
-    pytest.param("forgotten", "differ at step 0: nothing was sent", marks=MISTAKE["q1"]),
-    pytest.param("copies", "not a copy", marks=[MISTAKE["q1"], *EXHAUSTIVE]),
-    pytest.param("summed", "SUM of their weights", marks=[MISTAKE["q1"], *EXHAUSTIVE]),
-    pytest.param("from_rank_1", "rank 1's weights, not rank 0's", marks=[MISTAKE["q1"], *EXHAUSTIVE]),
-    pytest.param("first_layer_only", "differ at step 0 in 2.weight, 2.bias",
-                 marks=[MISTAKE["q1"], *EXHAUSTIVE]),
+    mistake("6.2 q1", "forgotten", "differ at step 0: nothing was sent"),
+    mistake("6.2 q1", "copies", "not a copy", marks=EXHAUSTIVE),
+    mistake("6.2 q1", "summed", "SUM of their weights", marks=EXHAUSTIVE),
+    mistake("6.2 q1", "from_rank_1", "rank 1's weights, not rank 0's", marks=EXHAUSTIVE),
+    mistake("6.2 q1", "first_layer_only", "differ at step 0 in 2.weight, 2.bias", marks=EXHAUSTIVE),
 ])
 def test_q1_broadcast_parameters(name, expected):
     result = l62.q1.evaluate(broadcasts()[name])
@@ -227,9 +223,9 @@ def test_q1_broadcast_parameters(name, expected):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
-    pytest.param("the_parameter_itself", marks=RIGHT["q1"]),
-    pytest.param("under_no_grad", marks=[RIGHT["q1"], *EXHAUSTIVE]),
-    pytest.param("as_one_vector", marks=[RIGHT["q1"], *EXHAUSTIVE]),
+    right("6.2 q1", "the_parameter_itself"),
+    right("6.2 q1", "under_no_grad", marks=EXHAUSTIVE),
+    right("6.2 q1", "as_one_vector", marks=EXHAUSTIVE),
 ])
 def test_q1_right_written_another_way(name):
     result = l62.q1.evaluate(broadcasts()[name])
@@ -238,7 +234,7 @@ def test_q1_right_written_another_way(name):
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("name", [pytest.param(name, marks=RIGHT["q2"])
+@pytest.mark.parametrize("name", [right("6.2 q2", name)
                                   for name in ("divided_first", "one_flat_bucket", "averaged_by_the_collective")])
 def test_q2_right_written_another_way(name):
     result = l62.q2.evaluate(averages()[name])
@@ -247,7 +243,7 @@ def test_q2_right_written_another_way(name):
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("name", [pytest.param(name, marks=RIGHT["q3"])
+@pytest.mark.parametrize("name", [right("6.2 q3", name)
                                   for name in ("counted_by_hand", "in_groups_of_k")])
 def test_q3_right_written_another_way(name):
     result = l62.q3.evaluate(accumulations()[name])
@@ -257,15 +253,13 @@ def test_q3_right_written_another_way(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [
     ("right", None),
-    pytest.param("not_divided", "2 times too large", marks=MISTAKE["q2"]),
-    pytest.param("divided_by_2", "in 3 processes the summed gradients were divided by 2, not by 3",
-                 marks=MISTAKE["q2"]),
-    pytest.param("not_synchronised", "no gradient left its rank", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
-    pytest.param("divided_only", "never exchanged it", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
-    pytest.param("reduced_to_rank_0", "rank(s) [1] did not get the averaged gradients",
-                 marks=[MISTAKE["q2"], *EXHAUSTIVE]),
-    pytest.param("copies", "left the gradients as they were", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
-    pytest.param("weights_only", "gradients of 0.bias, 2.bias", marks=[MISTAKE["q2"], *EXHAUSTIVE]),
+    mistake("6.2 q2", "not_divided", "2 times too large"),
+    mistake("6.2 q2", "divided_by_2", "in 3 processes the summed gradients were divided by 2, not by 3"),
+    mistake("6.2 q2", "not_synchronised", "no gradient left its rank", marks=EXHAUSTIVE),
+    mistake("6.2 q2", "divided_only", "never exchanged it", marks=EXHAUSTIVE),
+    mistake("6.2 q2", "reduced_to_rank_0", "rank(s) [1] did not get the averaged gradients", marks=EXHAUSTIVE),
+    mistake("6.2 q2", "copies", "left the gradients as they were", marks=EXHAUSTIVE),
+    mistake("6.2 q2", "weights_only", "gradients of 0.bias, 2.bias", marks=EXHAUSTIVE),
 ])
 def test_q2_average_gradients(name, expected):
     result = l62.q2.evaluate(averages()[name])
@@ -280,13 +274,11 @@ def test_q2_average_gradients(name, expected):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [
     ("right", None),
-    pytest.param("sync_every_micro_batch", "k = 4 times what no_sync needs", marks=MISTAKE["q3"]),
-    pytest.param("loss_not_divided", "k = 4 times too large", marks=[MISTAKE["q3"], *EXHAUSTIVE]),
-    pytest.param("step_every_micro_batch", "stepped at every micro-batch",
-                 marks=[MISTAKE["q3"], *EXHAUSTIVE]),
-    pytest.param("zeroed_each_micro_batch", "only the last micro-batch counted",
-                 marks=[MISTAKE["q3"], *EXHAUSTIVE]),
-    pytest.param("never_synchronised", "nothing was exchanged", marks=[MISTAKE["q3"], *EXHAUSTIVE]),
+    mistake("6.2 q3", "sync_every_micro_batch", "k = 4 times what no_sync needs"),
+    mistake("6.2 q3", "loss_not_divided", "k = 4 times too large", marks=EXHAUSTIVE),
+    mistake("6.2 q3", "step_every_micro_batch", "stepped at every micro-batch", marks=EXHAUSTIVE),
+    mistake("6.2 q3", "zeroed_each_micro_batch", "only the last micro-batch counted", marks=EXHAUSTIVE),
+    mistake("6.2 q3", "never_synchronised", "nothing was exchanged", marks=EXHAUSTIVE),
 ])
 def test_q3_accumulation_by_hand(name, expected):
     result = l62.q3.evaluate(accumulations()[name])
@@ -513,8 +505,8 @@ Q4_MISTAKES = ("AfterBackward", "Blocking", "WaitInHook", "ArrivalOrder", "Never
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["Right",
-                                  *(pytest.param(n, marks=RIGHT["q4"]) for n in Q4_RIGHT_ANOTHER_WAY),
-                                  *(pytest.param(n, marks=MISTAKE["q4"]) for n in Q4_MISTAKES)])
+                                  *(right("6.2 q4", n) for n in Q4_RIGHT_ANOTHER_WAY),
+                                  *(mistake("6.2 q4", n) for n in Q4_MISTAKES)])
 def test_q4_judges_right_and_wrong_overlapped_syncs_by_what_they_do(name, overlapped_verdicts):
     """The right class in three forms accepted, each named mistake recognised by its own message (all judged in
     one launch: the fixture)."""

@@ -13,12 +13,8 @@ from effitrain_helpers.teach.checks.lesson_6_3 import q1, q2
 from effitrain_helpers.teach.exercises import ____
 from effitrain_helpers.engines import zero
 from effitrain_helpers.engines.zero import balanced_owners
+from verdicts import mistake, right
 
-# the judged census (tests/test_judged_census.py): a case marked RIGHT["qN"] is a right answer written another
-# way, accepted; one marked MISTAKE["qN"] a likely mistake, refused with a message that names it
-RIGHT = {q: pytest.mark.judges(f"6.3 {q}", "right") for q in ("q1", "q2", "q3")}
-MISTAKE = {q: pytest.mark.judges(f"6.3 {q}", "mistake") for q in ("q1", "q2", "q3")}
-EXHAUSTIVE_MARK = pytest.mark.exhaustive
 
 
 def _round_robin(sizes, world_size):
@@ -65,19 +61,17 @@ def _with_a_heap(sizes, world_size):
 
 
 @pytest.mark.parametrize("assign, words", [
-    pytest.param(_largest_first, None, marks=RIGHT["q1"]),
-    pytest.param(_with_a_heap, None, marks=RIGHT["q1"]),
-    pytest.param(balanced_owners, "hands the work to balanced_owners, the lesson's own assignment",
-                 marks=MISTAKE["q1"]),
-    pytest.param(lambda sizes, world_size: balanced_owners(sizes, world_size), "hands the work to balanced_owners",
-                 marks=MISTAKE["q1"]),
-    pytest.param(_in_the_order_given, "in the order the tensors come", marks=MISTAKE["q1"]),
-    pytest.param(_round_robin, "unbalanced", marks=MISTAKE["q1"]),
-    pytest.param(_halves, "unbalanced", marks=MISTAKE["q1"]),
-    pytest.param(lambda sizes, world_size: [0] * len(sizes), "owns nothing", marks=MISTAKE["q1"]),
-    pytest.param(lambda sizes, world_size: [world_size] * len(sizes), "does not exist", marks=MISTAKE["q1"]),
-    pytest.param(lambda sizes, world_size: [0], "one owner per tensor", marks=MISTAKE["q1"]),
-    pytest.param(lambda sizes, world_size: None, "one rank (an int) per tensor", marks=MISTAKE["q1"]),
+    right("6.3 q1", _largest_first, None),
+    right("6.3 q1", _with_a_heap, None),
+    mistake("6.3 q1", balanced_owners, "hands the work to balanced_owners, the lesson's own assignment"),
+    mistake("6.3 q1", lambda sizes, world_size: balanced_owners(sizes, world_size), "hands the work to balanced_owners"),
+    mistake("6.3 q1", _in_the_order_given, "in the order the tensors come"),
+    mistake("6.3 q1", _round_robin, "unbalanced"),
+    mistake("6.3 q1", _halves, "unbalanced"),
+    mistake("6.3 q1", lambda sizes, world_size: [0] * len(sizes), "owns nothing"),
+    mistake("6.3 q1", lambda sizes, world_size: [world_size] * len(sizes), "does not exist"),
+    mistake("6.3 q1", lambda sizes, world_size: [0], "one owner per tensor"),
+    mistake("6.3 q1", lambda sizes, world_size: None, "one rank (an int) per tensor"),
 ])
 def test_q1_names_each_wrong_assignment(assign, words):
     result = q1.evaluate(assign)
@@ -280,15 +274,15 @@ def sharded_verdicts() -> dict:
     return dict(zip(SHARDED, lesson_6_3.judge_sharded_optimizers(list(SHARDED))))
 
 
-def _q2_marks(cls):
+def _q2_case(cls):
     """A right class written another way, or a named mistake (the lesson's own class: neither)."""
     if cls is zero.ShardedOptimizer:
-        return ()
-    return (RIGHT if SHARDED[cls] is None else MISTAKE)["q2"]
+        return pytest.param(cls, id=cls.__name__)
+    return (right if SHARDED[cls] is None else mistake)("6.3 q2", cls, id=cls.__name__)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cls", [pytest.param(cls, marks=_q2_marks(cls), id=cls.__name__) for cls in SHARDED])
+@pytest.mark.parametrize("cls", [_q2_case(cls) for cls in SHARDED])
 def test_q2_judges_right_and_wrong_sharded_optimizers_by_what_they_do(cls, sharded_verdicts):
     """Right ones in three forms accepted, each wrong one named (all judged in one launch: the fixture)."""
     words, verdict = SHARDED[cls], sharded_verdicts[cls]
@@ -500,14 +494,14 @@ class _NoHooks(_Shards):
 @pytest.mark.slow
 @pytest.mark.parametrize("cls, words", [
     (_Shards, None),
-    pytest.param(_ShardsFromPieces, None, marks=RIGHT["q3"]),
-    pytest.param(_ShardsThroughTheTensorApi, None, marks=[RIGHT["q3"], EXHAUSTIVE_MARK]),
-    pytest.param(_NoFree, "still hold their full gradient", marks=MISTAKE["q3"]),
-    pytest.param(_NoDivide, "divide by the world size", marks=[MISTAKE["q3"], EXHAUSTIVE_MARK]),
-    pytest.param(_AllReduce, "called all_reduce", marks=[MISTAKE["q3"], EXHAUSTIVE_MARK]),
-    pytest.param(_NeverReset, "start each bucket's count again", marks=MISTAKE["q3"]),
-    pytest.param(_FreedAtTheEnd, "bytes of gradients during backward", marks=MISTAKE["q3"]),
-    pytest.param(_NoHooks, "from the hooks", marks=[MISTAKE["q3"], EXHAUSTIVE_MARK]),
+    right("6.3 q3", _ShardsFromPieces, None),
+    right("6.3 q3", _ShardsThroughTheTensorApi, None, marks=pytest.mark.exhaustive),
+    mistake("6.3 q3", _NoFree, "still hold their full gradient"),
+    mistake("6.3 q3", _NoDivide, "divide by the world size", marks=pytest.mark.exhaustive),
+    mistake("6.3 q3", _AllReduce, "called all_reduce", marks=pytest.mark.exhaustive),
+    mistake("6.3 q3", _NeverReset, "start each bucket's count again"),
+    mistake("6.3 q3", _FreedAtTheEnd, "bytes of gradients during backward"),
+    mistake("6.3 q3", _NoHooks, "from the hooks", marks=pytest.mark.exhaustive),
 ])
 def test_q3_names_each_wrong_in_backward_reduce_scatter(cls, words):
     from effitrain_helpers.teach.checks.lesson_6_3 import q3
