@@ -8,18 +8,14 @@ import torch
 from transformers import TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
 
-from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.teach.checks import lesson_2_1 as l21
 from effitrain_helpers.teach.checks import lesson_2_2 as l22
 from effitrain_helpers.teach.checks import lesson_2_3 as l23
 from effitrain_helpers.teach.exercises import Spy, ____
+from verdicts import mistake, right, speak
 
 
 EXHAUSTIVE = (pytest.mark.slow, pytest.mark.exhaustive)
-
-
-def judges(exercise, kind):
-    return pytest.mark.judges(exercise, kind)
 
 
 def _make_trainer(collator=True, metrics=True, **changes):
@@ -60,11 +56,9 @@ def _trainer_from_its_processing_class(model, tokenizer, train_data, eval_data, 
 
 @pytest.mark.parametrize("answer, words", [
     (_make_trainer(), ""),
-    pytest.param(_make_trainer(collator=False), "cannot batch pairs", marks=judges("2.1 q1", "mistake")),
-    pytest.param(_make_trainer(metrics=False), "give the Trainer a compute_metrics function",
-                 marks=judges("2.1 q1", "mistake")),
-    pytest.param(_make_trainer(per_device_train_batch_size=16), "took 4 optimizer steps",
-                 marks=judges("2.1 q1", "mistake")),
+    mistake("2.1 q1", _make_trainer(collator=False), "cannot batch pairs"),
+    mistake("2.1 q1", _make_trainer(metrics=False), "give the Trainer a compute_metrics function"),
+    mistake("2.1 q1", _make_trainer(per_device_train_batch_size=16), "took 4 optimizer steps"),
     # each accepted before (mutants of the solution, issue 41); a Trainer trains for seconds: most in test-all
     pytest.param(_make_trainer(per_device_train_batch_size=9), "up to 9 rows", marks=pytest.mark.slow),
     pytest.param(_make_trainer(learning_rate=2e-3), "learning rate 0.002", marks=pytest.mark.slow),
@@ -72,9 +66,8 @@ def _trainer_from_its_processing_class(model, tokenizer, train_data, eval_data, 
     pytest.param(_make_trainer(save_strategy="steps"), "saves checkpoints", marks=EXHAUSTIVE),
     pytest.param(_make_trainer(use_cpu=False), "use_cpu", marks=EXHAUSTIVE),
     pytest.param(_make_trainer(output_dir=None), "not the output_dir", marks=EXHAUSTIVE),
-    pytest.param(_make_trainer(report_to=[], eval_strategy=IntervalStrategy.EPOCH), "",  # right, another way
-                 marks=(*EXHAUSTIVE, judges("2.1 q1", "right"))),
-    pytest.param(_trainer_from_its_processing_class, "", marks=(*EXHAUSTIVE, judges("2.1 q1", "right"))),
+    right("2.1 q1", _make_trainer(report_to=[], eval_strategy=IntervalStrategy.EPOCH), "", marks=EXHAUSTIVE),
+    right("2.1 q1", _trainer_from_its_processing_class, "", marks=EXHAUSTIVE),
 ])
 def test_2_1_q1_trains_the_learners_trainer(answer, words):
     result = l21.q1.evaluate(answer)
@@ -128,11 +121,11 @@ def _metrics_answers():
 
 @pytest.mark.parametrize("name, words", [
     ("solution", ""),
-    pytest.param("attributes_and_numpy", "", marks=judges("2.1 q2", "right")),
-    pytest.param("a_loop", "", marks=judges("2.1 q2", "right")),
-    pytest.param("count", "that is the number of correct rows; divide", marks=judges("2.1 q2", "mistake")),
-    pytest.param("argmin", "take argmax(-1), the highest", marks=judges("2.1 q2", "mistake")),
-    pytest.param("bare_number", "return a dict with an 'accuracy' key", marks=judges("2.1 q2", "mistake")),
+    right("2.1 q2", "attributes_and_numpy", ""),
+    right("2.1 q2", "a_loop", ""),
+    mistake("2.1 q2", "count", "that is the number of correct rows; divide"),
+    mistake("2.1 q2", "argmin", "take argmax(-1), the highest"),
+    mistake("2.1 q2", "bare_number", "return a dict with an 'accuracy' key"),
     ("hard_coded", "first test case only"),
 ])
 def test_2_1_q2(name, words):
@@ -140,11 +133,11 @@ def test_2_1_q2(name, words):
     assert (result.status == "correct") == (words == "") and words in result.message, (name, result)
 
 
-@judges("2.1 q2", "mistake")
+@pytest.mark.judges("2.1 q2", "mistake")
 def test_2_1_q2_names_the_argmax_over_the_wrong_axis_in_both_languages(monkeypatch):
     """Before, NumPy's own error alone ("operands could not be broadcast together")."""
     for lang, words in (("en", "argmax over the last axis, argmax(-1)"), ("pt-BR", "argmax no último eixo")):
-        monkeypatch.setattr(SETTINGS, "lang", lang)
+        speak(monkeypatch, lang)
         result = l21.q2.evaluate(_metrics_answers()["wrong_axis"])
         assert result.status == "incorrect" and words in result.message, (lang, result)
 
@@ -159,11 +152,10 @@ def _positive_as_a_tensor():
 
 @pytest.mark.parametrize("answer, words", [
     ((0.6, 0.75), ""),
-    pytest.param(_positive_as_a_tensor(), "", marks=judges("2.1 q3", "right")),
-    pytest.param([Fraction(6, 10), Fraction(2 * 6, 6 + 10)], "", marks=judges("2.1 q3", "right")),  # fractions
-    pytest.param((0.6, 0.6), "that is the precision; recall is 1", marks=judges("2.1 q3", "mistake")),
-    pytest.param((0.4, 0.75), "always saying 1 is right exactly on the rows labelled 1",
-                 marks=judges("2.1 q3", "mistake")),  # the share of 0s
+    right("2.1 q3", _positive_as_a_tensor(), ""),
+    right("2.1 q3", [Fraction(6, 10), Fraction(2 * 6, 6 + 10)], ""),  # fractions
+    mistake("2.1 q3", (0.6, 0.6), "that is the precision; recall is 1"),
+    mistake("2.1 q3", (0.4, 0.75), "always saying 1 is right exactly on the rows labelled 1"),  # the share of 0s
     ((0.6, 0.5), "F1"),
 ])
 def test_2_1_q3(answer, words):
@@ -171,11 +163,11 @@ def test_2_1_q3(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-@judges("2.1 q3", "mistake")
+@pytest.mark.judges("2.1 q3", "mistake")
 def test_2_1_q3_names_the_arithmetic_mean_in_both_languages(monkeypatch):
     for lang, words in (("en", "the arithmetic mean of precision and recall; F1 is their harmonic mean"),
                         ("pt-BR", "a média aritmética da precisão e do recall")):
-        monkeypatch.setattr(SETTINGS, "lang", lang)
+        speak(monkeypatch, lang)
         result = l21.q3.evaluate((0.6, (0.6 + 1) / 2), LABELS_2_1_Q3)
         assert result.status == "incorrect" and words in result.message, (lang, result)
 
@@ -223,16 +215,16 @@ def _make_arguments(**changes):
 @pytest.mark.slow
 @pytest.mark.parametrize("changes, words", [
     ({}, ""),
-    pytest.param({"gradient_accumulation_steps": 4}, "Divide by the number of processes",
-                 marks=judges("2.1 q4", "mistake")),  # 16 // 4: processes forgotten
-    pytest.param({"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1},
-                 "per_device_train_batch_size is per process", marks=judges("2.1 q4", "mistake")),
-    pytest.param({"gradient_accumulation_steps": 1}, "no accumulation", marks=judges("2.1 q4", "mistake")),
+    # 16 // 4: the processes forgotten
+    mistake("2.1 q4", {"gradient_accumulation_steps": 4}, "Divide by the number of processes"),
+    mistake("2.1 q4", {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1},
+            "per_device_train_batch_size is per process"),
+    mistake("2.1 q4", {"gradient_accumulation_steps": 1}, "no accumulation"),
     ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}, "fixes the per-device batch at 4"),
     ({"gradient_accumulation_steps": 3}, "(3 micro-batches of 4 x 2 processes), not 16"),
-    pytest.param({"gradient_accumulation_steps": 16 // 4 // 2, "per_device_eval_batch_size": 1}, "",
-                 marks=(pytest.mark.exhaustive, judges("2.1 q4", "right"))),  # the division in another order
-    pytest.param("by position", "", marks=(pytest.mark.exhaustive, judges("2.1 q4", "right"))),
+    right("2.1 q4", {"gradient_accumulation_steps": 16 // 4 // 2, "per_device_eval_batch_size": 1}, "",
+          marks=pytest.mark.exhaustive),  # the division in another order
+    right("2.1 q4", "by position", "", marks=pytest.mark.exhaustive),
 ])
 def test_2_1_q4_trains_the_learners_arguments_in_2_real_processes(changes, words):
     result = l21.q4.evaluate(_make_arguments(**changes) if isinstance(changes, dict) else _arguments_by_position)
@@ -247,13 +239,13 @@ def _arguments_by_position(output_dir):
                              gradient_accumulation_steps=16 // (per_device * processes), report_to=[])
 
 
-@judges("2.1 q4", "mistake")
+@pytest.mark.judges("2.1 q4", "mistake")
 def test_2_1_q4_names_use_cpu_left_out_before_it_trains():
     result = l21.q4.evaluate(_make_arguments(use_cpu=False))
     assert result.status == "incorrect" and "use_cpu is left False" in result.message, result
 
 
-@judges("2.1 q4", "mistake")
+@pytest.mark.judges("2.1 q4", "mistake")
 def test_2_1_q4_names_the_output_dir_left_out_before_it_trains():
     def no_output_dir(output_dir):  # the Trainer would write into ./trainer_output
         return TrainingArguments(per_device_train_batch_size=4, gradient_accumulation_steps=2, use_cpu=True)
@@ -305,18 +297,16 @@ def _training_prepare_discarded(model, optimizer, train_loader, scheduler, epoch
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flags, words", [
-    pytest.param({}, "", marks=judges("2.2 q1", "right")),  # another way: prepare called three times, not once
-    pytest.param({"prepare_loader": False}, "each rank should train on its own half; pass the data loader to "
-                 "accelerator.prepare", marks=judges("2.2 q1", "mistake")),
-    pytest.param({"prepare_scheduler": False}, "learning rate ended at 0.25", marks=judges("2.2 q1", "mistake")),
-    pytest.param({"accelerate_backward": False}, "never went through accelerator.backward(loss)",
-                 marks=judges("2.2 q1", "mistake")),
-    pytest.param({"scheduler_per_epoch": True}, "stepped once per epoch", marks=judges("2.2 q1", "mistake")),
-    pytest.param({"train_mode": False}, "call model.train()",  # a mutant of the solution accepted before (issue 41)
-                 marks=judges("2.2 q1", "mistake")),
-    pytest.param("another way", "", marks=(pytest.mark.exhaustive, judges("2.2 q1", "right"))),
-    pytest.param("prepare discarded", "not the model wrapped for DDP: pass the model to accelerator.prepare and "
-                 "return what prepare gave back", marks=(pytest.mark.exhaustive, judges("2.2 q1", "mistake"))),
+    right("2.2 q1", {}, ""),  # another way: prepare called three times, not once
+    mistake("2.2 q1", {"prepare_loader": False}, "each rank should train on its own half; pass the data loader to "
+            "accelerator.prepare"),
+    mistake("2.2 q1", {"prepare_scheduler": False}, "learning rate ended at 0.25"),
+    mistake("2.2 q1", {"accelerate_backward": False}, "never went through accelerator.backward(loss)"),
+    mistake("2.2 q1", {"scheduler_per_epoch": True}, "stepped once per epoch"),
+    mistake("2.2 q1", {"train_mode": False}, "call model.train()"),
+    right("2.2 q1", "another way", "", marks=pytest.mark.exhaustive),
+    mistake("2.2 q1", "prepare discarded", "not the model wrapped for DDP: pass the model to accelerator.prepare and "
+            "return what prepare gave back", marks=pytest.mark.exhaustive),
 ])
 def test_2_2_q1_runs_the_training_in_2_real_processes(flags, words):
     answer = {"another way": _training_another_way, "prepare discarded": _training_prepare_discarded}
@@ -365,21 +355,20 @@ def _warmup_training(all_processes=True, warmup_all_processes=True, prepare=True
 @pytest.mark.slow
 @pytest.mark.parametrize("flags, words", [
     ({}, ""),
-    pytest.param({"all_processes": False, "warmup_all_processes": False}, "reached 0 after 8 of 16 optimizer steps",
-                 marks=judges("2.2 q2", "mistake")),
-    pytest.param({"per_epoch": True}, "stepped once per epoch", marks=judges("2.2 q2", "mistake")),
-    pytest.param({"prepare": False}, "ended at 0.0667, too high (67% of its peak instead of 0): the scheduler was "
-                 "not passed", marks=judges("2.2 q2", "mistake")),
+    mistake("2.2 q2", {"all_processes": False, "warmup_all_processes": False},
+            "reached 0 after 8 of 16 optimizer steps"),
+    mistake("2.2 q2", {"per_epoch": True}, "stepped once per epoch"),
+    mistake("2.2 q2", {"prepare": False}, "ended at 0.0667, too high (67% of its peak instead of 0): the scheduler was "
+            "not passed"),
     ({"swap": True}, "the warm-up is longer than the run"),
     ({"warmup_all_processes": False}, "the warm-up lasted 2 optimizer step(s), not 4"),
     ({"prepare": False, "all_processes": False, "warmup_all_processes": False}, "reaches 0 on time, but only"),
     ({"step": False}, "never changed"),
     ({"backward": False}, "the weights never changed"),  # a mutant of the solution accepted before (issue 41)
     ({"zero_grad": False}, "began with the gradients of earlier batches"),  # mutants accepted before (issue 41)
-    pytest.param({"literal": True}, "right in 2 processes, wrong in 3: the learning rate reached 0 after 8 of 12",
-                 marks=judges("2.2 q2", "mistake")),
-    pytest.param("another way", "", marks=(pytest.mark.exhaustive, judges("2.2 q2", "right"))),
-    pytest.param("get_scheduler", "", marks=(pytest.mark.exhaustive, judges("2.2 q2", "right"))),
+    mistake("2.2 q2", {"literal": True}, "right in 2 processes, wrong in 3: the learning rate reached 0 after 8 of 12"),
+    right("2.2 q2", "another way", "", marks=pytest.mark.exhaustive),
+    right("2.2 q2", "get_scheduler", "", marks=pytest.mark.exhaustive),
 ])
 def test_2_2_q2_reads_the_prepared_schedule_in_2_and_3_real_processes(flags, words):
     answer = {"another way": _warmup_another_way, "get_scheduler": _warmup_by_name}
@@ -429,14 +418,11 @@ def test_2_2_q2_refuses_what_is_not_a_function():
 
 @pytest.mark.parametrize("answer, words", [
     ({"gradient_aggregation", "parameter_synchronization"}, ""),
-    pytest.param(["parameter_synchronization", "gradient_aggregation"], "", marks=judges("2.2 q3", "right")),
-    pytest.param(tuple(l22.CHECKS[2:]), "", marks=judges("2.2 q3", "right")),  # read from CHECKS
-    pytest.param({"gradient_aggregation"}, "one more: if each process steps with its own gradient",
-                 marks=judges("2.2 q3", "mistake")),
-    pytest.param({"data_sharding", "gradient_aggregation"}, "sharding and replication happen before any gradient",
-                 marks=judges("2.2 q3", "mistake")),
-    pytest.param(set(l22.CHECKS), "sharding and replication happen before any gradient",
-                 marks=judges("2.2 q3", "mistake")),  # everything breaks
+    right("2.2 q3", ["parameter_synchronization", "gradient_aggregation"], ""),
+    right("2.2 q3", tuple(l22.CHECKS[2:]), ""),  # read from CHECKS
+    mistake("2.2 q3", {"gradient_aggregation"}, "one more: if each process steps with its own gradient"),
+    mistake("2.2 q3", {"data_sharding", "gradient_aggregation"}, "sharding and replication happen before any gradient"),
+    mistake("2.2 q3", set(l22.CHECKS), "sharding and replication happen before any gradient"),  # everything breaks
     ({"speed"}, "not check names"),
 ])
 def test_2_2_q3(answer, words):
@@ -485,13 +471,12 @@ def _predictions_as_a_list(model, loader, accelerator):
 @pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
     (_predictions(), ""),
-    pytest.param(_predictions(gather="gather"), "predictions for 37 samples: the processes' last batches were "
-                 "evened out", marks=judges("2.3 q1", "mistake")),
-    pytest.param(_predictions(gather=None), "only its own share", marks=judges("2.3 q1", "mistake")),
-    pytest.param(_predictions(evaluation_mode=False), "switch it to evaluation mode with model.eval()",
-                 marks=judges("2.3 q1", "mistake")),
-    pytest.param(_predictions_cut_to_the_dataset, "", marks=(pytest.mark.exhaustive, judges("2.3 q1", "right"))),
-    pytest.param(_predictions_as_a_list, "", marks=(pytest.mark.exhaustive, judges("2.3 q1", "right"))),
+    mistake("2.3 q1", _predictions(gather="gather"), "predictions for 37 samples: the processes' last batches were "
+            "evened out"),
+    mistake("2.3 q1", _predictions(gather=None), "only its own share"),
+    mistake("2.3 q1", _predictions(evaluation_mode=False), "switch it to evaluation mode with model.eval()"),
+    right("2.3 q1", _predictions_cut_to_the_dataset, "", marks=pytest.mark.exhaustive),
+    right("2.3 q1", _predictions_as_a_list, "", marks=pytest.mark.exhaustive),
 ])
 def test_2_3_q1_counts_what_2_real_processes_gathered(answer, words):
     result = l23.q1.evaluate(answer)
@@ -540,16 +525,14 @@ def _time_steps(wait_at_start=True, wait_at_end=True, per_step=True, clock="perf
 @pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
     (_time_steps(), ""),
-    pytest.param(_time_steps(clock="time"), "", marks=judges("2.3 q2", "right")),  # time.time, not perf_counter
-    pytest.param(_time_steps(wait_at_end=False), "Call accelerator.wait_for_everyone() before stopping the clock",
-                 marks=judges("2.3 q2", "mistake")),
-    pytest.param(_time_steps(wait_at_start=False), "Call accelerator.wait_for_everyone() before starting the clock",
-                 marks=judges("2.3 q2", "mistake")),
+    right("2.3 q2", _time_steps(clock="time"), ""),  # time.time, not perf_counter
+    mistake("2.3 q2", _time_steps(wait_at_end=False), "Call accelerator.wait_for_everyone() before stopping the clock"),
+    mistake("2.3 q2", _time_steps(wait_at_start=False),
+            "Call accelerator.wait_for_everyone() before starting the clock"),
     (_time_steps(wait_at_start=False, wait_at_end=False), "before stopping the clock"),
-    pytest.param(_time_steps(per_step=False), "that is the total time of the 4 steps; divide it by n",
-                 marks=judges("2.3 q2", "mistake")),
+    mistake("2.3 q2", _time_steps(per_step=False), "that is the total time of the 4 steps; divide it by n"),
     (_time_steps(calls=-1), "called step() 3 time(s) for n=4"),
-    pytest.param(_time_steps_with_a_barrier, "", marks=(pytest.mark.exhaustive, judges("2.3 q2", "right"))),
+    right("2.3 q2", _time_steps_with_a_barrier, "", marks=pytest.mark.exhaustive),
 ])
 def test_2_3_q2_times_a_slow_rank_in_2_real_processes(answer, words):
     result = l23.q2.evaluate(answer)
@@ -577,10 +560,10 @@ def test_2_3_q2_plain_mistakes():
 
 @pytest.mark.parametrize("answer, words", [
     (4.5, ""),
-    pytest.param(torch.tensor(3.0) * 2 * 3 / 4, "", marks=judges("2.3 q3", "right")),  # a 0-d tensor
-    pytest.param(np.float32(9) / 2, "", marks=judges("2.3 q3", "right")),  # a NumPy float32
-    pytest.param(9.0, "that is sending the whole gradient to every other process", marks=judges("2.3 q3", "mistake")),
-    pytest.param(2.25, "that is one of the two phases (reduce-scatter)", marks=judges("2.3 q3", "mistake")),
+    right("2.3 q3", torch.tensor(3.0) * 2 * 3 / 4, ""),  # a 0-d tensor
+    right("2.3 q3", np.float32(9) / 2, ""),  # a NumPy float32
+    mistake("2.3 q3", 9.0, "that is sending the whole gradient to every other process"),
+    mistake("2.3 q3", 2.25, "that is one of the two phases (reduce-scatter)"),
     (1.0, "2 (N-1)/N"), (3.0, "2 (N-1)/N"),
 ])
 def test_2_3_q3(answer, words):
@@ -588,11 +571,11 @@ def test_2_3_q3(answer, words):
     assert (result.status == "correct") == (words == "") and words in result.message
 
 
-@judges("2.3 q3", "mistake")
+@pytest.mark.judges("2.3 q3", "mistake")
 def test_2_3_q3_names_whole_gradients_sent_2_n_minus_1_times_in_both_languages(monkeypatch):
     for lang, words in (("en", "counts a whole gradient at each of the 2 (N-1) sends"),
                         ("pt-BR", "conta um gradiente inteiro em cada um dos 2 (N-1) envios")):
-        monkeypatch.setattr(SETTINGS, "lang", lang)
+        speak(monkeypatch, lang)
         result = l23.q3.evaluate(2 * 3 * 3.0, 3.0)
         assert result.status == "incorrect" and words in result.message, (lang, result)
 

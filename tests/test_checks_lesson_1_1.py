@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from effitrain_helpers.teach.checks import lesson_1_1
 from effitrain_helpers.teach.checks.lesson_1_1 import STEP_NAMES, q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import ____
+from verdicts import mistake, right
 
 # ---------------------------------------------------------------- q1: the learner's own from_pretrained + prepare
 
@@ -90,18 +91,15 @@ def _starter(path):
     return ____, model, ____
 
 
-RIGHT_1, MISTAKE_1 = pytest.mark.judges("1.1 q1", "right"), pytest.mark.judges("1.1 q1", "mistake")
-
-
 @pytest.mark.parametrize("fn, expected, words", [
     (_solution, "correct", ""),
-    pytest.param(_bare_model, "incorrect", "AutoModel has no task head", marks=MISTAKE_1),
-    pytest.param(_random_weights, "incorrect", "not the checkpoint's", marks=MISTAKE_1),
-    pytest.param(_not_prepared, "incorrect", "not returned by accelerator.prepare", marks=MISTAKE_1),
-    pytest.param(_prepare_discarded, "incorrect", "Keep what prepare gives back", marks=MISTAKE_1),
-    pytest.param(_labels_in_the_config, "correct", "", marks=RIGHT_1),
-    pytest.param(_prepare_model_first, "correct", "", marks=RIGHT_1),
-    pytest.param(_three_labels, "incorrect", "with num_labels=2", marks=MISTAKE_1),
+    mistake("1.1 q1", _bare_model, "incorrect", "AutoModel has no task head"),
+    mistake("1.1 q1", _random_weights, "incorrect", "not the checkpoint's"),
+    mistake("1.1 q1", _not_prepared, "incorrect", "not returned by accelerator.prepare"),
+    mistake("1.1 q1", _prepare_discarded, "incorrect", "Keep what prepare gives back"),
+    right("1.1 q1", _labels_in_the_config, "correct", ""),
+    right("1.1 q1", _prepare_model_first, "correct", ""),
+    mistake("1.1 q1", _three_labels, "incorrect", "with num_labels=2"),
     (_no_accelerator, "incorrect", "should be an Accelerator"),
     (_model_only, "incorrect", "should return (accelerator, model, tokenizer)"),
     (_starter, "not attempted", "still contains ____"),
@@ -117,7 +115,6 @@ def test_q1_forgotten_argument_says_how_to_call():
     assert result.status == "incorrect" and "q1.check(load_and_prepare, choice.path)" in result.message
 
 
-RIGHT_2, MISTAKE_2 = pytest.mark.judges("1.1 q2", "right"), pytest.mark.judges("1.1 q2", "mistake")
 MODEL = torch.nn.Linear(1000, 100)  # 100,100 parameters
 COUNT = 100_100
 
@@ -126,14 +123,14 @@ COUNT = 100_100
     "answer, expected, words",
     [
         (COUNT * 16 / 2**20, "correct", ""),
-        pytest.param(round(COUNT * 16 / 2**20, 1), "correct", "", marks=RIGHT_2),  # rounded to one decimal
-        pytest.param(np.float32(COUNT * 16 / 2**20), "correct", "", marks=RIGHT_2),  # a NumPy float32
-        pytest.param(torch.tensor(COUNT * 4.0) * 4 / 1024**2, "correct", "", marks=RIGHT_2),  # a 0-d tensor
-        pytest.param(COUNT * 16 / 1e6, "incorrect", "megabytes", marks=MISTAKE_2),
-        pytest.param(COUNT * 4 / 2**20, "incorrect", "only the weights", marks=MISTAKE_2),
-        pytest.param(COUNT * 8 / 2**20, "incorrect", "two moving averages", marks=MISTAKE_2),
-        pytest.param(COUNT * 12 / 2**20, "incorrect", "three of the four", marks=MISTAKE_2),
-        pytest.param(COUNT * 16, "incorrect", "that is bytes", marks=MISTAKE_2),
+        right("1.1 q2", round(COUNT * 16 / 2**20, 1), "correct", ""),  # rounded to one decimal
+        right("1.1 q2", np.float32(COUNT * 16 / 2**20), "correct", ""),  # a NumPy float32
+        right("1.1 q2", torch.tensor(COUNT * 4.0) * 4 / 1024**2, "correct", ""),  # a 0-d tensor
+        mistake("1.1 q2", COUNT * 16 / 1e6, "incorrect", "megabytes"),
+        mistake("1.1 q2", COUNT * 4 / 2**20, "incorrect", "only the weights"),
+        mistake("1.1 q2", COUNT * 8 / 2**20, "incorrect", "two moving averages"),
+        mistake("1.1 q2", COUNT * 12 / 2**20, "incorrect", "three of the four"),
+        mistake("1.1 q2", COUNT * 16, "incorrect", "that is bytes"),
         (1.0, "incorrect", "is not what training"),
         ("1.5", "incorrect", "should be a number"),
         (torch.ones(3), "incorrect", "should be a number"),
@@ -188,31 +185,27 @@ def _starter_gflops(n, dtype):
     return ____(timer)
 
 
-RIGHT_3, MISTAKE_3 = pytest.mark.judges("1.1 q3", "right"), pytest.mark.judges("1.1 q3", "mistake")
-
-
 @pytest.mark.parametrize("fn, expected, words", [
     (_solution_gflops, "correct", "checked: with a stand-in Timer"),
-    pytest.param(_imported_timer, "correct", "exactly 2 n^3 / seconds / 1e9", marks=RIGHT_3),
-    pytest.param(_matrices_in_setup, "correct", "exactly 2 n^3 / seconds / 1e9", marks=RIGHT_3),
-    pytest.param(_timed(rate=lambda n, s: n**3 / s / 1e9), "incorrect", "off by a factor of 2", marks=MISTAKE_3),
+    right("1.1 q3", _imported_timer, "correct", "exactly 2 n^3 / seconds / 1e9"),
+    right("1.1 q3", _matrices_in_setup, "correct", "exactly 2 n^3 / seconds / 1e9"),
+    mistake("1.1 q3", _timed(rate=lambda n, s: n**3 / s / 1e9), "incorrect", "off by a factor of 2"),
     (_timed(rate=lambda n, s: s), "incorrect", "that is the time in seconds"),
-    pytest.param(_timed(rate=lambda n, s: 2 * n**3 / (s * 1e3) / 1e9), "incorrect",
-                 "1000 times too small: Measurement.median is in seconds, not milliseconds", marks=MISTAKE_3),
+    mistake("1.1 q3", _timed(rate=lambda n, s: 2 * n**3 / (s * 1e3) / 1e9), "incorrect",
+            "1000 times too small: Measurement.median is in seconds, not milliseconds"),
     (_timed(rate=lambda n, s: 2 * n**3 / s / 1e6), "incorrect", "1000 times too many"),
-    pytest.param(_timed(rate=lambda n, s: 2 * n**3 / s), "incorrect", "that is FLOP/s; divide by 1e9",
-                 marks=MISTAKE_3),
-    pytest.param(_timed(measure=lambda t: t.timeit(100), rate=lambda n, s: 2 * n**3 / (s / 100) / 1e9),
-                 "incorrect", "already the time of one run", marks=MISTAKE_3),
+    mistake("1.1 q3", _timed(rate=lambda n, s: 2 * n**3 / s), "incorrect", "that is FLOP/s; divide by 1e9"),
+    mistake("1.1 q3", _timed(measure=lambda t: t.timeit(100), rate=lambda n, s: 2 * n**3 / (s / 100) / 1e9),
+            "incorrect", "already the time of one run"),
     (_timed(rate=lambda n, s: 42.0), "incorrect", "returns 42.0 whatever the size and the timing"),
     (lambda n, dtype: 42.0, "incorrect", "returns 42.0 whatever"),
-    pytest.param(_perf_counter, "incorrect", "did not measure with torch.utils.benchmark.Timer", marks=MISTAKE_3),
+    mistake("1.1 q3", _perf_counter, "incorrect", "did not measure with torch.utils.benchmark.Timer"),
     (_timed(stmt="a + b"), "incorrect", "multiplies no matrices"),
-    pytest.param(_timed(stmt="c", setup="c = a @ b"), "incorrect", "the product is in `setup`", marks=MISTAKE_3),
+    mistake("1.1 q3", _timed(stmt="c", setup="c = a @ b"), "incorrect", "the product is in `setup`"),
     (_timed(n_of=lambda n: 32), "incorrect", "should multiply two 100 x 100 matrices once"),
     (_timed(stmt="a @ b @ a"), "incorrect", "(2 product(s))"),
-    pytest.param(_timed(dtype_of=lambda dtype: torch.float32), "incorrect",
-                 "asked for dtype=torch.float64, your matrices are float32", marks=MISTAKE_3),
+    mistake("1.1 q3", _timed(dtype_of=lambda dtype: torch.float32), "incorrect",
+            "asked for dtype=torch.float64, your matrices are float32"),
     (_timed(measure=lambda t: t.blocked_autorange(), rate=lambda n, s: None), "incorrect", "add a `return`"),
     (lambda n, dtype: benchmark.Timer("a @ a", globals={"a": torch.ones(n, n, dtype=dtype)}).timeit(10),
      "incorrect", "returns the Measurement"),
@@ -240,25 +233,22 @@ def test_q3_leaves_the_real_timer_in_place_even_when_the_learner_fails():
 
 
 ORDER = ["data sharding", "model replication", "gradient aggregation", "parameter synchronization"]
-RIGHT_4, MISTAKE_4 = pytest.mark.judges("1.1 q4", "right"), pytest.mark.judges("1.1 q4", "mistake")
 
 
 @pytest.mark.parametrize(
     "steps, expected, words",
     [
         (ORDER, "correct", ""),
-        pytest.param(["Data sharding", "model replication", "gradient aggregation", "parameter synchronisation"],
-                     "correct", "", marks=RIGHT_4),  # capitals, British spelling
-        pytest.param(tuple(STEP_NAMES[i] for i in (0, 2, 1, 3)), "correct", "", marks=RIGHT_4),  # a tuple, indexed
-        pytest.param(list(STEP_NAMES), "incorrect",  # STEP_NAMES as given: alphabetical
-                     "position 2 is wrong: a device can only compute gradients once it holds a copy of the model",
-                     marks=MISTAKE_4),
+        right("1.1 q4", ["Data sharding", "model replication", "gradient aggregation", "parameter synchronisation"],
+              "correct", ""),  # capitals, British spelling
+        right("1.1 q4", tuple(STEP_NAMES[i] for i in (0, 2, 1, 3)), "correct", ""),  # a tuple, indexed
+        mistake("1.1 q4", list(STEP_NAMES), "incorrect",  # STEP_NAMES as given: alphabetical
+                "position 2 is wrong: a device can only compute gradients once it holds a copy of the model"),
         (list(reversed(ORDER)), "incorrect", "position 1"),
-        pytest.param(ORDER[:2] + ORDER[:1:-1], "incorrect",
-                     "position 3 is wrong: the gradients of all devices are combined", marks=MISTAKE_4),
-        pytest.param(ORDER[1::-1] + ORDER[2:], "incorrect",  # the model copied before the data is split
-                     "position 1 is wrong: before anything else, each device must get its own slice",
-                     marks=MISTAKE_4),
+        mistake("1.1 q4", ORDER[:2] + ORDER[:1:-1], "incorrect",
+                "position 3 is wrong: the gradients of all devices are combined"),
+        mistake("1.1 q4", ORDER[1::-1] + ORDER[2:], "incorrect",  # the model copied before the data is split
+                "position 1 is wrong: before anything else, each device must get its own slice"),
         (["data sharding"] * 4, "incorrect", "exactly once"),
         (["data sharding", "backprop", "gradient aggregation", "parameter synchronization"], "incorrect", "backprop"),
         ("data sharding", "incorrect", "list"),

@@ -5,7 +5,6 @@ import pytest
 import torch
 from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer, DataCollatorWithPadding
 
-from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.teach.checks import lesson_1_2 as l12
 from effitrain_helpers.teach.checks import lesson_1_3 as l13
 from effitrain_helpers.sources.media import make_shapes, make_tones, resample
@@ -13,6 +12,7 @@ from effitrain_helpers.sources.models import choose_model
 from effitrain_helpers.sources.pairs import make_pairs
 from effitrain_helpers.sources.processors import choose_feature_extractor, choose_image_processor
 from effitrain_helpers.teach.exercises import ____
+from verdicts import mistake, right, speak
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +34,6 @@ def tokenizer():
 def clip():
     sounds = make_tones(6, 1, seed=2)["train"]
     return next(a for a in sounds["audio"] if a["sampling_rate"] != 16_000)
-
-
-def judges(exercise, kind):
-    return pytest.mark.judges(exercise, kind)
 
 
 def _clip_answers(clip, extractor):
@@ -66,13 +62,12 @@ def _clip_answers(clip, extractor):
 
 @pytest.mark.parametrize("name, status, words", [
     ("solution", "correct", ""),
-    pytest.param("a list of one clip, the enum", "correct", "", marks=judges("1.2 q1", "right")),
-    pytest.param("NumPy, converted", "correct", "", marks=judges("1.2 q1", "right")),
-    pytest.param("no return_tensors", "incorrect", "not a PyTorch tensor: ask the extractor for tensors with "
-                 "return_tensors=\"pt\"", marks=judges("1.2 q1", "mistake")),
-    pytest.param("not resampled", "incorrect", "resample it to the model's 16000 Hz first",
-                 marks=judges("1.2 q1", "mistake")),
-    pytest.param("padded like preprocess_audio", "incorrect", "do not pad or cut", marks=judges("1.2 q1", "mistake")),
+    right("1.2 q1", "a list of one clip, the enum", "correct", ""),
+    right("1.2 q1", "NumPy, converted", "correct", ""),
+    mistake("1.2 q1", "no return_tensors", "incorrect", "not a PyTorch tensor: ask the extractor for tensors with "
+            "return_tensors=\"pt\""),
+    mistake("1.2 q1", "not resampled", "incorrect", "resample it to the model's 16000 Hz first"),
+    mistake("1.2 q1", "padded like preprocess_audio", "incorrect", "do not pad or cut"),
     ("the wave itself", "incorrect", "not the extractor's"),
     ("float64", "incorrect", "takes float32"),
     ("one row", "incorrect", "batch of one"),
@@ -86,10 +81,10 @@ def test_1_2_q1_one_clip_as_the_model_expects(clip, extractor, name, status, wor
 
 @pytest.mark.parametrize("answer, status, words", [
     ((1.0, -1.0), "correct", ""),
-    pytest.param([np.float64(1.0), np.float64(-1.0)], "correct", "", marks=judges("1.2 q2", "right")),  # a list
-    pytest.param((torch.tensor(255.0) / 255 * 2 - 1, -1), "correct", "", marks=judges("1.2 q2", "right")),  # torch
-    pytest.param((255, 0), "incorrect", "those are the stored values", marks=judges("1.2 q2", "mistake")),
-    pytest.param((1.0, 0.0), "incorrect", "did not normalise", marks=judges("1.2 q2", "mistake")),
+    right("1.2 q2", [np.float64(1.0), np.float64(-1.0)], "correct", ""),  # a list
+    right("1.2 q2", (torch.tensor(255.0) / 255 * 2 - 1, -1), "correct", ""),  # torch
+    mistake("1.2 q2", (255, 0), "incorrect", "those are the stored values"),
+    mistake("1.2 q2", (1.0, 0.0), "incorrect", "did not normalise"),
     ((0.5, -0.5), "incorrect", "is not what"),
     (1.0, "incorrect", "pair"),
 ])
@@ -99,15 +94,15 @@ def test_1_2_q2(answer, status, words, image_processor):
 
 
 @pytest.mark.parametrize("answer, english, portuguese", [
-    pytest.param((-1.0, 1.0), "the pair is (white, black), white first", "o par é (branco, preto), o branco primeiro",
-                 marks=judges("1.2 q2", "mistake")),  # swapped
-    pytest.param((509.0, -1.0), "you normalised the stored value 255 without rescaling it",
-                 "você normalizou o valor guardado 255 sem reescalá-lo", marks=judges("1.2 q2", "mistake")),
+    mistake("1.2 q2", (-1.0, 1.0), "the pair is (white, black), white first",  # swapped
+            "o par é (branco, preto), o branco primeiro"),
+    mistake("1.2 q2", (509.0, -1.0), "you normalised the stored value 255 without rescaling it",
+            "você normalizou o valor guardado 255 sem reescalá-lo"),
 ])
 def test_1_2_q2_names_a_swapped_pair_and_a_forgotten_rescale_in_both_languages(answer, english, portuguese,
                                                                                image_processor, monkeypatch):
     for lang, words in (("en", english), ("pt-BR", portuguese)):
-        monkeypatch.setattr(SETTINGS, "lang", lang)
+        speak(monkeypatch, lang)
         result = l12.q2.evaluate(answer, image_processor)
         assert result.status == "incorrect" and words in result.message, (lang, result)
 
@@ -144,12 +139,11 @@ def _thumbnail_answers(image_processor):
 
 @pytest.mark.parametrize("name, words", [
     ("solution", ""),
-    pytest.param("image_by_image", "", marks=judges("1.2 q3", "right")),
-    pytest.param("whole_output_in_numpy", "", marks=judges("1.2 q3", "right")),
-    pytest.param("full_size", "became shape (3, 224, 224); expected (3, 64, 64): pass size=",
-                 marks=judges("1.2 q3", "mistake")),
-    pytest.param("not_normalised", "values are not what the image processor makes", marks=judges("1.2 q3", "mistake")),
-    pytest.param("wrong_key", "should return a dict with 'pixel_values'", marks=judges("1.2 q3", "mistake")),
+    right("1.2 q3", "image_by_image", ""),
+    right("1.2 q3", "whole_output_in_numpy", ""),
+    mistake("1.2 q3", "full_size", "became shape (3, 224, 224); expected (3, 64, 64): pass size="),
+    mistake("1.2 q3", "not_normalised", "values are not what the image processor makes"),
+    mistake("1.2 q3", "wrong_key", "should return a dict with 'pixel_values'"),
     ("zeros", "values are not what"),
 ])
 def test_1_2_q3(image_processor, name, words):
@@ -196,12 +190,11 @@ def _half_second_answers(extractor):
 
 @pytest.mark.parametrize("name, words", [
     ("solution", ""),
-    pytest.param("clip_by_clip", "", marks=judges("1.2 q4", "right")),
-    pytest.param("numpy_with_the_length_computed", "", marks=judges("1.2 q4", "right")),
-    pytest.param("no_resampling", "resample it to 16 kHz", marks=judges("1.2 q4", "mistake")),
-    pytest.param("one_second", "a clip became 16000 values; 0.5 s at 16 kHz is 8,000",
-                 marks=judges("1.2 q4", "mistake")),
-    pytest.param("no_padding", "short clips must be padded", marks=judges("1.2 q4", "mistake")),
+    right("1.2 q4", "clip_by_clip", ""),
+    right("1.2 q4", "numpy_with_the_length_computed", ""),
+    mistake("1.2 q4", "no_resampling", "resample it to 16 kHz"),
+    mistake("1.2 q4", "one_second", "a clip became 16000 values; 0.5 s at 16 kHz is 8,000"),
+    mistake("1.2 q4", "no_padding", "short clips must be padded"),
 ])
 def test_1_2_q4(extractor, name, words):
     sounds = make_tones(6, 1, seed=2)["train"]
@@ -238,11 +231,11 @@ def _short_pair_answers(tokenizer):
 
 @pytest.mark.parametrize("name, words", [
     ("solution", ""),
-    pytest.param("by_keyword", "", marks=judges("1.3 q1", "right")),
-    pytest.param("max_length_only", "", marks=judges("1.3 q1", "right")),
-    pytest.param("too_long", "pass truncation=True and max_length=16", marks=judges("1.3 q1", "mistake")),
-    pytest.param("one_sentence", "two [SEP] tokens): pass sentence1 AND sentence2", marks=judges("1.3 q1", "mistake")),
-    pytest.param("joined", "two [SEP] tokens): pass sentence1 AND sentence2", marks=judges("1.3 q1", "mistake")),
+    right("1.3 q1", "by_keyword", ""),
+    right("1.3 q1", "max_length_only", ""),
+    mistake("1.3 q1", "too_long", "pass truncation=True and max_length=16"),
+    mistake("1.3 q1", "one_sentence", "two [SEP] tokens): pass sentence1 AND sentence2"),
+    mistake("1.3 q1", "joined", "two [SEP] tokens): pass sentence1 AND sentence2"),
 ])
 def test_1_3_q1(tokenizer, name, words):
     result = l13.q1.evaluate(_short_pair_answers(tokenizer)[name], make_pairs(8, 1)["train"], tokenizer)
@@ -251,11 +244,10 @@ def test_1_3_q1(tokenizer, name, words):
 
 @pytest.mark.parametrize("answer, status, words", [
     ((4, 2), "correct", ""),
-    pytest.param([4, 2], "correct", "", marks=judges("1.3 q2", "right")),  # a list
-    pytest.param((4.0, np.int64(2)), "correct", "", marks=judges("1.3 q2", "right")),  # a float, a NumPy integer
-    pytest.param((4, 0), "incorrect", "how many more than the 10 that exist", marks=judges("1.3 q2", "mistake")),
-    pytest.param((3, 2), "incorrect", "3 samples per rank is not it: 10 samples make 5 batches of 2",
-                 marks=judges("1.3 q2", "mistake")),
+    right("1.3 q2", [4, 2], "correct", ""),  # a list
+    right("1.3 q2", (4.0, np.int64(2)), "correct", ""),  # a float, a NumPy integer
+    mistake("1.3 q2", (4, 0), "incorrect", "how many more than the 10 that exist"),
+    mistake("1.3 q2", (3, 2), "incorrect", "3 samples per rank is not it: 10 samples make 5 batches of 2"),
     (4, "incorrect", "pair"),
 ])
 def test_1_3_q2(answer, status, words):
@@ -264,16 +256,14 @@ def test_1_3_q2(answer, status, words):
 
 
 @pytest.mark.parametrize("answer, english, portuguese", [
-    pytest.param((2, 1), "2 is how many batches each rank gets; the answer counts samples",
-                 "2 é quantos lotes cada rank recebe; a resposta conta amostras",
-                 marks=judges("1.3 q2", "mistake")),  # batches, not samples
-    pytest.param((4, 12), "12 is how many samples the 3 ranks receive in all",
-                 "12 é quantas amostras os 3 ranks recebem no total",
-                 marks=judges("1.3 q2", "mistake")),  # the total, not the repeats
+    mistake("1.3 q2", (2, 1), "2 is how many batches each rank gets; the answer counts samples",
+            "2 é quantos lotes cada rank recebe; a resposta conta amostras"),  # batches, not samples
+    mistake("1.3 q2", (4, 12), "12 is how many samples the 3 ranks receive in all",
+            "12 é quantas amostras os 3 ranks recebem no total"),  # the total, not the repeats
 ])
 def test_1_3_q2_names_batches_for_samples_and_the_total_for_the_repeats(answer, english, portuguese, monkeypatch):
     for lang, words in (("en", english), ("pt-BR", portuguese)):
-        monkeypatch.setattr(SETTINGS, "lang", lang)
+        speak(monkeypatch, lang)
         result = l13.q2.evaluate(answer)
         assert result.status == "incorrect" and words in result.message, (lang, result)
 
@@ -296,15 +286,16 @@ def _padding_by_hand(tokenizer):
 # max_length, another multiple, a split without its labels).
 @pytest.mark.parametrize("arguments, labelled, words", [
     ({"pad_to_multiple_of": 8}, True, ""),
-    pytest.param({"tokenizer": None, "padding": "longest", "pad_to_multiple_of": 8, "return_tensors": "pt"}, True, "",
-                 marks=judges("1.3 q3", "right")),  # every argument by keyword, the padding spelled out
-    pytest.param(_padding_by_hand, True, "", marks=judges("1.3 q3", "right")),
-    pytest.param({}, True, "not rounded up; pass pad_to_multiple_of=8", marks=judges("1.3 q3", "mistake")),
-    pytest.param({"padding": "max_length", "max_length": 128}, True, "that is padding to a fixed max_length",
-                 marks=judges("1.3 q3", "mistake")),
-    pytest.param({"padding": "max_length", "pad_to_multiple_of": 8}, True, "that is padding to a fixed max_length",
-                 marks=judges("1.3 q3", "mistake")),  # padding="max_length" taken for "up to a multiple"
-    pytest.param({"pad_to_multiple_of": 16}, True, "expected", marks=judges("1.3 q3", "mistake")),
+    # every argument by keyword, the padding spelled out
+    right("1.3 q3", {"tokenizer": None, "padding": "longest", "pad_to_multiple_of": 8, "return_tensors": "pt"}, True,
+          ""),
+    right("1.3 q3", _padding_by_hand, True, ""),
+    mistake("1.3 q3", {}, True, "not rounded up; pass pad_to_multiple_of=8"),
+    mistake("1.3 q3", {"padding": "max_length", "max_length": 128}, True, "that is padding to a fixed max_length"),
+    # padding="max_length" taken for "up to a multiple"
+    mistake("1.3 q3", {"padding": "max_length", "pad_to_multiple_of": 8}, True,
+            "that is padding to a fixed max_length"),
+    mistake("1.3 q3", {"pad_to_multiple_of": 16}, True, "expected"),
     ({"pad_to_multiple_of": 8}, False, "no 'labels'"),
 ])
 def test_1_3_q3_names_each_usual_mistake(tokenizer, pairs_split, arguments, labelled, words):
@@ -392,15 +383,13 @@ EXHAUSTIVE = (pytest.mark.slow, pytest.mark.exhaustive)
 @pytest.mark.slow
 @pytest.mark.parametrize("name, status, words", [
     ("prepared", "correct", ""),
-    pytest.param("plain", "incorrect", "both processes read all 12 samples: a plain DataLoader is not sharded",
-                 marks=judges("1.3 q4", "mistake")),
-    pytest.param("by_hand", "incorrect", "not the split accelerator.prepare makes", marks=judges("1.3 q4", "mistake")),
+    mistake("1.3 q4", "plain", "incorrect", "both processes read all 12 samples: a plain DataLoader is not sharded"),
+    mistake("1.3 q4", "by_hand", "incorrect", "not the split accelerator.prepare makes"),
     ("first_batch_only", "incorrect", "were read by no process"),
     # each launch costs seconds: the right forms and the discarded prepare (same branch as plain) in test-all
-    pytest.param("prepare_discarded", "incorrect", "iterate over the loader prepare returns",
-                 marks=(*EXHAUSTIVE, judges("1.3 q4", "mistake"))),
-    pytest.param("prepare_data_loader", "correct", "", marks=(*EXHAUSTIVE, judges("1.3 q4", "right"))),
-    pytest.param("batch_sampler", "correct", "", marks=(*EXHAUSTIVE, judges("1.3 q4", "right"))),
+    mistake("1.3 q4", "prepare_discarded", "incorrect", "iterate over the loader prepare returns", marks=EXHAUSTIVE),
+    right("1.3 q4", "prepare_data_loader", "correct", "", marks=EXHAUSTIVE),
+    right("1.3 q4", "batch_sampler", "correct", "", marks=EXHAUSTIVE),
 ])
 def test_1_3_q4_runs_the_learners_function_in_two_processes(shard_data, name, status, words):
     dataset, collator = shard_data

@@ -5,16 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from effitrain_helpers.core.settings import SETTINGS
 from effitrain_helpers.teach.checks.start_here import q1
+from verdicts import mistake, right, speak
 
 
 @pytest.mark.parametrize("answer", [
-    pytest.param(4e6, marks=pytest.mark.judges("00 q1", "right"), id="a float in scientific notation"),
-    pytest.param(np.int64(1000) * np.int64(1000) * 4, marks=pytest.mark.judges("00 q1", "right"),
-                 id="a NumPy integer"),
-    pytest.param(torch.tensor(1000 * 1000) * torch.zeros(1).element_size(), marks=pytest.mark.judges("00 q1", "right"),
-                 id="a 0-d tensor, the bytes per number read from torch"),
+    right("00 q1", 4e6, id="a float in scientific notation"),
+    right("00 q1", np.int64(1000) * np.int64(1000) * 4, id="a NumPy integer"),
+    right("00 q1", torch.tensor(1000 * 1000) * torch.zeros(1).element_size(),
+          id="a 0-d tensor, the bytes per number read from torch"),
 ])
 def test_q1_accepts_the_right_number_written_another_way(answer):
     result = q1.evaluate(answer)
@@ -30,11 +29,10 @@ MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("mistake", [pytest.param(name, marks=pytest.mark.judges("00 q1", "mistake"))
-                                     for name in MISTAKES])
-def test_q1_names_each_likely_mistake_in_english_and_portuguese(mistake, monkeypatch):
-    answer, english, portuguese = MISTAKES[mistake]
+@pytest.mark.parametrize("name", [mistake("00 q1", name) for name in MISTAKES])
+def test_q1_names_each_likely_mistake_in_english_and_portuguese(name, monkeypatch):
+    answer, english, portuguese = MISTAKES[name]
     for lang, words in (("en", english), ("pt-BR", portuguese)):
-        monkeypatch.setattr(SETTINGS, "lang", lang)
+        speak(monkeypatch, lang)
         result = q1.evaluate(answer)
         assert result.status == "incorrect" and words in result.message, (lang, result)
