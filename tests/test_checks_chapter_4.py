@@ -1,11 +1,13 @@
 """Every checker of chapter 4, with known right and known wrong answers."""
 
+import functools
 import math
 import tempfile
 
 import pytest
 import torch
 from transformers import Adafactor, TrainingArguments
+from transformers.training_args import OptimizerNames
 
 from effitrain_helpers.teach.checks import lesson_4_1 as l41
 from effitrain_helpers.teach.checks import lesson_4_2 as l42
@@ -33,26 +35,66 @@ def test_4_1_q1_state_bytes_right():
     assert _status(l41.q1, ____).status == "not attempted"
 
 
+def _state_bytes_by_nbytes(model):
+    """Right, another way: the trainable parameters through filter(), gradients of ones, an explicit loop adding
+    each moment's nbytes."""
+    trainable = list(filter(lambda p: p.requires_grad, model.parameters()))
+    for p in trainable:
+        p.grad = torch.ones_like(p)
+    optimizer = torch.optim.AdamW(trainable, lr=0.5)
+    optimizer.step()
+    total = 0
+    for p in trainable:
+        total += optimizer.state[p]["exp_avg"].nbytes + optimizer.state[p]["exp_avg_sq"].nbytes
+    return total
+
+
+def _state_bytes_by_storage(model):
+    """Right, another way: a real backward on a loss instead of gradients set by hand (the frozen part gets
+    none), the bytes of each moment's storage."""
+    params = dict(model.named_parameters())
+    loss = sum(p.float().pow(2).sum() for p in params.values() if p.requires_grad)
+    loss.backward()
+    optimizer = torch.optim.AdamW([p for p in params.values() if p.grad is not None])
+    optimizer.step()
+    return sum(state[key].untyped_storage().nbytes() for state in optimizer.state.values()
+               for key in ("exp_avg", "exp_avg_sq"))
+
+
+@pytest.mark.parametrize("fn", [
+    pytest.param(_state_bytes_by_nbytes, marks=pytest.mark.judges("4.1 q1", "right")),
+    pytest.param(_state_bytes_by_storage, marks=pytest.mark.judges("4.1 q1", "right")),
+], ids=["nbytes-loop", "real-backward-storage"])
+def test_4_1_q1_state_bytes_right_another_way(fn):
+    result = _status(l41.q1, fn)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.judges("4.1 q1", "mistake")
 def test_4_1_q1_counts_step():
     message = _status(l41.q1, lambda m: _state_bytes(m, keys=("exp_avg", "exp_avg_sq", "step"))).message
     assert "`step` counters" in message
 
 
+@pytest.mark.judges("4.1 q1", "mistake")
 def test_4_1_q1_one_copy():
     assert "one copy" in _status(l41.q1, lambda m: 4 * sum(p.numel() for p in m.parameters())).message
 
 
+@pytest.mark.judges("4.1 q1", "mistake")
 def test_4_1_q1_counts_frozen_parameters():
     assert "frozen" in _status(l41.q1, lambda m: _state_bytes(m, trainable_only=False)).message
     assert "frozen" in _status(l41.q1, lambda m: 8 * sum(p.numel() for p in m.parameters())).message
 
 
+@pytest.mark.judges("4.1 q1", "mistake")
 def test_4_1_q1_values_not_bytes():
     values = lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)  # noqa: E731
     assert "bytes, not values" in _status(l41.q1, lambda m: 2 * values(m)).message
     assert "bytes, not values" in _status(l41.q1, values).message
 
 
+@pytest.mark.judges("4.1 q1", "mistake")
 def test_4_1_q1_no_step_taken():
     assert "first optimizer.step()" in _status(l41.q1, lambda m: _state_bytes(m, step=False)).message
 
@@ -63,6 +105,7 @@ def test_4_1_q1_hard_coded():
     assert "not be written in" in _status(l41.q1, lambda m: 530_720).message  # near miss, still the same number
 
 
+@pytest.mark.judges("4.1 q1", "mistake")
 def test_4_1_q1_float32_assumed():
     message = _status(l41.q1, lambda m: 8 * sum(p.numel() for p in m.parameters() if p.requires_grad)).message
     assert "float64" in message
@@ -92,37 +135,99 @@ def _by_hand(p, grads, bias_correction=True, coupled=False):
 
 def test_4_1_q2_adamw_by_hand():
     assert _status(l41.q2, _by_hand).status == "correct"
-    assert "bias correction" in _status(l41.q2, lambda p, g: _by_hand(p, g, bias_correction=False)).message
-    assert "L2" in _status(l41.q2, lambda p, g: _by_hand(p, g, coupled=True)).message
     assert "one parameter value per step" in _status(l41.q2, lambda p, g: 0.0).message
     assert "torch.optim.AdamW gives" in _status(l41.q2, lambda p, g: [p] * len(g)).message
     assert "function itself" in _status(l41.q2, 3.0).message
 
 
-def test_4_1_q2_right_written_another_way_and_eps_on_the_wrong_side():
-    def with_torch(p, grads):  # right, another way: torch's own AdamW on a one-value tensor
-        w = torch.tensor([p], dtype=torch.float64, requires_grad=True)
-        optimizer = torch.optim.AdamW([w], lr=l41.LR, betas=l41.BETAS, eps=l41.EPS, weight_decay=l41.WEIGHT_DECAY)
-        values = []
-        for g in grads:
-            w.grad = torch.tensor([g], dtype=torch.float64)
-            optimizer.step()
-            values.append(w.item())
-        return values
+def _with_torch(p, grads):  # right, another way: torch's own AdamW on a one-value tensor
+    w = torch.tensor([p], dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.AdamW([w], lr=l41.LR, betas=l41.BETAS, eps=l41.EPS, weight_decay=l41.WEIGHT_DECAY)
+    values = []
+    for g in grads:
+        w.grad = torch.tensor([g], dtype=torch.float64)
+        optimizer.step()
+        values.append(w.item())
+    return values
 
-    def eps_subtracted(p, grads):  # a mutant accepted before (issue 41): the checker's gradients were all >> eps
-        b1, b2 = l41.BETAS
-        m = v = 0.0
-        out = []
-        for t, g in enumerate(grads, start=1):
+
+def _as_torch_writes_it(p, grads):
+    """Right, another way: the update as torch's single-tensor AdamW writes it (a step size with the first bias
+    correction folded in, the second one's square root dividing sqrt(v)), a while loop with its own counter."""
+    b1, b2 = l41.BETAS
+    m = v = 0.0
+    values, t = [], 0
+    while t < len(grads):
+        g = grads[t]
+        t += 1
+        p *= 1 - l41.LR * l41.WEIGHT_DECAY
+        m += (g - m) * (1 - b1)
+        v = v * b2 + g * g * (1 - b2)
+        step_size = l41.LR / (1 - b1**t)
+        denominator = math.sqrt(v) / math.sqrt(1 - b2**t) + l41.EPS
+        p -= step_size * m / denominator
+        values += [p]
+    return values
+
+
+@pytest.mark.parametrize("fn", [
+    pytest.param(_with_torch, marks=pytest.mark.judges("4.1 q2", "right")),
+    pytest.param(_as_torch_writes_it, marks=pytest.mark.judges("4.1 q2", "right")),
+], ids=["torch-adamw", "torch-formula"])
+def test_4_1_q2_right_another_way(fn):
+    result = _status(l41.q2, fn)
+    assert result.status == "correct", result.message
+
+
+def _slip(p, grads, slip):
+    """4.1 q2 by hand with one ``slip``: "t from 0" (enumerate without start=1), "no eps", "eps inside" the
+    square root, "eps subtracted", "decay after" the Adam update."""
+    b1, b2 = l41.BETAS
+    m = v = 0.0
+    out = []
+    for t, g in enumerate(grads, start=0 if slip == "t from 0" else 1):
+        if slip != "decay after":
             p = p * (1 - l41.LR * l41.WEIGHT_DECAY)
-            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-            p = p - l41.LR * (m / (1 - b1**t)) / (math.sqrt(v / (1 - b2**t)) - l41.EPS)
-            out.append(p)
-        return out
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+        denominator = {"no eps": math.sqrt(v_hat), "eps inside": math.sqrt(v_hat + l41.EPS),
+                       "eps subtracted": math.sqrt(v_hat) - l41.EPS}.get(slip, math.sqrt(v_hat) + l41.EPS)
+        p = p - l41.LR * m_hat / denominator
+        if slip == "decay after":
+            p = p - l41.LR * l41.WEIGHT_DECAY * p
+        out.append(p)
+    return out
 
-    assert _status(l41.q2, with_torch).status == "correct"
-    assert "torch.optim.AdamW gives" in _status(l41.q2, eps_subtracted).message
+
+@pytest.mark.parametrize("fn, words", [
+    pytest.param(lambda p, g: _by_hand(p, g, bias_correction=False), "skipped the bias correction",
+                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="no-bias-correction"),
+    pytest.param(lambda p, g: _by_hand(p, g, coupled=True), "Adam with L2 regularisation",
+                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="adam-l2-coupled"),
+    pytest.param(lambda p, g: _slip(p, g, "decay after"), "decay the parameter before the Adam update",
+                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="decay-after"),
+    pytest.param(lambda p, g: _slip(p, g, "eps inside"), "not inside it",
+                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="eps-inside-the-root"),
+    pytest.param(lambda p, g: _slip(p, g, "eps subtracted"), "not sqrt(v_hat) - eps",
+                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="eps-subtracted"),
+    pytest.param(lambda p, g: _slip(p, g, "t from 0"), "count the steps from 1",
+                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="t-from-0"),
+    pytest.param(lambda p, g: _slip(p, g, "no eps"), "eps is what keeps the step finite",
+                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="no-eps"),
+])
+def test_4_1_q2_names_each_mistake(fn, words):
+    result = _status(l41.q2, fn)
+    assert result.status == "incorrect" and words in result.message, result.message
+
+
+@pytest.mark.parametrize("lang, words", [("en", ["count the steps from 1", "not inside it"]),
+                                         ("pt-BR", ["conte os passos a partir de 1", "e não dentro dela"])])
+def test_4_1_q2_names_t_from_0_and_eps_in_each_language(monkeypatch, lang, words):
+    from effitrain_helpers.core.settings import SETTINGS
+
+    monkeypatch.setattr(SETTINGS, "lang", lang)
+    said = [_status(l41.q2, lambda p, g: _slip(p, g, slip)).message for slip in ("t from 0", "eps inside")]
+    assert all(w in m for w, m in zip(words, said)), said
 
 
 def _groups(model, weight_decay=l41.Q3_WEIGHT_DECAY, no_decay=lambda n: n.endswith("bias") or "norm" in n, cls=None,
@@ -135,23 +240,6 @@ def _groups(model, weight_decay=l41.Q3_WEIGHT_DECAY, no_decay=lambda n: n.endswi
 
 def test_4_1_q3_parameter_groups_judged_by_one_real_step():
     assert _status(l41.q3, _groups).status == "correct"
-    assert _status(l41.q3, lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW(  # right, another way
-        [{**g, "lr": lr} for g in groups]))).status == "correct"  # the learning rate in each group
-    everything = _status(l41.q3, lambda m: torch.optim.AdamW(m.parameters(), lr=l41.Q3_LR, weight_decay=0.05))
-    assert "linear.bias was decayed" in everything.message
-    only_bias = _status(l41.q3, lambda m: _groups(m, no_decay=lambda n: n.endswith("bias")))
-    assert "norm.weight was decayed" in only_bias.message
-    assert "was not decayed" in _status(l41.q3, lambda m: _groups(m, weight_decay=0.0)).message
-    assert "0.1" in _status(l41.q3, lambda m: _groups(m, weight_decay=0.1)).message
-    assert "lr=0.002" in _status(l41.q3, lambda m: _groups(m, lr=1e-2)).message
-    no_lr = _status(l41.q3, lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW(groups)))  # issue 41:
-    assert "use lr=0.002" in no_lr.message  # the default (1e-3) was the exercise's rate, and this passed
-    default_decay = _status(l41.q3, lambda m: _groups(m, weight_decay=0.01))  # torch's default: passed before
-    assert "decayed with weight_decay 0.01" in default_decay.message
-    assert "L2" in _status(l41.q3, lambda m: _groups(m, cls=torch.optim.Adam)).message
-    assert "SGD" in _status(l41.q3, lambda m: torch.optim.SGD(m.parameters(), lr=l41.Q3_LR)).message
-    missing = _status(l41.q3, lambda m: torch.optim.AdamW([p for n, p in m.named_parameters() if "norm" not in n]))
-    assert "did not move" in missing.message and "norm.weight" in missing.message
     assert "function itself" in _status(l41.q3, 3).message
     assert "torch optimizer" in _status(l41.q3, lambda m: None).message
 
@@ -161,31 +249,130 @@ def test_4_1_q3_parameter_groups_judged_by_one_real_step():
     assert _status(l41.q3, starter).status == "not attempted"
 
 
-def test_4_2_q1_second_moment_numel():
-    def right(shape):
-        return shape[0] if len(shape) < 2 else math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]
+def _groups_by_module_type(model):
+    """Right, another way (as Trainer finds them): the weights of Linear and Embedding modules decay, everything
+    else (biases, LayerNorm) does not; the decay and the rate set once as the optimizer's defaults."""
+    decayed = {id(m.weight) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
+    params = list(model.parameters())
+    return torch.optim.AdamW([{"params": [p for p in params if id(p) in decayed]},
+                              {"params": [p for p in params if id(p) not in decayed], "weight_decay": 0}],
+                             lr=2e-3, weight_decay=5e-2)
 
-    assert _status(l42.q1, right).status == "correct"
-    assert "what Adam keeps" in _status(l42.q1, lambda s: math.prod(s)).message
-    assert "rows and" in _status(l42.q1, lambda s: s[0] if len(s) < 2 else s[0] * 2).message
-    assert "leading dimensions" in _status(l42.q1, lambda s: s[0] if len(s) < 2 else s[-2] + s[-1]).message
-    assert "cannot be factored" in _status(l42.q1, lambda s: 1 if len(s) < 2 else right(s)).message
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW([{**g, "lr": lr} for g in groups])),
+                 marks=pytest.mark.judges("4.1 q3", "right"), id="the-rate-in-each-group"),
+    pytest.param(_groups_by_module_type, marks=pytest.mark.judges("4.1 q3", "right"), id="by-module-type"),
+])
+def test_4_1_q3_right_another_way(make):
+    result = _status(l41.q3, make)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("make, words", [
+    pytest.param(lambda m: torch.optim.AdamW(m.parameters(), lr=l41.Q3_LR, weight_decay=0.05),
+                 "linear.bias was decayed", marks=pytest.mark.judges("4.1 q3", "mistake"), id="everything-decayed"),
+    pytest.param(lambda m: _groups(m, no_decay=lambda n: n.endswith("bias")), "norm.weight was decayed",
+                 marks=pytest.mark.judges("4.1 q3", "mistake"), id="layernorm-decayed"),
+    pytest.param(lambda m: _groups(m, weight_decay=0.0), "was not decayed", id="no-decay"),
+    pytest.param(lambda m: _groups(m, weight_decay=0.1), "0.1", id="another-decay"),
+    pytest.param(lambda m: _groups(m, lr=1e-2), "lr=0.002", id="another-rate"),
+    pytest.param(lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW(groups)), "use lr=0.002",
+                 marks=pytest.mark.judges("4.1 q3", "mistake"), id="no-rate"),  # issue 41: the default was the rate
+    pytest.param(lambda m: _groups(m, weight_decay=0.01), "decayed with weight_decay 0.01",
+                 marks=pytest.mark.judges("4.1 q3", "mistake"), id="torchs-default-decay"),  # passed before
+    pytest.param(lambda m: _groups(m, cls=torch.optim.Adam), "L2", marks=pytest.mark.judges("4.1 q3", "mistake"),
+                 id="adam-coupled-decay"),
+    pytest.param(lambda m: torch.optim.SGD(m.parameters(), lr=l41.Q3_LR), "SGD", id="sgd"),
+    pytest.param(lambda m: torch.optim.AdamW([p for n, p in m.named_parameters() if "norm" not in n]),
+                 "norm.weight", marks=pytest.mark.judges("4.1 q3", "mistake"), id="a-parameter-left-out"),
+])
+def test_4_1_q3_names_each_mistake(make, words):
+    result = _status(l41.q3, make)
+    assert result.status == "incorrect" and words in result.message, result.message
+
+
+def _numel_right(shape):
+    return shape[0] if len(shape) < 2 else math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]
+
+
+def _numel_by_means(shape):  # right, another way: the shapes of the two means, from a tensor of that shape
+    full = torch.empty(shape, device="meta")
+    if full.dim() == 1:
+        return full.numel()
+    return full.mean(dim=-1).numel() + full.mean(dim=-2).numel()
+
+
+def _numel_by_division(shape):  # right, another way: the full size divided by one side, then by the other
+    total = math.prod(shape)
+    return total if len(shape) == 1 else total // shape[-1] + total // shape[-2]
+
+
+def test_4_2_q1_second_moment_numel():
+    assert _status(l42.q1, _numel_right).status == "correct"
+
+
+@pytest.mark.parametrize("fn", [
+    pytest.param(_numel_by_means, marks=pytest.mark.judges("4.2 q1", "right")),
+    pytest.param(_numel_by_division, marks=pytest.mark.judges("4.2 q1", "right")),
+], ids=["means-of-a-meta-tensor", "full-size-divided"])
+def test_4_2_q1_right_another_way(fn):
+    result = _status(l42.q1, fn)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("fn, words", [
+    pytest.param(lambda s: math.prod(s), "what Adam keeps", marks=pytest.mark.judges("4.2 q1", "mistake"),
+                 id="adams-full-size"),
+    pytest.param(lambda s: s[0] if len(s) < 2 else s[0] * 2, "rows and", id="rows-twice"),
+    pytest.param(lambda s: s[0] if len(s) < 2 else s[-2] + s[-1], "leading dimensions",
+                 marks=pytest.mark.judges("4.2 q1", "mistake"), id="leading-dimensions-dropped"),
+    pytest.param(lambda s: 1 if len(s) < 2 else _numel_right(s), "cannot be factored",
+                 marks=pytest.mark.judges("4.2 q1", "mistake"), id="a-vector-factored"),
+])
+def test_4_2_q1_names_each_mistake(fn, words):
+    result = _status(l42.q1, fn)
+    assert result.status == "incorrect" and words in result.message, result.message
+
+
+def _adafactor(**options):
+    settings = dict(lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False) | options
+    return lambda params: Adafactor(params, **settings)
 
 
 def test_4_2_q2_adafactor_judged_by_three_real_steps():
-    def build(**options):
-        settings = dict(lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False) | options
-        return lambda params: Adafactor(params, **settings)
+    assert _status(l42.q2, _adafactor()).status == "correct"
+    assert "function itself" in _status(l42.q2, _adafactor()(torch.nn.Linear(2, 2).parameters())).message
 
-    assert _status(l42.q2, build()).status == "correct"
-    assert "chose itself" in _status(l42.q2, lambda params: Adafactor(params)).message
-    assert "refused a learning rate" in _status(l42.q2, lambda params: Adafactor(params, lr=1e-3)).message
-    assert "chose itself" in _status(l42.q2, build(scale_parameter=True)).message
-    assert "lr=0.01" in _status(l42.q2, build(lr=1e-2)).message
-    assert "first moment" in _status(l42.q2, build(beta1=0.9)).message
-    assert "differ" in _status(l42.q2, build(weight_decay=0.1)).message
-    assert "transformers.Adafactor" in _status(l42.q2, lambda params: torch.optim.AdamW(params)).message
-    assert "function itself" in _status(l42.q2, build()(torch.nn.Linear(2, 2).parameters())).message
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda params: Adafactor(list(params), 0.001, relative_step=False, scale_parameter=False),
+                 marks=pytest.mark.judges("4.2 q2", "right"), id="lr-by-position-warmup-init-left-at-default"),
+    pytest.param(functools.partial(Adafactor, lr=1e-3, beta1=None, scale_parameter=False, relative_step=False,
+                                   warmup_init=False, weight_decay=0.0),
+                 marks=pytest.mark.judges("4.2 q2", "right"), id="functools-partial-defaults-spelled-out"),
+])
+def test_4_2_q2_right_another_way(make):
+    result = _status(l42.q2, make)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("make, words", [
+    pytest.param(lambda params: Adafactor(params), "chose itself", marks=pytest.mark.judges("4.2 q2", "mistake"),
+                 id="defaults"),
+    pytest.param(lambda params: Adafactor(params, lr=1e-3), "refused a learning rate",
+                 marks=pytest.mark.judges("4.2 q2", "mistake"), id="lr-with-relative-step"),
+    pytest.param(_adafactor(scale_parameter=True), "chose itself", marks=pytest.mark.judges("4.2 q2", "mistake"),
+                 id="scale-parameter-left-on"),
+    pytest.param(_adafactor(lr=1e-2), "lr=0.01", id="another-rate"),
+    pytest.param(_adafactor(beta1=0.9), "first moment", marks=pytest.mark.judges("4.2 q2", "mistake"),
+                 id="a-first-moment"),
+    pytest.param(_adafactor(weight_decay=0.1), "differ", id="weight-decay"),
+    pytest.param(lambda params: torch.optim.AdamW(params), "transformers.Adafactor", id="adamw"),
+])
+def test_4_2_q2_names_each_mistake(make, words):
+    result = _status(l42.q2, make)
+    assert result.status == "incorrect" and words in result.message, result.message
 
 
 def _adafactor_bytes(model, beta1=l42.Q3_BETA1, trainable_only=True, step=True, count=None):
@@ -212,6 +399,44 @@ def test_4_2_q3_state_bytes_right():
     assert _status(l42.q3, starter).status == "not attempted"
 
 
+def _adafactor_bytes_by_nbytes(model):
+    """Right, another way: gradients of ones, the options by keyword in another order, isinstance and nbytes in
+    an explicit loop."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p in trainable:
+        p.grad = torch.ones_like(p)
+    optimizer = Adafactor(trainable, relative_step=False, warmup_init=False, scale_parameter=False, beta1=0.9,
+                          lr=1e-3)
+    optimizer.step()
+    total = 0
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                total += value.nbytes
+    return total
+
+
+def _adafactor_bytes_by_backward(model):
+    """Right, another way: a real backward on a loss (the frozen part gets no gradient and stays out), the
+    state's tensors gathered first, then their bytes added."""
+    loss = sum(p.pow(2).sum() for p in model.parameters() if p.requires_grad)
+    loss.backward()
+    with_grad = [p for p in model.parameters() if p.grad is not None]
+    optimizer = Adafactor(with_grad, lr=l42.Q3_LR, beta1=l42.Q3_BETA1, scale_parameter=False, relative_step=False)
+    optimizer.step()
+    tensors = [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize("fn", [
+    pytest.param(_adafactor_bytes_by_nbytes, marks=pytest.mark.judges("4.2 q3", "right")),
+    pytest.param(_adafactor_bytes_by_backward, marks=pytest.mark.judges("4.2 q3", "right")),
+], ids=["nbytes-loop", "real-backward"])
+def test_4_2_q3_state_bytes_right_another_way(fn):
+    result = _status(l42.q3, fn)
+    assert result.status == "correct", result.message
+
+
 def test_4_2_q3_agrees_with_the_theory_from_shapes():
     from effitrain_helpers.measure.optimizer_memory import adafactor_state_bytes
 
@@ -219,10 +444,12 @@ def test_4_2_q3_agrees_with_the_theory_from_shapes():
         assert _adafactor_bytes(make()) == adafactor_state_bytes(make(), beta1=l42.Q3_BETA1)
 
 
+@pytest.mark.judges("4.2 q3", "mistake")
 def test_4_2_q3_no_step_taken():
     assert "first optimizer.step()" in _status(l42.q3, lambda m: _adafactor_bytes(m, step=False)).message
 
 
+@pytest.mark.judges("4.2 q3", "mistake")
 def test_4_2_q3_adamw_count():
     trainable = lambda m: [p for p in m.parameters() if p.requires_grad]  # noqa: E731
     assert "AdamW's count" in _status(l42.q3, lambda m: 8 * sum(p.numel() for p in trainable(m))).message
@@ -238,23 +465,28 @@ def test_4_2_q3_adamw_count():
     assert "AdamW's count" in _status(l42.q3, real_adamw).message
 
 
+@pytest.mark.judges("4.2 q3", "mistake")
 def test_4_2_q3_beta1_not_set():
     assert "no exp_avg" in _status(l42.q3, lambda m: _adafactor_bytes(m, beta1=None)).message
 
 
+@pytest.mark.judges("4.2 q3", "mistake")
 def test_4_2_q3_values_not_bytes():
     assert "bytes, not values" in _status(l42.q3, lambda m: _adafactor_bytes(m, count=torch.numel)).message
 
 
+@pytest.mark.judges("4.2 q3", "mistake")
 def test_4_2_q3_counts_frozen_parameters():
     assert "frozen" in _status(l42.q3, lambda m: _adafactor_bytes(m, trainable_only=False)).message
 
 
+@pytest.mark.judges("4.2 q3", "mistake")
 def test_4_2_q3_rms_left_out():
     no_rms = lambda m: _adafactor_bytes(m) - 4 * sum(1 for p in m.parameters() if p.requires_grad)  # noqa: E731
     assert "RMS is in the state too" in _status(l42.q3, no_rms).message
 
 
+@pytest.mark.judges("4.2 q3", "mistake")
 def test_4_2_q3_step_is_not_a_tensor():
     def every_value(model):
         for p in model.parameters():
@@ -274,14 +506,66 @@ def test_4_2_q3_hard_coded_and_not_a_function():
     assert _status(l42.q3, lambda m: "lots").status == "incorrect"
 
 
-def test_4_3_q2_8bit_bytes():
-    def right(n):
-        return 8 * n if n < 4096 else 2 * n + 8 * math.ceil(n / 256)
+def _8bit_right(n):
+    return 8 * n if n < 4096 else 2 * n + 8 * math.ceil(n / 256)
 
-    assert _status(l43.q2, right).status == "correct"
-    assert "absmax" in _status(l43.q2, lambda n: 8 * n if n < 4096 else 2 * n).message
-    assert "round the number" in _status(l43.q2, lambda n: 8 * n if n < 4096 else 2 * n + 8 * (n // 256)).message
-    assert "under min_8bit_size" in _status(l43.q2, lambda n: 2 * n + 8 * math.ceil(n / 256)).message
+
+def test_4_3_q2_8bit_bytes():
+    assert _status(l43.q2, _8bit_right).status == "correct"
+
+
+def _8bit_by_state(n):  # right, another way: state by state, the blocks rounded up by integer division
+    if n >= 4096:
+        blocks = (n + 255) // 256
+        one_state = n * 1 + blocks * 4  # uint8 values and a float32 absmax per block
+    else:
+        one_state = n * 4
+    return 2 * one_state
+
+
+def _8bit_by_tensors(n):  # right, another way: the bytes of empty tensors shaped as bitsandbytes keeps them
+    if n < 4096:
+        states = [torch.empty(n, dtype=torch.float32, device="meta")] * 2
+    else:
+        states = [torch.empty(n, dtype=torch.uint8, device="meta"),
+                  torch.empty(-(-n // 256), dtype=torch.float32, device="meta")] * 2
+    return sum(t.nbytes for t in states)
+
+
+@pytest.mark.parametrize("fn", [
+    pytest.param(_8bit_by_state, marks=pytest.mark.judges("4.3 q2", "right")),
+    pytest.param(_8bit_by_tensors, marks=pytest.mark.judges("4.3 q2", "right")),
+], ids=["state-by-state", "meta-tensors"])
+def test_4_3_q2_right_another_way(fn):
+    result = _status(l43.q2, fn)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("fn, words", [
+    pytest.param(lambda n: 8 * n if n < 4096 else 2 * n, "add the float32 absmax",
+                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="no-absmax"),
+    pytest.param(lambda n: 8 * n if n < 4096 else 2 * n + 8 * (n // 256), "round the number",
+                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="blocks-rounded-down"),
+    pytest.param(lambda n: 2 * n + 8 * math.ceil(n / 256), "under min_8bit_size",
+                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="small-tensors-8-bit"),
+    pytest.param(lambda n: 8 * n, "you counted two float32 states (8 bytes a value)",
+                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="32-bit-for-every-tensor"),
+    pytest.param(lambda n: 8 * n if n <= 4096 else 2 * n + 8 * math.ceil(n / 256), "exactly 4096 values",
+                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="boundary-off-by-one"),
+    pytest.param(lambda n: 8 * n if n < 4096 else n + 4 * math.ceil(n / 256), "you counted one state",
+                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="one-state"),
+])
+def test_4_3_q2_names_each_mistake(fn, words):
+    result = _status(l43.q2, fn)
+    assert result.status == "incorrect" and words in result.message, result.message
+
+
+@pytest.mark.parametrize("lang, words", [("en", "exactly 4096 values"), ("pt-BR", "exatamente 4096 valores")])
+def test_4_3_q2_names_the_boundary_in_each_language(monkeypatch, lang, words):
+    from effitrain_helpers.core.settings import SETTINGS
+
+    monkeypatch.setattr(SETTINGS, "lang", lang)
+    assert words in _status(l43.q2, lambda n: 8 * n if n <= 4096 else _8bit_right(n)).message
 
 
 def test_4_3_q2_agrees_with_bitsandbytes():
@@ -300,11 +584,32 @@ def test_4_3_q2_agrees_with_bitsandbytes():
 
 def test_4_3_q3_names_in_32_bit():
     assert _status(l43.q3, {"0.bias", "1.weight", "1.bias"}).status == "correct"
-    assert "4096 values" in _status(l43.q3, {"0.weight", "0.bias", "1.weight", "1.bias"}).message
-    assert "not the length" in _status(l43.q3, {"0.bias", "1.weight", "1.bias", "2.weight"}).message
-    assert "missing" in _status(l43.q3, {"0.bias"}).message
-    assert "not parameter names" in _status(l43.q3, {"fc.bias"}).message
-    assert "set of parameter names" in _status(l43.q3, "0.bias").message
+
+
+@pytest.mark.parametrize("answer", [
+    pytest.param(["1.bias", "0.bias", "1.weight"], marks=pytest.mark.judges("4.3 q3", "right"), id="a-list"),
+    pytest.param({name: shape for name, shape in l43.Q3_SHAPES.items() if math.prod(shape) <= 4095}.keys(),
+                 marks=pytest.mark.judges("4.3 q3", "right"), id="a-dicts-keys"),
+    pytest.param(frozenset(n for n, s in l43.Q3_SHAPES.items() if torch.empty(s, device="meta").numel() < 4096),
+                 marks=pytest.mark.judges("4.3 q3", "right"), id="a-frozenset"),
+])
+def test_4_3_q3_right_another_way(answer):
+    result = _status(l43.q3, answer)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("answer, words", [
+    pytest.param({"0.weight", "0.bias", "1.weight", "1.bias"}, "4096 values",
+                 marks=pytest.mark.judges("4.3 q3", "mistake"), id="exactly-4096-taken-as-under"),
+    pytest.param({"0.bias", "1.weight", "1.bias", "2.weight"}, "not the length",
+                 marks=pytest.mark.judges("4.3 q3", "mistake"), id="one-side-under-4096"),
+    pytest.param({"0.bias"}, "missing", id="missing"),
+    pytest.param({"fc.bias"}, "not parameter names", id="unknown-name"),
+    pytest.param("0.bias", "set of parameter names", id="a-string"),
+])
+def test_4_3_q3_names_each_mistake(answer, words):
+    result = _status(l43.q3, answer)
+    assert result.status == "incorrect" and words in result.message, result.message
 
 
 def _adamw8bit_state(layer, cls=None, step=True, count=None, lr=1e-3, **options):
@@ -321,27 +626,65 @@ def _adamw8bit_state(layer, cls=None, step=True, count=None, lr=1e-3, **options)
 
 def test_4_3_q4_adamw8bit_judged_by_its_state():
     pytest.importorskip("bitsandbytes")
-    import bitsandbytes as bnb
 
     assert _status(l43.q4, _adamw8bit_state).status == "correct"
-    assert "state is empty" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, step=False)).message
-    assert "not uint8" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW)).message
-    assert "not uint8" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, cls=bnb.optim.AdamW,
-                                                                          optim_bits=32)).message
-    assert "bias" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, min_8bit_size=16)).message
-    assert "measured_bytes=32,768" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, count=32768)).message
     assert "two things" in _status(l43.q4, lambda layer: _adamw8bit_state(layer)[0]).message
     assert "function itself" in _status(l43.q4, 3).message
-    assert "asks for 1e-3" in _status(l43.q4, lambda layer: _adamw8bit_state(layer, lr=2e-3)).message  # issue 41
 
-    def counted_by_hand(layer):  # right, another way: its own batch, the state's bytes added up by hand
-        optimizer = bnb.optim.AdamW8bit(list(layer.parameters()), 1e-3)
-        torch.nn.functional.mse_loss(layer(torch.ones(8, 256)), torch.zeros(8, 64)).backward()
-        optimizer.step()
-        return optimizer, sum(t.numel() * t.element_size() for state in optimizer.state.values()
-                              for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
 
-    assert _status(l43.q4, counted_by_hand).status == "correct", _status(l43.q4, counted_by_hand).message
+def _counted_by_hand(layer):  # right, another way: its own batch, the state's bytes added up by hand
+    import bitsandbytes as bnb
+
+    optimizer = bnb.optim.AdamW8bit(list(layer.parameters()), 1e-3)
+    torch.nn.functional.mse_loss(layer(torch.ones(8, 256)), torch.zeros(8, 64)).backward()
+    optimizer.step()
+    return optimizer, sum(t.numel() * t.element_size() for state in optimizer.state.values()
+                          for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
+
+
+def _eight_bits_by_option(layer):  # right, another way: bitsandbytes' AdamW asked for 8-bit states by option
+    import bitsandbytes as bnb
+
+    from effitrain_helpers.measure.optimizer_memory import state_bytes
+
+    optimizer = bnb.optim.AdamW(layer.parameters(), lr=0.001, optim_bits=8)
+    layer(torch.randn(2, 256)).pow(2).mean().backward()
+    optimizer.step()
+    return optimizer, torch.tensor(state_bytes(optimizer))
+
+
+@pytest.mark.parametrize("fn", [
+    pytest.param(_counted_by_hand, marks=pytest.mark.judges("4.3 q4", "right")),
+    pytest.param(_eight_bits_by_option, marks=pytest.mark.judges("4.3 q4", "right")),
+], ids=["counted-by-hand", "adamw-optim-bits-8"])
+def test_4_3_q4_right_another_way(fn):
+    pytest.importorskip("bitsandbytes")
+    result = _status(l43.q4, fn)
+    assert result.status == "correct", result.message
+
+
+def _bnb(name):
+    import bitsandbytes as bnb
+
+    return getattr(bnb.optim, name)
+
+
+@pytest.mark.parametrize("fn, words", [
+    pytest.param(lambda layer: _adamw8bit_state(layer, step=False), "state is empty",
+                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="no-step"),
+    pytest.param(lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW), "not uint8",
+                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="torchs-32-bit-adamw"),
+    pytest.param(lambda layer: _adamw8bit_state(layer, cls=_bnb("AdamW"), optim_bits=32), "not uint8",
+                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="bitsandbytes-32-bit-adamw"),
+    pytest.param(lambda layer: _adamw8bit_state(layer, min_8bit_size=16), "bias", id="min-8bit-size-changed"),
+    pytest.param(lambda layer: _adamw8bit_state(layer, count=32768), "measured_bytes=32,768",
+                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="uint8-values-only"),
+    pytest.param(lambda layer: _adamw8bit_state(layer, lr=2e-3), "asks for 1e-3", id="another-rate"),  # issue 41
+])
+def test_4_3_q4_names_each_mistake(fn, words):
+    pytest.importorskip("bitsandbytes")
+    result = _status(l43.q4, fn)
+    assert result.status == "incorrect" and words in result.message, result.message
 
 
 def test_4_3_q4_without_bitsandbytes_is_skipped_with_the_reason(monkeypatch):
@@ -358,20 +701,43 @@ def test_4_3_q4_without_bitsandbytes_is_skipped_with_the_reason(monkeypatch):
     assert "still contains ____" in _status(l43.q4, starter).message
 
 
+def _args(**settings):
+    return TrainingArguments(**{"output_dir": tempfile.mkdtemp(), "use_cpu": True, "report_to": "none",
+                                "learning_rate": 1e-3, "optim": "adamw_bnb_8bit", "weight_decay": 0.01} | settings)
+
+
 def test_4_3_q5_trainer_args():
-    base = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none", learning_rate=1e-3)
-    assert _status(l43.q5, TrainingArguments(optim="adamw_bnb_8bit", weight_decay=0.01, **base)).status == "correct"
-    assert "adamw_bnb_8bit" in _status(l43.q5, TrainingArguments(optim="adamw_torch", weight_decay=0.01, **base)).message
-    assert "weight_decay" in _status(l43.q5, TrainingArguments(optim="adamw_bnb_8bit", **base)).message
+    assert _status(l43.q5, _args()).status == "correct"
     assert "TrainingArguments object" in _status(l43.q5, {"optim": "adamw_bnb_8bit"}).message
-    right = dict(optim="adamw_bnb_8bit", weight_decay=0.01, learning_rate=1e-3)
-    another_way = TrainingArguments(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], optim="adamw_8bit",
-                                    weight_decay=1e-2, learning_rate=0.001)  # right, written another way
-    assert _status(l43.q5, another_way).status == "correct"
-    on_gpu = TrainingArguments(output_dir=tempfile.mkdtemp(), report_to="none", **right)  # issue 41: passed
-    assert "use_cpu is left False" in _status(l43.q5, on_gpu).message
-    tracked = TrainingArguments(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none_", **right)
-    assert "reports to no tracker" in _status(l43.q5, tracked).message
+
+
+@pytest.mark.parametrize("settings", [
+    pytest.param(dict(report_to=[], optim="adamw_8bit", weight_decay=1e-2, learning_rate=0.001),
+                 marks=pytest.mark.judges("4.3 q5", "right"), id="another-name-and-numbers"),
+    pytest.param(dict(optim="paged_adamw_8bit"), marks=pytest.mark.judges("4.3 q5", "right"), id="paged"),
+    pytest.param(dict(optim=OptimizerNames.ADAMW_BNB, learning_rate=10**-3), id="the-enum"),
+])
+def test_4_3_q5_right_another_way(settings):
+    result = _status(l43.q5, _args(**settings))
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.parametrize("settings, words", [
+    pytest.param(dict(optim="adamw_torch"), "adamw_bnb_8bit", marks=pytest.mark.judges("4.3 q5", "mistake"),
+                 id="torchs-adamw"),
+    pytest.param(dict(optim="paged_adamw_32bit"), "does not ask Trainer for bitsandbytes' 8-bit AdamW",
+                 marks=pytest.mark.judges("4.3 q5", "mistake"), id="bitsandbytes-32-bit-adamw"),
+    pytest.param(dict(optim="adamw_torch_8bit"), "does not ask Trainer for bitsandbytes' 8-bit AdamW",
+                 marks=pytest.mark.judges("4.3 q5", "mistake"), id="torchaos-8-bit-adamw"),
+    pytest.param(dict(weight_decay=0.0), "weight_decay", marks=pytest.mark.judges("4.3 q5", "mistake"),
+                 id="trainers-default-decay"),
+    pytest.param(dict(use_cpu=False), "use_cpu is left False", marks=pytest.mark.judges("4.3 q5", "mistake"),
+                 id="not-on-the-cpu"),  # issue 41: passed before
+    pytest.param(dict(report_to="none_"), "reports to no tracker", id="a-tracker"),
+])
+def test_4_3_q5_names_each_mistake(settings, words):
+    result = _status(l43.q5, _args(**settings))
+    assert result.status == "incorrect" and words in result.message, result.message
 
 
 def _builder(adamw=None, adafactor=None, adamw8bit=None, unknown=None):
@@ -447,6 +813,7 @@ def test_4_3_q1_build_optimizer_right_and_starter():
     ("an unknown name's error does not name it", dict(unknown=lambda name: (_ for _ in ()).throw(ValueError("bad"))),
      "does not name 'sgd'"),
 ])
+@pytest.mark.judges("4.3 q1", "mistake")
 def test_4_3_q1_build_optimizer_names_each_mistake(mistake, wrong, said):
     result = _status(l43.q1, _builder(**wrong))
     assert result.status == "incorrect" and said in result.message, (mistake, result.message)
@@ -468,17 +835,47 @@ def test_4_3_q1_the_lessons_own_builder_is_not_an_answer():
     assert "write the three constructors yourself" in _status(l43.q1, build_optimizer).message
 
 
+@pytest.mark.judges("4.3 q1", "mistake")
 def test_4_3_q1_a_32bit_adamw_for_8bit_is_named():
     bnb = pytest.importorskip("bitsandbytes")
     wrong = _builder(adamw8bit=lambda ps, lr: bnb.optim.AdamW(ps, lr=lr, weight_decay=0.01))
     assert "32-bit" in _status(l43.q1, wrong).message
     assert "32-bit" in _status(l43.q1, _builder(adamw8bit=lambda ps, lr: torch.optim.AdamW(ps, lr=lr))).message
-    eight_bits = _builder(adamw8bit=lambda ps, lr: bnb.optim.AdamW(ps, lr=lr, optim_bits=8, weight_decay=0.01))
-    assert _status(l43.q1, eight_bits).status == "correct"  # the same optimizer by another name
-    paged = _builder(adamw8bit=lambda ps, lr: bnb.optim.PagedAdamW8bit(ps, lr=lr, weight_decay=0.01))
-    assert _status(l43.q1, paged).status == "correct"
 
 
+def _by_table(name, params, lr):
+    """Right, another way: a table of constructors, looked up with .get; the 8-bit one by its option."""
+    def adamw8bit(ps):
+        import bitsandbytes as bnb
+
+        return bnb.optim.AdamW(ps, lr, weight_decay=1e-2, optim_bits=8)
+
+    table = {"adamw": lambda ps: torch.optim.AdamW(ps, lr, weight_decay=1e-2),
+             "adafactor": lambda ps: Adafactor(ps, lr, relative_step=False, scale_parameter=False, weight_decay=1e-2),
+             "adamw8bit": adamw8bit}
+    make = table.get(name)
+    if make is None:
+        raise ValueError(f"{name!r} is not one of {sorted(table)}")
+    return make(params)
+
+
+def _paged(ps, lr):
+    import bitsandbytes as bnb
+
+    return bnb.optim.PagedAdamW8bit(ps, lr=lr, weight_decay=0.01)
+
+
+@pytest.mark.parametrize("build", [
+    pytest.param(_by_table, marks=pytest.mark.judges("4.3 q1", "right"), id="a-table-adamw-optim-bits-8"),
+    pytest.param(_builder(adamw8bit=_paged), marks=pytest.mark.judges("4.3 q1", "right"), id="paged-adamw8bit"),
+])
+def test_4_3_q1_right_another_way(build):
+    pytest.importorskip("bitsandbytes")
+    result = _status(l43.q1, build)
+    assert result.status == "correct", result.message
+
+
+@pytest.mark.judges("4.3 q1", "mistake")
 def test_4_3_q1_another_8bit_optimizer_is_named():
     bnb = pytest.importorskip("bitsandbytes")
     adam8 = _status(l43.q1, _builder(adamw8bit=lambda ps, lr: bnb.optim.Adam8bit(ps, lr=lr, weight_decay=0.01)))

@@ -56,6 +56,10 @@ def _check_no_sync_by_hand(train_fn) -> None:
                            "communication needed: run the forward and the backward of the first k-1 inside "
                            "model.no_sync() (DDP decides at the forward pass whether the next backward all-reduces).",
                            micro=micro, k=k))
+    if first["syncs"] == [k * i + 1 for i in range(STEPS)]:
+        raise Incorrect(tr("DDP all-reduced after micro-batches {syncs}: the first of every {k}, not the {k}-th. "
+                           "enumerate counts from 0, so the k-th micro-batch is the one where (i + 1) is a multiple "
+                           "of k.", syncs=first["syncs"], k=k))
     if first["syncs"] != [k * (i + 1) for i in range(STEPS)]:
         raise Incorrect(tr("DDP all-reduced after micro-batches {syncs}, not after every {k}-th only.",
                            syncs=first["syncs"], k=k))

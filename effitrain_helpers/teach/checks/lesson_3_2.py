@@ -72,6 +72,18 @@ def _blocks(seed: int = 0, n: int = 4, width: int = 64):
             for _ in range(n)]
 
 
+def _needs_an_input_with_grad(forward, blocks, x) -> bool:
+    """Whether ``forward(blocks, x)``, whose output had no gradient, gives one when x itself needs a gradient:
+    what the reentrant checkpoint does (its output needs a gradient only if an input does), and what running the
+    blocks under torch.no_grad() never does."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reentrant checkpoint's own warnings, already seen once
+        out = forward(blocks, x.detach().clone().requires_grad_(True))
+    return getattr(out, "requires_grad", False)
+
+
 def _check_module_checkpointing(checkpointed_forward) -> None:
     import torch
 
@@ -93,6 +105,10 @@ def _check_module_checkpointing(checkpointed_forward) -> None:
             raise Incorrect(tr("return the output tensor of the last block; you returned {kind}.",
                                kind=type(out).__name__))
         if not out.requires_grad:
+            if forward is not plain and _needs_an_input_with_grad(forward, blocks, x):
+                raise Incorrect(tr("the output has no gradient: the reentrant checkpoint (use_reentrant=True, "
+                                   "also what checkpoint does when use_reentrant is not passed) gives none when its "
+                                   "input needs none, as x here: pass use_reentrant=False."))
             raise Incorrect(tr("the output has no gradient: do not run the blocks under torch.no_grad(); "
                                "checkpointing keeps the graph and recomputes inside it."))
         out.pow(2).mean().backward()

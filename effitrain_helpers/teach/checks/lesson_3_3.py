@@ -19,6 +19,12 @@ def _check_bf16_gap(answer) -> None:
         raise Incorrect(tr("that is float16's gap: float16 has 10 mantissa bits, bfloat16 only 7."))
     if math.isclose(got, torch.finfo(torch.float32).eps, rel_tol=1e-6):
         raise Incorrect(tr("that is float32's gap; bfloat16 keeps only 7 of float32's 23 mantissa bits."))
+    if math.isclose(got, torch.finfo(torch.bfloat16).resolution, rel_tol=1e-6):
+        raise Incorrect(tr("that is finfo's resolution, 10**-precision: the decimal digits bfloat16 keeps, rounded, "
+                           "not the gap itself; the gap after 1 is another attribute of finfo."))
+    if math.isclose(got, want / 2, rel_tol=1e-6):
+        raise Incorrect(tr("that is 2**-8: bfloat16 stores 7 mantissa bits (the leading 1 is implicit and not "
+                           "stored), so the next number after 1 is 1 + 2**-7."))
     raise Incorrect(tr("{got:,g} is not it: with m mantissa bits, the next number after 1 is 1 + 2**-m.", got=got))
 
 
@@ -103,6 +109,11 @@ def _check_low_precision_forward(fn) -> None:
     if seen and seen[-1] != want:
         raise Incorrect(tr("the matrix product ran in {got}, but the type this hardware ({device}) runs is {want}: "
                            "pass dtype={want}.", got=seen[-1], device=device, want=want))
+    if logits.shape != reference.shape or not logits.is_floating_point():
+        raise Incorrect(tr("you returned a {dtype} tensor of shape {shape}, not the logits ({rows} rows of {columns} "
+                           "class scores, floating point): return model(**batch).logits itself, not a prediction "
+                           "made from it.", dtype=logits.dtype, shape=tuple(logits.shape), rows=reference.shape[0],
+                           columns=reference.shape[1]))
     if not torch.allclose(logits.float(), reference, atol=0.05):
         raise Incorrect(tr("the logits are {dtype} but far from the float32 ones: return model(**batch).logits.",
                            dtype=logits.dtype))

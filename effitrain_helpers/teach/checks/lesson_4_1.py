@@ -108,10 +108,12 @@ def _adamw_reference(p0, grads):
 
 
 def _variants(p0, grads):
-    """What common slips give: no bias correction, L2 weight decay (Adam), decay applied after the update."""
+    """What common slips give: no bias correction, L2 weight decay (Adam), decay applied after the update, eps
+    inside the square root or subtracted from it (they differ from AdamW only where the gradients are as small
+    as eps)."""
     b1, b2 = BETAS
     results = {}
-    for variant in ("no_bias_correction", "coupled", "decay_after"):
+    for variant in ("no_bias_correction", "coupled", "decay_after", "eps_inside", "eps_subtracted"):
         p, m, v = float(p0), 0.0, 0.0
         out = []
         for t, g in enumerate(grads, start=1):
@@ -125,6 +127,10 @@ def _variants(p0, grads):
                 p = p - LR * WEIGHT_DECAY * p
             elif variant == "coupled":
                 p = p - LR * m_hat / (math.sqrt(v_hat) + EPS)
+            elif variant == "eps_inside":
+                p = p * (1 - LR * WEIGHT_DECAY) - LR * m_hat / math.sqrt(v_hat + EPS)
+            elif variant == "eps_subtracted":
+                p = p * (1 - LR * WEIGHT_DECAY) - LR * m_hat / (math.sqrt(v_hat) - EPS)
             else:
                 p = p * (1 - LR * WEIGHT_DECAY) - LR * m_hat / (math.sqrt(v_hat) + EPS)
             out.append(p)
@@ -139,7 +145,16 @@ def _check_adamw_by_hand(fn) -> None:
     cases = [(1.0, [0.5, -0.2, 0.3, 0.1]), (-2.0, [3.0, 3.0, -1.0]), (0.5, [0.0, 1e-3, -2.0, 0.7, 0.7]),
              (1.0, [2e-8, -1e-8, 3e-8])]  # gradients as small as eps: where eps keeps the step finite
     for p0, grads in cases:
-        got = fn(p0, list(grads))
+        try:
+            got = fn(p0, list(grads))
+        except ZeroDivisionError:
+            if 0.0 in grads:  # a zero gradient makes v_hat 0: only eps keeps the denominator from 0
+                raise Incorrect(tr("division by zero with gradients {grads}: a gradient of 0 makes v_hat 0, and "
+                                   "eps is what keeps the step finite: divide by (sqrt(v_hat) + eps).",
+                                   grads=grads)) from None
+            raise Incorrect(tr("division by zero with gradients {grads}, none of them 0: the bias corrections "
+                               "divide by 1 - beta1**t and 1 - beta2**t, which are 0 when t = 0; count the steps "
+                               "from 1 (enumerate(grads, start=1)).", grads=grads)) from None
         if not isinstance(got, (list, tuple)) or len(got) != len(grads):
             raise Incorrect(tr("return one parameter value per step: {count} values for {count} "
                                "gradients; you returned {got!r}.", count=len(grads), got=got))
@@ -156,6 +171,11 @@ def _check_adamw_by_hand(fn) -> None:
                                    "AdamW decays the parameter directly: p = p - lr * weight_decay * p."),
                     "decay_after": msg("decay the parameter before the Adam update (torch multiplies p by "
                                        "1 - lr * weight_decay first, then subtracts the update)."),
+                    "eps_inside": msg("eps is on the wrong side: it is added after the square root, "
+                                      "sqrt(v_hat) + eps, not inside it; with gradients as small as eps the "
+                                      "difference is large."),
+                    "eps_subtracted": msg("eps is on the wrong side: the denominator is sqrt(v_hat) + eps (eps "
+                                          "added, so it never comes near 0), not sqrt(v_hat) - eps."),
                 }[variant]))
         raise Incorrect(tr("starting at p={p0} with gradients {grads}, torch.optim.AdamW gives {want}; yours "
                            "gave {got}.", p0=p0, grads=grads, want=[round(x, 6) for x in want],

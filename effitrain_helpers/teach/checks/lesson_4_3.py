@@ -194,6 +194,16 @@ def _check_tensor_bytes(fn) -> None:
         if n < 4096:
             raise Incorrect(tr("a tensor of {n} values is under min_8bit_size=4096: its two states stay float32 "
                                "({want} bytes); you gave {got:.0f}.", n=n, want=want, got=got))
+        if got == 8 * n:
+            if n == 4096 and as_number(fn(2 * n)) != 16 * n:  # 8-bit above 4096: only the boundary is wrong
+                raise Incorrect(tr("a tensor of exactly 4096 values is not under min_8bit_size=4096: its states "
+                                   "are 8-bit (the 32-bit side is n < 4096); you counted two float32 states."))
+            raise Incorrect(tr("for {n} values you counted two float32 states (8 bytes a value), the 32-bit "
+                               "state of a small tensor: from min_8bit_size=4096 values on, each state is one "
+                               "uint8 a value plus a float32 absmax per block of 256.", n=n))
+        if got == n + 4 * math.ceil(n / 256):
+            raise Incorrect(tr("for {n} values you counted one state; AdamW keeps two (exp_avg and exp_avg_sq), "
+                               "each with its own uint8 values and absmax.", n=n))
         if got == 2 * n:
             raise Incorrect(tr("for {n} values you counted the uint8 states only; add the float32 absmax of each "
                                "block of 256 values, for each of the two states.", n=n))
@@ -298,7 +308,7 @@ def _check_8bit_args(args) -> None:
     if not isinstance(args, TrainingArguments):
         raise Incorrect(tr("pass a TrainingArguments object; you gave {kind}.", kind=type(args).__name__))
     optim = str(getattr(args.optim, "value", args.optim))
-    if optim not in ("adamw_bnb_8bit", "adamw_8bit"):
+    if optim not in ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit"):  # Trainer's names for it (paged or not)
         raise Incorrect(tr("optim={optim!r} does not ask Trainer for bitsandbytes' 8-bit AdamW: use "
                            "optim='adamw_bnb_8bit'.", optim=optim))
     if not math.isclose(args.learning_rate, 1e-3):
