@@ -10,6 +10,7 @@ from transformers import DistilBertConfig
 from effitrain_helpers.teach.checks import lesson_3_1 as l31
 from effitrain_helpers.teach.checks import lesson_3_2 as l32
 from effitrain_helpers.teach.checks import lesson_3_3 as l33
+from verdicts import mistake, right
 
 
 def _by_hand(no_sync="all but the k-th", divide="loss", step="k-th", counted_from=1):
@@ -161,10 +162,9 @@ def test_3_1_q2_runs_the_learners_loop_in_two_processes():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(_q2_plain_backward, "accelerator.backward", marks=pytest.mark.judges("3.1 q2", "mistake")),
-    pytest.param(_q2_loader_not_prepared, "pass the DataLoader to accelerator.prepare",
-                 marks=pytest.mark.judges("3.1 q2", "mistake")),
-    pytest.param(_q2_no_k, "gradient_accumulation_steps=k", marks=pytest.mark.judges("3.1 q2", "mistake")),
+    mistake("3.1 q2", _q2_plain_backward, "accelerator.backward"),
+    mistake("3.1 q2", _q2_loader_not_prepared, "pass the DataLoader to accelerator.prepare"),
+    mistake("3.1 q2", _q2_no_k, "gradient_accumulation_steps=k"),
 ], ids=["loss-backward", "loader-not-prepared", "no-k"])
 def test_3_1_q2_names_each_mistake(answer, words):
     result = l31.q2.evaluate(answer)
@@ -183,9 +183,8 @@ def test_3_1_q2_reports_a_failing_function_in_one_line():
 
 @pytest.mark.parametrize("answer", [
     pytest.param((16, 4), id="the-solutions-values"),
-    pytest.param((16.0, 4.0), id="floats", marks=pytest.mark.judges("3.1 q3", "right")),
-    pytest.param([np.int64(16), torch.tensor(4)], id="a-list-numpy-and-torch",
-                 marks=pytest.mark.judges("3.1 q3", "right")),
+    right("3.1 q3", (16.0, 4.0), id="floats"),
+    right("3.1 q3", [np.int64(16), torch.tensor(4)], id="a-list-numpy-and-torch"),
 ])
 def test_3_1_q3_right(answer):
     per = 1000.0
@@ -194,12 +193,10 @@ def test_3_1_q3_right(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    pytest.param((32, 2), "more than the", marks=pytest.mark.judges("3.1 q3", "mistake")),
-    pytest.param((8, 8), "a larger micro-batch that divides 64 fits too",
-                 marks=pytest.mark.judges("3.1 q3", "mistake")),
-    pytest.param((20, 3), "does not divide 64", marks=pytest.mark.judges("3.1 q3", "mistake")),
-    pytest.param((16, 3), "3 micro-batches of 16 make 48 samples, not 64",
-                 marks=pytest.mark.judges("3.1 q3", "mistake")),  # k off by one
+    mistake("3.1 q3", (32, 2), "more than the"),
+    mistake("3.1 q3", (8, 8), "a larger micro-batch that divides 64 fits too"),
+    mistake("3.1 q3", (20, 3), "does not divide 64"),
+    mistake("3.1 q3", (16, 3), "3 micro-batches of 16 make 48 samples, not 64"),  # k off by one
     (16, "pair"),
 ], ids=["over-the-budget", "not-the-largest", "not-a-divisor", "k-off-by-one", "no-pair"])
 def test_3_1_q3_names_each_mistake(answer, words):
@@ -222,8 +219,8 @@ def _non_reentrant(model):  # the checkpoint function's options passed on, by ke
 
 
 @pytest.mark.parametrize("turn_on", [
-    pytest.param(_old_name, marks=pytest.mark.judges("3.2 q1", "right")),
-    pytest.param(_non_reentrant, marks=pytest.mark.judges("3.2 q1", "right")),
+    right("3.2 q1", _old_name),
+    right("3.2 q1", _non_reentrant),
 ], ids=["gradient-checkpointing-enable", "non-reentrant-kwargs"])
 def test_3_2_q1_right_another_way(turn_on):
     result = l32.q1.evaluate(turn_on)
@@ -245,11 +242,11 @@ def _layer_flags(model):
 
 
 @pytest.mark.parametrize("turn_on, words", [
-    pytest.param(lambda model: None, "still keeps every activation", marks=pytest.mark.judges("3.2 q1", "mistake")),
-    pytest.param(lambda model: model.eval(), "eval mode", marks=pytest.mark.judges("3.2 q1", "mistake")),
-    pytest.param(_config_flag, "model already built changes nothing", marks=pytest.mark.judges("3.2 q1", "mistake")),
-    pytest.param(_model_attribute, "attribute no layer reads", marks=pytest.mark.judges("3.2 q1", "mistake")),
-    pytest.param(_layer_flags, "set by hand", marks=pytest.mark.judges("3.2 q1", "mistake")),
+    mistake("3.2 q1", lambda model: None, "still keeps every activation"),
+    mistake("3.2 q1", lambda model: model.eval(), "eval mode"),
+    mistake("3.2 q1", _config_flag, "model already built changes nothing"),
+    mistake("3.2 q1", _model_attribute, "attribute no layer reads"),
+    mistake("3.2 q1", _layer_flags, "set by hand"),
 ], ids=["nothing", "eval-mode", "config-flag", "model-attribute", "layer-flags"])
 def test_3_2_q1_names_each_mistake(turn_on, words):
     result = l32.q1.evaluate(turn_on)
@@ -261,8 +258,8 @@ _Q2_CONFIG = DistilBertConfig(n_layers=2, dim=128, n_heads=4, hidden_dim=512)
 
 @pytest.mark.parametrize("answer", [
     pytest.param(2 * 8 * 64 * 128 * 4, id="an-int"),
-    pytest.param(2 * 8 * 64 * 128 * 4.0, id="a-float", marks=pytest.mark.judges("3.2 q2", "right")),
-    pytest.param(np.int64(524_288), id="numpy", marks=pytest.mark.judges("3.2 q2", "right")),
+    right("3.2 q2", 2 * 8 * 64 * 128 * 4.0, id="a-float"),
+    right("3.2 q2", np.int64(524_288), id="numpy"),
 ])
 def test_3_2_q2_right(answer):
     result = l32.q2.evaluate(answer, _Q2_CONFIG)
@@ -270,8 +267,8 @@ def test_3_2_q2_right(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(2 * 8 * 64 * 128, "numbers, not bytes", marks=pytest.mark.judges("3.2 q2", "mistake")),
-    pytest.param(8 * 64 * 128 * 4, "one layer's input", marks=pytest.mark.judges("3.2 q2", "mistake")),
+    mistake("3.2 q2", 2 * 8 * 64 * 128, "numbers, not bytes"),
+    mistake("3.2 q2", 8 * 64 * 128 * 4, "one layer's input"),
 ], ids=["values-not-bytes", "one-layer"])
 def test_3_2_q2_names_each_mistake(answer, words):
     result = l32.q2.evaluate(answer, _Q2_CONFIG)
@@ -311,8 +308,8 @@ def _by_index(blocks, x):  # right, another way: a while loop over indices, each
 
 @pytest.mark.parametrize("forward", [
     pytest.param(_checkpointed, id="the-solutions-form"),
-    pytest.param(_by_reduce, id="reduce", marks=pytest.mark.judges("3.2 q3", "right")),
-    pytest.param(_by_index, id="while-loop", marks=pytest.mark.judges("3.2 q3", "right")),
+    right("3.2 q3", _by_reduce, id="reduce"),
+    right("3.2 q3", _by_index, id="while-loop"),
 ])
 def test_3_2_q3_checkpointing_a_plain_module_right(forward):
     result = l32.q3.evaluate(forward)
@@ -359,14 +356,12 @@ def _use_reentrant_left_out(blocks, x):
 
 
 @pytest.mark.parametrize("forward, words", [
-    pytest.param(_plain, "as without checkpointing", marks=pytest.mark.judges("3.2 q3", "mistake")),
-    pytest.param(_half, "checkpoint every block", marks=pytest.mark.judges("3.2 q3", "mistake")),
-    pytest.param(_no_grad, "do not run the blocks under torch.no_grad()",
-                 marks=pytest.mark.judges("3.2 q3", "mistake")),
-    pytest.param(_skips_a_block, "output differs", marks=pytest.mark.judges("3.2 q3", "mistake")),
-    pytest.param(_reentrant, "the reentrant checkpoint", marks=pytest.mark.judges("3.2 q3", "mistake")),
-    pytest.param(_use_reentrant_left_out, "when use_reentrant is not passed",
-                 marks=pytest.mark.judges("3.2 q3", "mistake")),
+    mistake("3.2 q3", _plain, "as without checkpointing"),
+    mistake("3.2 q3", _half, "checkpoint every block"),
+    mistake("3.2 q3", _no_grad, "do not run the blocks under torch.no_grad()"),
+    mistake("3.2 q3", _skips_a_block, "output differs"),
+    mistake("3.2 q3", _reentrant, "the reentrant checkpoint"),
+    mistake("3.2 q3", _use_reentrant_left_out, "when use_reentrant is not passed"),
 ], ids=["no-checkpoint", "half-checkpointed", "no-grad", "skips-a-block", "reentrant", "use-reentrant-left-out"])
 def test_3_2_q3_names_each_mistake(forward, words):
     result = l32.q3.evaluate(forward)
@@ -483,14 +478,13 @@ def _local_sgd_prepared_one_by_one(model, optimizer, dataset, k):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(_local_sgd(batch_size=5), "the steps took batches of [5] rows; the exercise's batches are 4",
-                 marks=[pytest.mark.exhaustive, pytest.mark.judges("3.2 q4", "mistake")]),
-    pytest.param(_local_sgd(zero_grad=False), "began with the gradients of earlier batches",
-                 marks=pytest.mark.judges("3.2 q4", "mistake")),
-    pytest.param(_local_sgd(another_way=True), "", marks=[pytest.mark.exhaustive,
-                                                          pytest.mark.judges("3.2 q4", "right")]),
-    pytest.param(_local_sgd_prepared_one_by_one, "", marks=[pytest.mark.exhaustive,
-                                                            pytest.mark.judges("3.2 q4", "right")]),
+    mistake("3.2 q4",
+            _local_sgd(batch_size=5),
+            "the steps took batches of [5] rows; the exercise's batches are 4",
+            marks=pytest.mark.exhaustive),
+    mistake("3.2 q4", _local_sgd(zero_grad=False), "began with the gradients of earlier batches"),
+    right("3.2 q4", _local_sgd(another_way=True), "", marks=pytest.mark.exhaustive),
+    right("3.2 q4", _local_sgd_prepared_one_by_one, "", marks=pytest.mark.exhaustive),
 ], ids=["batches-of-5", "no-zero-grad", "right-another-way", "right-prepared-one-by-one"])
 def test_3_2_q4_names_the_batch_and_zero_grad(answer, words):
     result = l32.q4.evaluate(answer)
@@ -545,8 +539,8 @@ def test_3_2_q4_counts_the_averages_of_a_local_sgd_loop_in_two_processes():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(_local_sgd_plain_ddp, "plain data parallelism", marks=pytest.mark.judges("3.2 q4", "mistake")),
-    pytest.param(_local_sgd_no_step, "local_sgd.step()", marks=pytest.mark.judges("3.2 q4", "mistake")),
+    mistake("3.2 q4", _local_sgd_plain_ddp, "plain data parallelism"),
+    mistake("3.2 q4", _local_sgd_no_step, "local_sgd.step()"),
 ], ids=["plain-ddp", "no-local-sgd-step"])
 def test_3_2_q4_names_plain_ddp_and_a_missing_step(answer, words):
     result = l32.q4.evaluate(answer)
@@ -561,8 +555,8 @@ def _bf16_next_after_one():  # right, another way: measured, the next bfloat16 a
 @pytest.mark.parametrize("answer", [
     pytest.param(torch.finfo(torch.bfloat16).eps, id="the-solutions-value"),
     pytest.param(2**-7, id="a-power-of-two"),
-    pytest.param(np.float32(2**-7), id="numpy-float32", marks=pytest.mark.judges("3.3 q1", "right")),
-    pytest.param(_bf16_next_after_one(), id="nextafter", marks=pytest.mark.judges("3.3 q1", "right")),
+    right("3.3 q1", np.float32(2**-7), id="numpy-float32"),
+    right("3.3 q1", _bf16_next_after_one(), id="nextafter"),
 ])
 def test_3_3_q1_right(answer):
     result = l33.q1.evaluate(answer)
@@ -570,11 +564,10 @@ def test_3_3_q1_right(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(torch.finfo(torch.float16).eps, "float16's gap", marks=pytest.mark.judges("3.3 q1", "mistake")),
-    pytest.param(torch.finfo(torch.float32).eps, "float32's gap", marks=pytest.mark.judges("3.3 q1", "mistake")),
-    pytest.param(torch.finfo(torch.bfloat16).resolution, "finfo's resolution",
-                 marks=pytest.mark.judges("3.3 q1", "mistake")),
-    pytest.param(2**-8, "the leading 1 is implicit", marks=pytest.mark.judges("3.3 q1", "mistake")),
+    mistake("3.3 q1", torch.finfo(torch.float16).eps, "float16's gap"),
+    mistake("3.3 q1", torch.finfo(torch.float32).eps, "float32's gap"),
+    mistake("3.3 q1", torch.finfo(torch.bfloat16).resolution, "finfo's resolution"),
+    mistake("3.3 q1", 2**-8, "the leading 1 is implicit"),
 ], ids=["float16-eps", "float32-eps", "resolution", "implicit-bit-counted"])
 def test_3_3_q1_names_each_mistake(answer, words):
     result = l33.q1.evaluate(answer)
@@ -587,9 +580,9 @@ def test_3_3_q2_the_smallest_surviving_scale():
 
 @pytest.mark.parametrize("answer", [
     pytest.param(4, id="an-int"),
-    pytest.param(2.0**2, id="a-float-power", marks=pytest.mark.judges("3.3 q2", "right")),
-    pytest.param(torch.tensor(4), id="a-tensor", marks=pytest.mark.judges("3.3 q2", "right")),
-    pytest.param(np.int64(4), id="numpy", marks=pytest.mark.judges("3.3 q2", "right")),
+    right("3.3 q2", 2.0**2, id="a-float-power"),
+    right("3.3 q2", torch.tensor(4), id="a-tensor"),
+    right("3.3 q2", np.int64(4), id="numpy"),
 ])
 def test_3_3_q2_right(answer):
     result = l33.q2.evaluate(answer)
@@ -597,9 +590,9 @@ def test_3_3_q2_right(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    pytest.param(2**16, "smaller power", marks=pytest.mark.judges("3.3 q2", "mistake")),  # GradScaler's default
-    pytest.param(2, "still rounds to 0", marks=pytest.mark.judges("3.3 q2", "mistake")),
-    pytest.param(3, "power of two", marks=pytest.mark.judges("3.3 q2", "mistake")),
+    mistake("3.3 q2", 2**16, "smaller power"),  # GradScaler's default
+    mistake("3.3 q2", 2, "still rounds to 0"),
+    mistake("3.3 q2", 3, "power of two"),
 ], ids=["gradscalers-default", "too-small", "not-a-power-of-two"])
 def test_3_3_q2_names_each_mistake(answer, words):
     result = l33.q2.evaluate(answer)
@@ -635,8 +628,8 @@ def _q3_positional(model, batch):  # right, another way: every argument by posit
 
 @pytest.mark.parametrize("fn", [
     pytest.param(_q3_right, id="the-solutions-form"),
-    pytest.param(_q3_device_module, id="torch-amp-autocast", marks=pytest.mark.judges("3.3 q3", "right")),
-    pytest.param(_q3_positional, id="positional", marks=pytest.mark.judges("3.3 q3", "right")),
+    right("3.3 q3", _q3_device_module, id="torch-amp-autocast"),
+    right("3.3 q3", _q3_positional, id="positional"),
 ])
 def test_3_3_q3_a_forward_pass_in_the_hardwares_16_bit_type(fn):
     result = l33.q3.evaluate(fn)
@@ -679,15 +672,13 @@ _OTHER_TYPE_SAID = "GradScaler" if _DEVICE == "cpu" and _low()[1] == torch.float
 
 
 @pytest.mark.parametrize("fn, words", [
-    pytest.param(_q3_model_converted_only, "mixed precision keeps float32 weights",
-                 marks=pytest.mark.judges("3.3 q3", "mistake")),
-    pytest.param(_q3_dtype_as_a_string, "not its name in a string", marks=pytest.mark.judges("3.3 q3", "mistake")),
-    pytest.param(_q3_model_to_a_string, "not its name in a string", marks=pytest.mark.judges("3.3 q3", "mistake")),
-    pytest.param(_q3_no_autocast, "inside torch.autocast", marks=pytest.mark.judges("3.3 q3", "mistake")),
-    pytest.param(_q3_other_type, _OTHER_TYPE_SAID, marks=pytest.mark.judges("3.3 q3", "mistake")),
-    pytest.param(_q3_converted_model, "mixed precision keeps float32 weights",
-                 marks=pytest.mark.judges("3.3 q3", "mistake")),
-    pytest.param(_q3_argmax, "return model(**batch).logits", marks=pytest.mark.judges("3.3 q3", "mistake")),
+    mistake("3.3 q3", _q3_model_converted_only, "mixed precision keeps float32 weights"),
+    mistake("3.3 q3", _q3_dtype_as_a_string, "not its name in a string"),
+    mistake("3.3 q3", _q3_model_to_a_string, "not its name in a string"),
+    mistake("3.3 q3", _q3_no_autocast, "inside torch.autocast"),
+    mistake("3.3 q3", _q3_other_type, _OTHER_TYPE_SAID),
+    mistake("3.3 q3", _q3_converted_model, "mixed precision keeps float32 weights"),
+    mistake("3.3 q3", _q3_argmax, "return model(**batch).logits"),
 ], ids=["model-to-bfloat16", "dtype-as-a-string", "model-to-a-string", "no-autocast", "other-16-bit-type",
         "model-and-inputs-converted", "argmax"])
 def test_3_3_q3_names_each_mistake(fn, words):
@@ -742,8 +733,8 @@ def _fp16_step_unscaled_first(model, optimizer, scaler, x):
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_fp16_step_cleared_first, marks=pytest.mark.judges("3.3 q4", "right")),
-    pytest.param(_fp16_step_unscaled_first, marks=pytest.mark.judges("3.3 q4", "right")),
+    right("3.3 q4", _fp16_step_cleared_first),
+    right("3.3 q4", _fp16_step_unscaled_first),
 ], ids=["zero-grad-first", "unscale-first"])
 def test_3_3_q4_right_another_way(fn):
     result = l33.q4.evaluate(fn)
@@ -852,8 +843,8 @@ def _bf16_by_index(model, optimizer, loader):
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_bf16_prepared_one_by_one, marks=pytest.mark.judges("3.3 q5", "right")),
-    pytest.param(_bf16_by_index, marks=pytest.mark.judges("3.3 q5", "right")),
+    right("3.3 q5", _bf16_prepared_one_by_one),
+    right("3.3 q5", _bf16_by_index),
 ], ids=["prepared-one-by-one", "by-index"])
 def test_3_3_q5_right_another_way(fn):
     result = l33.q5.evaluate(fn)

@@ -13,6 +13,7 @@ from effitrain_helpers.teach.checks import lesson_4_1 as l41
 from effitrain_helpers.teach.checks import lesson_4_2 as l42
 from effitrain_helpers.teach.checks import lesson_4_3 as l43
 from effitrain_helpers.teach.exercises import ____
+from verdicts import mistake, right
 
 
 def _status(exercise, *answers):
@@ -62,8 +63,8 @@ def _state_bytes_by_storage(model):
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_state_bytes_by_nbytes, marks=pytest.mark.judges("4.1 q1", "right")),
-    pytest.param(_state_bytes_by_storage, marks=pytest.mark.judges("4.1 q1", "right")),
+    right("4.1 q1", _state_bytes_by_nbytes),
+    right("4.1 q1", _state_bytes_by_storage),
 ], ids=["nbytes-loop", "real-backward-storage"])
 def test_4_1_q1_state_bytes_right_another_way(fn):
     result = _status(l41.q1, fn)
@@ -171,8 +172,8 @@ def _as_torch_writes_it(p, grads):
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_with_torch, marks=pytest.mark.judges("4.1 q2", "right")),
-    pytest.param(_as_torch_writes_it, marks=pytest.mark.judges("4.1 q2", "right")),
+    right("4.1 q2", _with_torch),
+    right("4.1 q2", _as_torch_writes_it),
 ], ids=["torch-adamw", "torch-formula"])
 def test_4_1_q2_right_another_way(fn):
     result = _status(l41.q2, fn)
@@ -200,20 +201,19 @@ def _slip(p, grads, slip):
 
 
 @pytest.mark.parametrize("fn, words", [
-    pytest.param(lambda p, g: _by_hand(p, g, bias_correction=False), "skipped the bias correction",
-                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="no-bias-correction"),
-    pytest.param(lambda p, g: _by_hand(p, g, coupled=True), "Adam with L2 regularisation",
-                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="adam-l2-coupled"),
-    pytest.param(lambda p, g: _slip(p, g, "decay after"), "decay the parameter before the Adam update",
-                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="decay-after"),
-    pytest.param(lambda p, g: _slip(p, g, "eps inside"), "not inside it",
-                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="eps-inside-the-root"),
-    pytest.param(lambda p, g: _slip(p, g, "eps subtracted"), "not sqrt(v_hat) - eps",
-                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="eps-subtracted"),
-    pytest.param(lambda p, g: _slip(p, g, "t from 0"), "count the steps from 1",
-                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="t-from-0"),
-    pytest.param(lambda p, g: _slip(p, g, "no eps"), "eps is what keeps the step finite",
-                 marks=pytest.mark.judges("4.1 q2", "mistake"), id="no-eps"),
+    mistake("4.1 q2",
+            lambda p, g: _by_hand(p, g, bias_correction=False),
+            "skipped the bias correction",
+            id="no-bias-correction"),
+    mistake("4.1 q2", lambda p, g: _by_hand(p, g, coupled=True), "Adam with L2 regularisation", id="adam-l2-coupled"),
+    mistake("4.1 q2",
+            lambda p, g: _slip(p, g, "decay after"),
+            "decay the parameter before the Adam update",
+            id="decay-after"),
+    mistake("4.1 q2", lambda p, g: _slip(p, g, "eps inside"), "not inside it", id="eps-inside-the-root"),
+    mistake("4.1 q2", lambda p, g: _slip(p, g, "eps subtracted"), "not sqrt(v_hat) - eps", id="eps-subtracted"),
+    mistake("4.1 q2", lambda p, g: _slip(p, g, "t from 0"), "count the steps from 1", id="t-from-0"),
+    mistake("4.1 q2", lambda p, g: _slip(p, g, "no eps"), "eps is what keeps the step finite", id="no-eps"),
 ])
 def test_4_1_q2_names_each_mistake(fn, words):
     result = _status(l41.q2, fn)
@@ -260,9 +260,10 @@ def _groups_by_module_type(model):
 
 
 @pytest.mark.parametrize("make", [
-    pytest.param(lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW([{**g, "lr": lr} for g in groups])),
-                 marks=pytest.mark.judges("4.1 q3", "right"), id="the-rate-in-each-group"),
-    pytest.param(_groups_by_module_type, marks=pytest.mark.judges("4.1 q3", "right"), id="by-module-type"),
+    right("4.1 q3",
+          lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW([{**g, "lr": lr} for g in groups])),
+          id="the-rate-in-each-group"),
+    right("4.1 q3", _groups_by_module_type, id="by-module-type"),
 ])
 def test_4_1_q3_right_another_way(make):
     result = _status(l41.q3, make)
@@ -270,22 +271,31 @@ def test_4_1_q3_right_another_way(make):
 
 
 @pytest.mark.parametrize("make, words", [
-    pytest.param(lambda m: torch.optim.AdamW(m.parameters(), lr=l41.Q3_LR, weight_decay=0.05),
-                 "linear.bias was decayed", marks=pytest.mark.judges("4.1 q3", "mistake"), id="everything-decayed"),
-    pytest.param(lambda m: _groups(m, no_decay=lambda n: n.endswith("bias")), "norm.weight was decayed",
-                 marks=pytest.mark.judges("4.1 q3", "mistake"), id="layernorm-decayed"),
+    mistake("4.1 q3",
+            lambda m: torch.optim.AdamW(m.parameters(), lr=l41.Q3_LR, weight_decay=0.05),
+            "linear.bias was decayed",
+            id="everything-decayed"),
+    mistake("4.1 q3",
+            lambda m: _groups(m, no_decay=lambda n: n.endswith("bias")),
+            "norm.weight was decayed",
+            id="layernorm-decayed"),
     pytest.param(lambda m: _groups(m, weight_decay=0.0), "was not decayed", id="no-decay"),
     pytest.param(lambda m: _groups(m, weight_decay=0.1), "0.1", id="another-decay"),
     pytest.param(lambda m: _groups(m, lr=1e-2), "lr=0.002", id="another-rate"),
-    pytest.param(lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW(groups)), "use lr=0.002",
-                 marks=pytest.mark.judges("4.1 q3", "mistake"), id="no-rate"),  # issue 41: the default was the rate
-    pytest.param(lambda m: _groups(m, weight_decay=0.01), "decayed with weight_decay 0.01",
-                 marks=pytest.mark.judges("4.1 q3", "mistake"), id="torchs-default-decay"),  # passed before
-    pytest.param(lambda m: _groups(m, cls=torch.optim.Adam), "L2", marks=pytest.mark.judges("4.1 q3", "mistake"),
-                 id="adam-coupled-decay"),
+    mistake("4.1 q3",
+            lambda m: _groups(m, cls=lambda groups, lr: torch.optim.AdamW(groups)),
+            "use lr=0.002",
+            id="no-rate"),  # issue 41: the default was the rate
+    mistake("4.1 q3",
+            lambda m: _groups(m, weight_decay=0.01),
+            "decayed with weight_decay 0.01",
+            id="torchs-default-decay"),  # passed before
+    mistake("4.1 q3", lambda m: _groups(m, cls=torch.optim.Adam), "L2", id="adam-coupled-decay"),
     pytest.param(lambda m: torch.optim.SGD(m.parameters(), lr=l41.Q3_LR), "SGD", id="sgd"),
-    pytest.param(lambda m: torch.optim.AdamW([p for n, p in m.named_parameters() if "norm" not in n]),
-                 "norm.weight", marks=pytest.mark.judges("4.1 q3", "mistake"), id="a-parameter-left-out"),
+    mistake("4.1 q3",
+            lambda m: torch.optim.AdamW([p for n, p in m.named_parameters() if "norm" not in n]),
+            "norm.weight",
+            id="a-parameter-left-out"),
 ])
 def test_4_1_q3_names_each_mistake(make, words):
     result = _status(l41.q3, make)
@@ -313,8 +323,8 @@ def test_4_2_q1_second_moment_numel():
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_numel_by_means, marks=pytest.mark.judges("4.2 q1", "right")),
-    pytest.param(_numel_by_division, marks=pytest.mark.judges("4.2 q1", "right")),
+    right("4.2 q1", _numel_by_means),
+    right("4.2 q1", _numel_by_division),
 ], ids=["means-of-a-meta-tensor", "full-size-divided"])
 def test_4_2_q1_right_another_way(fn):
     result = _status(l42.q1, fn)
@@ -322,13 +332,13 @@ def test_4_2_q1_right_another_way(fn):
 
 
 @pytest.mark.parametrize("fn, words", [
-    pytest.param(lambda s: math.prod(s), "what Adam keeps", marks=pytest.mark.judges("4.2 q1", "mistake"),
-                 id="adams-full-size"),
+    mistake("4.2 q1", lambda s: math.prod(s), "what Adam keeps", id="adams-full-size"),
     pytest.param(lambda s: s[0] if len(s) < 2 else s[0] * 2, "rows and", id="rows-twice"),
-    pytest.param(lambda s: s[0] if len(s) < 2 else s[-2] + s[-1], "leading dimensions",
-                 marks=pytest.mark.judges("4.2 q1", "mistake"), id="leading-dimensions-dropped"),
-    pytest.param(lambda s: 1 if len(s) < 2 else _numel_right(s), "cannot be factored",
-                 marks=pytest.mark.judges("4.2 q1", "mistake"), id="a-vector-factored"),
+    mistake("4.2 q1",
+            lambda s: s[0] if len(s) < 2 else s[-2] + s[-1],
+            "leading dimensions",
+            id="leading-dimensions-dropped"),
+    mistake("4.2 q1", lambda s: 1 if len(s) < 2 else _numel_right(s), "cannot be factored", id="a-vector-factored"),
 ])
 def test_4_2_q1_names_each_mistake(fn, words):
     result = _status(l42.q1, fn)
@@ -346,11 +356,13 @@ def test_4_2_q2_adafactor_judged_by_three_real_steps():
 
 
 @pytest.mark.parametrize("make", [
-    pytest.param(lambda params: Adafactor(list(params), 0.001, relative_step=False, scale_parameter=False),
-                 marks=pytest.mark.judges("4.2 q2", "right"), id="lr-by-position-warmup-init-left-at-default"),
-    pytest.param(functools.partial(Adafactor, lr=1e-3, beta1=None, scale_parameter=False, relative_step=False,
+    right("4.2 q2",
+          lambda params: Adafactor(list(params), 0.001, relative_step=False, scale_parameter=False),
+          id="lr-by-position-warmup-init-left-at-default"),
+    right("4.2 q2",
+          functools.partial(Adafactor, lr=1e-3, beta1=None, scale_parameter=False, relative_step=False,
                                    warmup_init=False, weight_decay=0.0),
-                 marks=pytest.mark.judges("4.2 q2", "right"), id="functools-partial-defaults-spelled-out"),
+          id="functools-partial-defaults-spelled-out"),
 ])
 def test_4_2_q2_right_another_way(make):
     result = _status(l42.q2, make)
@@ -358,15 +370,14 @@ def test_4_2_q2_right_another_way(make):
 
 
 @pytest.mark.parametrize("make, words", [
-    pytest.param(lambda params: Adafactor(params), "chose itself", marks=pytest.mark.judges("4.2 q2", "mistake"),
-                 id="defaults"),
-    pytest.param(lambda params: Adafactor(params, lr=1e-3), "refused a learning rate",
-                 marks=pytest.mark.judges("4.2 q2", "mistake"), id="lr-with-relative-step"),
-    pytest.param(_adafactor(scale_parameter=True), "chose itself", marks=pytest.mark.judges("4.2 q2", "mistake"),
-                 id="scale-parameter-left-on"),
+    mistake("4.2 q2", lambda params: Adafactor(params), "chose itself", id="defaults"),
+    mistake("4.2 q2",
+            lambda params: Adafactor(params, lr=1e-3),
+            "refused a learning rate",
+            id="lr-with-relative-step"),
+    mistake("4.2 q2", _adafactor(scale_parameter=True), "chose itself", id="scale-parameter-left-on"),
     pytest.param(_adafactor(lr=1e-2), "lr=0.01", id="another-rate"),
-    pytest.param(_adafactor(beta1=0.9), "first moment", marks=pytest.mark.judges("4.2 q2", "mistake"),
-                 id="a-first-moment"),
+    mistake("4.2 q2", _adafactor(beta1=0.9), "first moment", id="a-first-moment"),
     pytest.param(_adafactor(weight_decay=0.1), "differ", id="weight-decay"),
     pytest.param(lambda params: torch.optim.AdamW(params), "transformers.Adafactor", id="adamw"),
 ])
@@ -429,8 +440,8 @@ def _adafactor_bytes_by_backward(model):
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_adafactor_bytes_by_nbytes, marks=pytest.mark.judges("4.2 q3", "right")),
-    pytest.param(_adafactor_bytes_by_backward, marks=pytest.mark.judges("4.2 q3", "right")),
+    right("4.2 q3", _adafactor_bytes_by_nbytes),
+    right("4.2 q3", _adafactor_bytes_by_backward),
 ], ids=["nbytes-loop", "real-backward"])
 def test_4_2_q3_state_bytes_right_another_way(fn):
     result = _status(l42.q3, fn)
@@ -533,8 +544,8 @@ def _8bit_by_tensors(n):  # right, another way: the bytes of empty tensors shape
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_8bit_by_state, marks=pytest.mark.judges("4.3 q2", "right")),
-    pytest.param(_8bit_by_tensors, marks=pytest.mark.judges("4.3 q2", "right")),
+    right("4.3 q2", _8bit_by_state),
+    right("4.3 q2", _8bit_by_tensors),
 ], ids=["state-by-state", "meta-tensors"])
 def test_4_3_q2_right_another_way(fn):
     result = _status(l43.q2, fn)
@@ -542,18 +553,24 @@ def test_4_3_q2_right_another_way(fn):
 
 
 @pytest.mark.parametrize("fn, words", [
-    pytest.param(lambda n: 8 * n if n < 4096 else 2 * n, "add the float32 absmax",
-                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="no-absmax"),
-    pytest.param(lambda n: 8 * n if n < 4096 else 2 * n + 8 * (n // 256), "round the number",
-                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="blocks-rounded-down"),
-    pytest.param(lambda n: 2 * n + 8 * math.ceil(n / 256), "under min_8bit_size",
-                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="small-tensors-8-bit"),
-    pytest.param(lambda n: 8 * n, "you counted two float32 states (8 bytes a value)",
-                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="32-bit-for-every-tensor"),
-    pytest.param(lambda n: 8 * n if n <= 4096 else 2 * n + 8 * math.ceil(n / 256), "exactly 4096 values",
-                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="boundary-off-by-one"),
-    pytest.param(lambda n: 8 * n if n < 4096 else n + 4 * math.ceil(n / 256), "you counted one state",
-                 marks=pytest.mark.judges("4.3 q2", "mistake"), id="one-state"),
+    mistake("4.3 q2", lambda n: 8 * n if n < 4096 else 2 * n, "add the float32 absmax", id="no-absmax"),
+    mistake("4.3 q2",
+            lambda n: 8 * n if n < 4096 else 2 * n + 8 * (n // 256),
+            "round the number",
+            id="blocks-rounded-down"),
+    mistake("4.3 q2", lambda n: 2 * n + 8 * math.ceil(n / 256), "under min_8bit_size", id="small-tensors-8-bit"),
+    mistake("4.3 q2",
+            lambda n: 8 * n,
+            "you counted two float32 states (8 bytes a value)",
+            id="32-bit-for-every-tensor"),
+    mistake("4.3 q2",
+            lambda n: 8 * n if n <= 4096 else 2 * n + 8 * math.ceil(n / 256),
+            "exactly 4096 values",
+            id="boundary-off-by-one"),
+    mistake("4.3 q2",
+            lambda n: 8 * n if n < 4096 else n + 4 * math.ceil(n / 256),
+            "you counted one state",
+            id="one-state"),
 ])
 def test_4_3_q2_names_each_mistake(fn, words):
     result = _status(l43.q2, fn)
@@ -587,11 +604,13 @@ def test_4_3_q3_names_in_32_bit():
 
 
 @pytest.mark.parametrize("answer", [
-    pytest.param(["1.bias", "0.bias", "1.weight"], marks=pytest.mark.judges("4.3 q3", "right"), id="a-list"),
-    pytest.param({name: shape for name, shape in l43.Q3_SHAPES.items() if math.prod(shape) <= 4095}.keys(),
-                 marks=pytest.mark.judges("4.3 q3", "right"), id="a-dicts-keys"),
-    pytest.param(frozenset(n for n, s in l43.Q3_SHAPES.items() if torch.empty(s, device="meta").numel() < 4096),
-                 marks=pytest.mark.judges("4.3 q3", "right"), id="a-frozenset"),
+    right("4.3 q3", ["1.bias", "0.bias", "1.weight"], id="a-list"),
+    right("4.3 q3",
+          {name: shape for name, shape in l43.Q3_SHAPES.items() if math.prod(shape) <= 4095}.keys(),
+          id="a-dicts-keys"),
+    right("4.3 q3",
+          frozenset(n for n, s in l43.Q3_SHAPES.items() if torch.empty(s, device="meta").numel() < 4096),
+          id="a-frozenset"),
 ])
 def test_4_3_q3_right_another_way(answer):
     result = _status(l43.q3, answer)
@@ -599,10 +618,8 @@ def test_4_3_q3_right_another_way(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    pytest.param({"0.weight", "0.bias", "1.weight", "1.bias"}, "4096 values",
-                 marks=pytest.mark.judges("4.3 q3", "mistake"), id="exactly-4096-taken-as-under"),
-    pytest.param({"0.bias", "1.weight", "1.bias", "2.weight"}, "not the length",
-                 marks=pytest.mark.judges("4.3 q3", "mistake"), id="one-side-under-4096"),
+    mistake("4.3 q3", {"0.weight", "0.bias", "1.weight", "1.bias"}, "4096 values", id="exactly-4096-taken-as-under"),
+    mistake("4.3 q3", {"0.bias", "1.weight", "1.bias", "2.weight"}, "not the length", id="one-side-under-4096"),
     pytest.param({"0.bias"}, "missing", id="missing"),
     pytest.param({"fc.bias"}, "not parameter names", id="unknown-name"),
     pytest.param("0.bias", "set of parameter names", id="a-string"),
@@ -654,8 +671,8 @@ def _eight_bits_by_option(layer):  # right, another way: bitsandbytes' AdamW ask
 
 
 @pytest.mark.parametrize("fn", [
-    pytest.param(_counted_by_hand, marks=pytest.mark.judges("4.3 q4", "right")),
-    pytest.param(_eight_bits_by_option, marks=pytest.mark.judges("4.3 q4", "right")),
+    right("4.3 q4", _counted_by_hand),
+    right("4.3 q4", _eight_bits_by_option),
 ], ids=["counted-by-hand", "adamw-optim-bits-8"])
 def test_4_3_q4_right_another_way(fn):
     pytest.importorskip("bitsandbytes")
@@ -670,15 +687,20 @@ def _bnb(name):
 
 
 @pytest.mark.parametrize("fn, words", [
-    pytest.param(lambda layer: _adamw8bit_state(layer, step=False), "state is empty",
-                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="no-step"),
-    pytest.param(lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW), "not uint8",
-                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="torchs-32-bit-adamw"),
-    pytest.param(lambda layer: _adamw8bit_state(layer, cls=_bnb("AdamW"), optim_bits=32), "not uint8",
-                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="bitsandbytes-32-bit-adamw"),
+    mistake("4.3 q4", lambda layer: _adamw8bit_state(layer, step=False), "state is empty", id="no-step"),
+    mistake("4.3 q4",
+            lambda layer: _adamw8bit_state(layer, cls=torch.optim.AdamW),
+            "not uint8",
+            id="torchs-32-bit-adamw"),
+    mistake("4.3 q4",
+            lambda layer: _adamw8bit_state(layer, cls=_bnb("AdamW"), optim_bits=32),
+            "not uint8",
+            id="bitsandbytes-32-bit-adamw"),
     pytest.param(lambda layer: _adamw8bit_state(layer, min_8bit_size=16), "bias", id="min-8bit-size-changed"),
-    pytest.param(lambda layer: _adamw8bit_state(layer, count=32768), "measured_bytes=32,768",
-                 marks=pytest.mark.judges("4.3 q4", "mistake"), id="uint8-values-only"),
+    mistake("4.3 q4",
+            lambda layer: _adamw8bit_state(layer, count=32768),
+            "measured_bytes=32,768",
+            id="uint8-values-only"),
     pytest.param(lambda layer: _adamw8bit_state(layer, lr=2e-3), "asks for 1e-3", id="another-rate"),  # issue 41
 ])
 def test_4_3_q4_names_each_mistake(fn, words):
@@ -712,9 +734,10 @@ def test_4_3_q5_trainer_args():
 
 
 @pytest.mark.parametrize("settings", [
-    pytest.param(dict(report_to=[], optim="adamw_8bit", weight_decay=1e-2, learning_rate=0.001),
-                 marks=pytest.mark.judges("4.3 q5", "right"), id="another-name-and-numbers"),
-    pytest.param(dict(optim="paged_adamw_8bit"), marks=pytest.mark.judges("4.3 q5", "right"), id="paged"),
+    right("4.3 q5",
+          dict(report_to=[], optim="adamw_8bit", weight_decay=1e-2, learning_rate=0.001),
+          id="another-name-and-numbers"),
+    right("4.3 q5", dict(optim="paged_adamw_8bit"), id="paged"),
     pytest.param(dict(optim=OptimizerNames.ADAMW_BNB, learning_rate=10**-3), id="the-enum"),
 ])
 def test_4_3_q5_right_another_way(settings):
@@ -723,16 +746,17 @@ def test_4_3_q5_right_another_way(settings):
 
 
 @pytest.mark.parametrize("settings, words", [
-    pytest.param(dict(optim="adamw_torch"), "adamw_bnb_8bit", marks=pytest.mark.judges("4.3 q5", "mistake"),
-                 id="torchs-adamw"),
-    pytest.param(dict(optim="paged_adamw_32bit"), "does not ask Trainer for bitsandbytes' 8-bit AdamW",
-                 marks=pytest.mark.judges("4.3 q5", "mistake"), id="bitsandbytes-32-bit-adamw"),
-    pytest.param(dict(optim="adamw_torch_8bit"), "does not ask Trainer for bitsandbytes' 8-bit AdamW",
-                 marks=pytest.mark.judges("4.3 q5", "mistake"), id="torchaos-8-bit-adamw"),
-    pytest.param(dict(weight_decay=0.0), "weight_decay", marks=pytest.mark.judges("4.3 q5", "mistake"),
-                 id="trainers-default-decay"),
-    pytest.param(dict(use_cpu=False), "use_cpu is left False", marks=pytest.mark.judges("4.3 q5", "mistake"),
-                 id="not-on-the-cpu"),  # issue 41: passed before
+    mistake("4.3 q5", dict(optim="adamw_torch"), "adamw_bnb_8bit", id="torchs-adamw"),
+    mistake("4.3 q5",
+            dict(optim="paged_adamw_32bit"),
+            "does not ask Trainer for bitsandbytes' 8-bit AdamW",
+            id="bitsandbytes-32-bit-adamw"),
+    mistake("4.3 q5",
+            dict(optim="adamw_torch_8bit"),
+            "does not ask Trainer for bitsandbytes' 8-bit AdamW",
+            id="torchaos-8-bit-adamw"),
+    mistake("4.3 q5", dict(weight_decay=0.0), "weight_decay", id="trainers-default-decay"),
+    mistake("4.3 q5", dict(use_cpu=False), "use_cpu is left False", id="not-on-the-cpu"),  # issue 41: passed before
     pytest.param(dict(report_to="none_"), "reports to no tracker", id="a-tracker"),
 ])
 def test_4_3_q5_names_each_mistake(settings, words):
@@ -866,8 +890,8 @@ def _paged(ps, lr):
 
 
 @pytest.mark.parametrize("build", [
-    pytest.param(_by_table, marks=pytest.mark.judges("4.3 q1", "right"), id="a-table-adamw-optim-bits-8"),
-    pytest.param(_builder(adamw8bit=_paged), marks=pytest.mark.judges("4.3 q1", "right"), id="paged-adamw8bit"),
+    right("4.3 q1", _by_table, id="a-table-adamw-optim-bits-8"),
+    right("4.3 q1", _builder(adamw8bit=_paged), id="paged-adamw8bit"),
 ])
 def test_4_3_q1_right_another_way(build):
     pytest.importorskip("bitsandbytes")
