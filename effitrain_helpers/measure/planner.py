@@ -346,7 +346,7 @@ def plan(model: Model, cluster: Cluster, global_batch_tokens: float, fixed: dict
     fitting = [e for e in estimates if e.fits]
     if not fitting:
         least = min(estimates, key=lambda e: e.total)
-        raise ValueError(tr("{parameters:g} parameters do not fit on {devices} devices of {memory:g} GB in any "
+        raise ValueError(tr("{parameters:,.0f} parameters do not fit on {devices} devices of {memory:g} GB in any "
                             "configuration: the smallest ({name}) needs {need:.1f} GB per device, {usable:.1f} GB "
                             "usable. Fix: more devices, more memory per device, or a smaller model or sequence.",
                             parameters=model.parameters, devices=cluster.devices, memory=cluster.memory_gb,

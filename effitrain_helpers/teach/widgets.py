@@ -7,7 +7,7 @@ and the table and plot below it are redrawn from a fresh measurement.
 
 from __future__ import annotations
 
-from effitrain_helpers.core.language import tr
+from effitrain_helpers.core.language import styled, tr
 from effitrain_helpers.measure.bench import DTYPES, results_table, run_benchmark
 from effitrain_helpers.core.devices import available_devices
 
@@ -154,7 +154,7 @@ def optimizer_widget(steps: int = 60, optimizers: tuple[str, ...] = ("adamw", "a
                 print(tr("Cannot run that: {err}", err=err))
                 return None
             out.clear_output()
-            display(comparison_frame(result).round(4))
+            display(styled(comparison_frame(result).round(4)))
             print(comparison_caption(result))
             fig = plot_optimizer_comparison(result)
             display(fig)

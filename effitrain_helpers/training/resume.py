@@ -97,6 +97,15 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+class NotBeingWritten(ValueError):
+    """:func:`seal` was given a folder that is no checkpoint being written (never one, or already sealed)."""
+
+
+class RankFilesMissing(ValueError):
+    """:func:`seal` found a rank's own file missing: that rank never saved, has not finished, or seal was told of
+    more processes than saved. Its own class, so a checker can tell it in any language."""
+
+
 def seal(folder, world_size: int, per_rank: str = "random_states_{rank}.pkl") -> Path:
     """Make the checkpoint written into ``partial_folder(root, step)`` a complete one; main process only, after
     a barrier that every rank reached once its own files were written.
@@ -108,13 +117,14 @@ def seal(folder, world_size: int, per_rank: str = "random_states_{rank}.pkl") ->
     folder = Path(folder)
     world_size = positive_int("world_size", world_size, hint=msg("e.g. world_size=2 (the processes that saved)"))
     if not folder.name.endswith(PARTIAL) or not folder.is_dir():
-        raise ValueError(tr("{folder!r} is not a checkpoint being written. Fix: seal the folder that "
-                            "partial_folder(root, step) names, after save_state wrote into it.", folder=str(folder)))
+        raise NotBeingWritten(tr("{folder!r} is not a checkpoint being written. Fix: seal the folder that "
+                                 "partial_folder(root, step) names, after save_state wrote into it.",
+                                 folder=str(folder)))
     missing = [per_rank.format(rank=r) for r in range(world_size) if not (folder / per_rank.format(rank=r)).is_file()]
     if missing:
-        raise ValueError(tr("{missing} missing from {folder}: every process must call save_state (each writes its "
-                            "own random state), then wait at a barrier before the main process seals.",
-                            missing=", ".join(missing), folder=folder.name))
+        raise RankFilesMissing(tr("{missing} missing from {folder}: every process must call save_state (each "
+                                  "writes its own random state), then wait at a barrier before the main process "
+                                  "seals.", missing=", ".join(missing), folder=folder.name))
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(folder.iterdir()) if p.is_file() and p.name != MARKER}
     for name in files:

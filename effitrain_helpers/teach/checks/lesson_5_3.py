@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
+from pathlib import Path
 
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
@@ -19,9 +21,15 @@ SLOW_RANK_SECONDS = 1.0
 # The slowed rank leaves this file in root when its save_state is called, so a seal that found rank 1's files
 # missing can tell a race (rank 1 saving late) from a save that rank 1 never made (the main process saving alone).
 SAVE_CALLED = ".effitrain-check-save-state-called"
+# The main process leaves this file (then the step) in root each time the learner's save returns: a run that
+# failed inside save is judged by its error, not by the folders a finished run would have left
+SAVE_RETURNED = ".effitrain-check-save-returned-"
 # q2: a checkpoint every 50 steps, a rank dies after 1,336 steps; q3: Young's interval for a 512-GPU job
 Q2_EVERY, Q2_DONE = 50, 1336
 Q3_SAVE_SECONDS, Q3_GPUS, Q3_GPU_MTBF_YEARS = 30.0, 512, 5.0
+# q3's answer may be off by this fraction: a 365.25-day year (0.03%) or an answer rounded to 4,300 s or to 72
+# minutes (0.5%) is right; a save time of 31 s in place of 30 (1.6%) is not
+Q3_TOLERANCE = 0.01
 YEAR_SECONDS = 365 * 24 * 3600
 
 
@@ -70,6 +78,8 @@ def _run_learner(save, resume, root: str) -> dict:
         _step(accelerator, model, optimizer, scheduler, batch)
         if done in SAVES:
             save(accelerator, root, done)
+            if accelerator.is_main_process:
+                Path(root, f"{SAVE_RETURNED}{done}").touch()
             saved[done] = _weights(accelerator, model)
         if done == STOP:
             break
@@ -95,7 +105,6 @@ def _slow_down_save_state(accelerator, root: str) -> None:
     """Make this rank's ``accelerator.save_state`` start :data:`SLOW_RANK_SECONDS` late (a slow disk), leaving
     :data:`SAVE_CALLED` in ``root`` when it is called."""
     import time
-    from pathlib import Path
 
     save_state = accelerator.save_state
 
@@ -107,33 +116,79 @@ def _slow_down_save_state(accelerator, root: str) -> None:
     accelerator.save_state = slow_save_state
 
 
-def _saved_files(root) -> dict[str, set[str]]:
-    """Each folder under ``root`` that holds a file, with the names of its files."""
-    from pathlib import Path
+def _sealed_world_sizes(root) -> dict[str, int]:
+    """Each sealed folder under ``root`` with the number of processes its seal was told (its marker's)."""
+    import json
 
+    from effitrain_helpers.training.resume import MARKER
+
+    return {str(p.parent.relative_to(root)): json.loads(p.read_text())["world_size"] for p in Path(root).rglob(MARKER)}
+
+
+def _ranks_told(error: str) -> int:
+    """How many processes seal was told of, from its RankFilesMissing message (rank 0's file is there): one more
+    than the highest rank whose random state it found missing."""
+    return 1 + max((int(rank) for rank in re.findall(r"random_states_(\d+)\.pkl", error)), default=0)
+
+
+def _seal_miscounted(processes: int, told: int) -> Incorrect:
+    return Incorrect(tr("in {processes} process(es), seal was told {told} processes saved: give it the number of "
+                        "processes that saved, accelerator.num_processes (a number written in is right in one "
+                        "world size only).", processes=processes, told=told))
+
+
+def _seal_in_one_process(save) -> None:
+    """The learner's ``save`` once more, in this process: a world of 1 process. The 2-process run cannot tell
+    ``accelerator.num_processes`` from a 2 written in; here a seal told of 2 processes finds rank 1's files
+    missing. Judges only what seal was told: a save that fails here for another reason (a
+    ``torch.distributed.barrier()``, which needs a process group) was judged where it ran, in 2 processes."""
+    import tempfile
+
+    from accelerate import Accelerator
+
+    from effitrain_helpers.training.resume import RankFilesMissing
+
+    accelerator = Accelerator(cpu=True)  # nothing prepared: save_state writes the random state, which seal counts
+    with tempfile.TemporaryDirectory(prefix="effitrain-5-3-check-") as root:
+        try:
+            save(accelerator, root, SAVES[0])
+        except RankFilesMissing as err:  # random_states_1.pkl ... missing: seal was told of more than 1
+            raise _seal_miscounted(1, _ranks_told(str(err))) from None
+        except Exception:  # noqa: BLE001 - not about what seal was told: judged in 2 processes
+            return
+        told = sorted(set(_sealed_world_sizes(root).values()) - {1})
+    if told:
+        raise _seal_miscounted(1, told[0])
+
+
+def _saved_files(root) -> dict[str, set[str]]:
+    """Each folder under ``root`` that holds a file, with the names of its files (the check's own left out)."""
     out: dict[str, set[str]] = {}
     for path in Path(root).rglob("*"):
-        if path.is_file() and path.name != SAVE_CALLED:
+        if path.is_file() and path.name != SAVE_CALLED and not path.name.startswith(SAVE_RETURNED):
             out.setdefault(str(path.parent.relative_to(root)), set()).add(path.name)
     return out
 
 
-def _judge_files(files: dict[str, set[str]]) -> None:
-    """Incorrect when what ``save`` wrote cannot be a sealed checkpoint of every rank at each step."""
+def _judge_files(files: dict[str, set[str]], saves: int = len(SAVES)) -> None:
+    """Incorrect when what ``save`` wrote, in the ``saves`` calls that returned, cannot be a sealed checkpoint of
+    every rank at each step. Rank 1's missing random state is judged even when a save failed (seal's refusal)."""
     from effitrain_helpers.training.resume import MARKER
 
-    if not files:
-        raise Incorrect(tr("nothing was written under root: save should call accelerator.save_state(folder) "
-                           "with folder = partial_folder(root, step)."))
     lonely = [f for f, names in files.items() if "random_states_0.pkl" in names and "random_states_1.pkl" not in names]
     if lonely:
         raise Incorrect(tr("rank 1's random state is missing from the checkpoint: call save_state in EVERY "
                            "process (it writes the shared files on the main process only, and each rank's own "
                            "state)."))
-    if len(files) < len(SAVES):
+    if not saves:  # the first save raised: its error says what happened
+        return
+    if not files:
+        raise Incorrect(tr("nothing was written under root: save should call accelerator.save_state(folder) "
+                           "with folder = partial_folder(root, step)."))
+    if len(files) < saves:
         raise Incorrect(tr("save was called {calls} times but wrote {folders} folder(s): give each step "
                            "its own folder (put the step in its name), or the newest overwrites the others.",
-                           calls=len(SAVES), folders=len(files)))
+                           calls=saves, folders=len(files)))
     if not any(MARKER in names for names in files.values()):
         raise Incorrect(tr("no checkpoint was sealed, so there is nothing to resume from: after the barrier, "
                            "the main process should call seal(folder, accelerator.num_processes)."))
@@ -189,13 +244,16 @@ def _check_resume(save, resume) -> None:
         except RankFailed as err:
             error = str(err).splitlines()[0]
             failed = Incorrect(tr("in {processes} processes, {error}", processes=PROCESSES, error=error))
-            sealed_twice = "is not a checkpoint being written" in error or (
-                "FileNotFoundError" in error and PARTIAL in error)  # two ranks renaming the same folder
+            # seal's own exception classes, so that a message in any language is told apart
+            sealed_twice = (err.exc_type == "NotBeingWritten" and _saved_files(root)) or (  # (else none written)
+                err.exc_type == "FileNotFoundError" and PARTIAL in error)  # two ranks renaming the same folder
             if sealed_twice:  # named before the files, which it leaves half renamed
                 raise Incorrect(tr("seal ran on more than one process (the first renamed the folder): seal "
                                    "on the main process only (if accelerator.is_main_process).")) from None
+            if err.exc_type == "RankFilesMissing" and _ranks_told(error) > PROCESSES:
+                raise _seal_miscounted(PROCESSES, _ranks_told(error)) from None
             rank_1_saved = os.path.exists(os.path.join(root, SAVE_CALLED))  # else rank 1 never saved: judged below
-            if "missing from" in error and "random_states_" in error and rank_1_saved:  # seal ran ahead of rank 1
+            if err.exc_type == "RankFilesMissing" and rank_1_saved:  # seal ran ahead of rank 1
                 raise Incorrect(tr("the main process sealed the folder before rank 1 had written its files "
                                    "(the check makes rank 1's save_state start {seconds:g} s late): every rank "
                                    "must reach a barrier, accelerator.wait_for_everyone(), after its save_state "
@@ -203,17 +261,25 @@ def _check_resume(save, resume) -> None:
         except TimeoutError:
             failed = Incorrect(tr("the run did not finish within {timeout} s: did one process wait for the other "
                                   "(a wait_for_everyone or save_state called on one rank only)?", timeout=TIMEOUT))
-        _judge_files(_saved_files(root))  # first: a bad save is often why resume failed
+        returned = sum(os.path.exists(os.path.join(root, f"{SAVE_RETURNED}{step}")) for step in SAVES)
+        _judge_files(_saved_files(root), returned)  # first: a bad save is often why resume failed
+        told = sorted(set(_sealed_world_sizes(root).values()) - {PROCESSES})
     if failed is not None:
         raise failed
     for rank in ranks:
         _judge(rank)
+    if told:
+        raise _seal_miscounted(PROCESSES, told[0])
+    _seal_in_one_process(save)
 
 
 def _check_lost_steps(answer) -> None:
     from effitrain_helpers.training.resume import lost_steps
 
     got, want = as_number(answer), lost_steps(Q2_DONE, Q2_EVERY)
+    if got == Q2_DONE - want:
+        raise Incorrect(tr("{got:,g} is the step after which the newest checkpoint was taken; the steps lost are "
+                           "those done after it, up to {done:,}.", got=got, done=Q2_DONE))
     if got == want + 1:
         raise Incorrect(tr("step {step:,} was running, never finished: it is not among the steps done.",
                            step=Q2_DONE + 1))
@@ -235,14 +301,14 @@ def _check_young(answer) -> None:
     got = as_number(answer)
     job_mtbf = Q3_GPU_MTBF_YEARS * YEAR_SECONDS / Q3_GPUS
     want = young_interval(Q3_SAVE_SECONDS, job_mtbf)
-    if math.isclose(got, young_interval(Q3_SAVE_SECONDS, Q3_GPU_MTBF_YEARS * YEAR_SECONDS), rel_tol=0.02):
+    if math.isclose(got, young_interval(Q3_SAVE_SECONDS, Q3_GPU_MTBF_YEARS * YEAR_SECONDS), rel_tol=Q3_TOLERANCE):
         raise Incorrect(tr("that is the interval for one GPU; the job stops when ANY of its {gpus} GPUs fails, "
                            "so it fails {gpus} times as often.", gpus=Q3_GPUS))
-    if math.isclose(got, want / math.sqrt(2), rel_tol=0.02):
+    if math.isclose(got, want / math.sqrt(2), rel_tol=Q3_TOLERANCE):
         raise Incorrect(tr("close: Young's formula has a factor 2 under the square root."))
-    if math.isclose(got, want / 60, rel_tol=0.02):
+    if math.isclose(got, want / 60, rel_tol=Q3_TOLERANCE):
         raise Incorrect(tr("answer in seconds, not minutes."))
-    if not math.isclose(got, want, rel_tol=0.02):
+    if not math.isclose(got, want, rel_tol=Q3_TOLERANCE):
         raise Incorrect(tr("{got:,g} s is not sqrt(2 x save time x the job's mean time between failures).",
                            got=got))
 
@@ -406,9 +472,12 @@ def _check_sharded(save, load) -> None:
                            "ranks agree on a plan, then each writes its shard), so a save on rank 0 only waits "
                            "for rank 1 for ever; call it on every rank.", timeout=Q5_TIMEOUT)) from None
     except RankFailed as err:
-        if "Missing key in checkpoint state_dict: optimizer" in str(err):  # dcp.load's load plan
-            raise Incorrect(tr("the checkpoint holds no optimizer state, so load finds none: save "
-                               "get_state_dict(model, optimizer)'s two parts, the model's and AdamW's.")) from None
+        # dcp.load's load plan; the traceback also shows the f-string's own line, "... state_dict: {fqn}."
+        missing = re.search(r"Missing key in checkpoint state_dict: ([A-Za-z_]\w*)", str(err))
+        if missing:
+            raise Incorrect(tr("the checkpoint holds nothing under {name!r}, which load reads: save "
+                               "get_state_dict(model, optimizer)'s two parts, the model's and AdamW's, each under "
+                               "the name load reads it by.", name=missing.group(1))) from None
         if f"{NOT_HANDED_OVER}: missing=optimizer" in str(err):  # the model took its part, AdamW did not
             raise Incorrect(tr("load gave the model its part but not AdamW: load the optimizer's part too "
                                "(set_state_dict(model, optimizer, ...) takes both).")) from None
