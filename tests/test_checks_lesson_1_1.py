@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from effitrain_helpers.teach.checks import lesson_1_1
 from effitrain_helpers.teach.checks.lesson_1_1 import STEP_NAMES, q1, q2, q3, q4
 from effitrain_helpers.teach.exercises import ____
+from verdicts import mistake, right
 
 # ---------------------------------------------------------------- q1: the learner's own from_pretrained + prepare
 
@@ -62,6 +63,14 @@ def _labels_in_the_config(path):  # right, written another way: the labels in a 
     return accelerator, accelerator.prepare(model), AutoTokenizer.from_pretrained(path)
 
 
+def _prepare_model_first(path):  # right, written another way: the Accelerator first, prepare_model, labels by name
+    accelerator = Accelerator()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = accelerator.prepare_model(AutoModelForSequenceClassification.from_pretrained(
+        path, id2label={0: "different", 1: "paraphrase"}))
+    return accelerator, model, tokenizer
+
+
 def _three_labels(path):
     accelerator = Accelerator()
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=3)
@@ -84,12 +93,13 @@ def _starter(path):
 
 @pytest.mark.parametrize("fn, expected, words", [
     (_solution, "correct", ""),
-    (_bare_model, "incorrect", "AutoModel has no task head"),
-    (_random_weights, "incorrect", "not the checkpoint's"),
-    (_not_prepared, "incorrect", "not returned by accelerator.prepare"),
-    (_prepare_discarded, "incorrect", "Keep what prepare gives back"),
-    (_labels_in_the_config, "correct", ""),
-    (_three_labels, "incorrect", "num_labels=2"),
+    mistake("1.1 q1", _bare_model, "incorrect", "AutoModel has no task head"),
+    mistake("1.1 q1", _random_weights, "incorrect", "not the checkpoint's"),
+    mistake("1.1 q1", _not_prepared, "incorrect", "not returned by accelerator.prepare"),
+    mistake("1.1 q1", _prepare_discarded, "incorrect", "Keep what prepare gives back"),
+    right("1.1 q1", _labels_in_the_config, "correct", ""),
+    right("1.1 q1", _prepare_model_first, "correct", ""),
+    mistake("1.1 q1", _three_labels, "incorrect", "with num_labels=2"),
     (_no_accelerator, "incorrect", "should be an Accelerator"),
     (_model_only, "incorrect", "should return (accelerator, model, tokenizer)"),
     (_starter, "not attempted", "still contains ____"),
@@ -113,13 +123,14 @@ COUNT = 100_100
     "answer, expected, words",
     [
         (COUNT * 16 / 2**20, "correct", ""),
-        (round(COUNT * 16 / 2**20, 1), "correct", ""),
-        (np.float32(COUNT * 16 / 2**20), "correct", ""),
-        (COUNT * 16 / 1e6, "incorrect", "megabytes"),
-        (COUNT * 4 / 2**20, "incorrect", "only the weights"),
-        (COUNT * 8 / 2**20, "incorrect", "two moving averages"),
-        (COUNT * 12 / 2**20, "incorrect", "three of the four"),
-        (COUNT * 16, "incorrect", "that is bytes"),
+        right("1.1 q2", round(COUNT * 16 / 2**20, 1), "correct", ""),  # rounded to one decimal
+        right("1.1 q2", np.float32(COUNT * 16 / 2**20), "correct", ""),  # a NumPy float32
+        right("1.1 q2", torch.tensor(COUNT * 4.0) * 4 / 1024**2, "correct", ""),  # a 0-d tensor
+        mistake("1.1 q2", COUNT * 16 / 1e6, "incorrect", "megabytes"),
+        mistake("1.1 q2", COUNT * 4 / 2**20, "incorrect", "only the weights"),
+        mistake("1.1 q2", COUNT * 8 / 2**20, "incorrect", "two moving averages"),
+        mistake("1.1 q2", COUNT * 12 / 2**20, "incorrect", "three of the four"),
+        mistake("1.1 q2", COUNT * 16, "incorrect", "that is bytes"),
         (1.0, "incorrect", "is not what training"),
         ("1.5", "incorrect", "should be a number"),
         (torch.ones(3), "incorrect", "should be a number"),
@@ -156,6 +167,12 @@ def _imported_timer(n, dtype):  # `from torch.utils.benchmark import Timer`, tim
     return 2 * n**3 / Timer("torch.mm(a, a)", globals={"a": a}, num_threads=2).timeit(20).median / 1e9
 
 
+def _matrices_in_setup(n, dtype):  # right, another way: the matrices made in the Timer's setup, torch.matmul
+    timer = benchmark.Timer(stmt="torch.matmul(a, b)", globals={"n": n, "dtype": dtype, "torch": torch},
+                            setup="a = torch.randn(n, n, dtype=dtype)\nb = torch.randn(n, n, dtype=dtype)")
+    return 2 * n**3 / timer.blocked_autorange(min_run_time=0.1).median * 1e-9
+
+
 def _perf_counter(n, dtype):  # timed by hand, no Timer
     a = torch.randn(n, n, dtype=dtype)
     start = time.perf_counter()
@@ -170,22 +187,25 @@ def _starter_gflops(n, dtype):
 
 @pytest.mark.parametrize("fn, expected, words", [
     (_solution_gflops, "correct", "checked: with a stand-in Timer"),
-    (_imported_timer, "correct", "exactly 2 n^3 / seconds / 1e9"),
-    (_timed(rate=lambda n, s: n**3 / s / 1e9), "incorrect", "off by a factor of 2"),
+    right("1.1 q3", _imported_timer, "correct", "exactly 2 n^3 / seconds / 1e9"),
+    right("1.1 q3", _matrices_in_setup, "correct", "exactly 2 n^3 / seconds / 1e9"),
+    mistake("1.1 q3", _timed(rate=lambda n, s: n**3 / s / 1e9), "incorrect", "off by a factor of 2"),
     (_timed(rate=lambda n, s: s), "incorrect", "that is the time in seconds"),
-    (_timed(rate=lambda n, s: 2 * n**3 / (s * 1e3) / 1e9), "incorrect", "1000 times too small"),
+    mistake("1.1 q3", _timed(rate=lambda n, s: 2 * n**3 / (s * 1e3) / 1e9), "incorrect",
+            "1000 times too small: Measurement.median is in seconds, not milliseconds"),
     (_timed(rate=lambda n, s: 2 * n**3 / s / 1e6), "incorrect", "1000 times too many"),
-    (_timed(rate=lambda n, s: 2 * n**3 / s), "incorrect", "that is FLOP/s"),
-    (_timed(measure=lambda t: t.timeit(100), rate=lambda n, s: 2 * n**3 / (s / 100) / 1e9), "incorrect",
-     "already the time of one run"),
+    mistake("1.1 q3", _timed(rate=lambda n, s: 2 * n**3 / s), "incorrect", "that is FLOP/s; divide by 1e9"),
+    mistake("1.1 q3", _timed(measure=lambda t: t.timeit(100), rate=lambda n, s: 2 * n**3 / (s / 100) / 1e9),
+            "incorrect", "already the time of one run"),
     (_timed(rate=lambda n, s: 42.0), "incorrect", "returns 42.0 whatever the size and the timing"),
     (lambda n, dtype: 42.0, "incorrect", "returns 42.0 whatever"),
-    (_perf_counter, "incorrect", "did not measure with torch.utils.benchmark.Timer"),
+    mistake("1.1 q3", _perf_counter, "incorrect", "did not measure with torch.utils.benchmark.Timer"),
     (_timed(stmt="a + b"), "incorrect", "multiplies no matrices"),
-    (_timed(stmt="c", setup="c = a @ b"), "incorrect", "the product is in `setup`"),
+    mistake("1.1 q3", _timed(stmt="c", setup="c = a @ b"), "incorrect", "the product is in `setup`"),
     (_timed(n_of=lambda n: 32), "incorrect", "should multiply two 100 x 100 matrices once"),
     (_timed(stmt="a @ b @ a"), "incorrect", "(2 product(s))"),
-    (_timed(dtype_of=lambda dtype: torch.float32), "incorrect", "your matrices are float32"),
+    mistake("1.1 q3", _timed(dtype_of=lambda dtype: torch.float32), "incorrect",
+            "asked for dtype=torch.float64, your matrices are float32"),
     (_timed(measure=lambda t: t.blocked_autorange(), rate=lambda n, s: None), "incorrect", "add a `return`"),
     (lambda n, dtype: benchmark.Timer("a @ a", globals={"a": torch.ones(n, n, dtype=dtype)}).timeit(10),
      "incorrect", "returns the Measurement"),
@@ -219,10 +239,16 @@ ORDER = ["data sharding", "model replication", "gradient aggregation", "paramete
     "steps, expected, words",
     [
         (ORDER, "correct", ""),
-        (["Data sharding", "model replication", "gradient aggregation", "parameter synchronisation"], "correct", ""),
-        (list(STEP_NAMES), "incorrect", "position 2"),
+        right("1.1 q4", ["Data sharding", "model replication", "gradient aggregation", "parameter synchronisation"],
+              "correct", ""),  # capitals, British spelling
+        right("1.1 q4", tuple(STEP_NAMES[i] for i in (0, 2, 1, 3)), "correct", ""),  # a tuple, indexed
+        mistake("1.1 q4", list(STEP_NAMES), "incorrect",  # STEP_NAMES as given: alphabetical
+                "position 2 is wrong: a device can only compute gradients once it holds a copy of the model"),
         (list(reversed(ORDER)), "incorrect", "position 1"),
-        (ORDER[:2] + ORDER[:1:-1], "incorrect", "position 3 is wrong: the gradients of all devices are combined"),
+        mistake("1.1 q4", ORDER[:2] + ORDER[:1:-1], "incorrect",
+                "position 3 is wrong: the gradients of all devices are combined"),
+        mistake("1.1 q4", ORDER[1::-1] + ORDER[2:], "incorrect",  # the model copied before the data is split
+                "position 1 is wrong: before anything else, each device must get its own slice"),
         (["data sharding"] * 4, "incorrect", "exactly once"),
         (["data sharding", "backprop", "gradient aggregation", "parameter synchronization"], "incorrect", "backprop"),
         ("data sharding", "incorrect", "list"),

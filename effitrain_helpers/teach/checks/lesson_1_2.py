@@ -54,6 +54,13 @@ def _check_pixel_range(answer, processor) -> None:
         raise Incorrect(tr("those are the stored values; the processor rescales and normalises them."))
     if math.isclose(white, 255 * scale, abs_tol=1e-3) and math.isclose(black, 0, abs_tol=1e-3):
         raise Incorrect(tr("you rescaled to [0, 1] but did not normalise: subtract the mean, divide by the std."))
+    if math.isclose(white, want[1], abs_tol=1e-3) and math.isclose(black, want[0], abs_tol=1e-3):
+        raise Incorrect(tr("those are the two right values in the wrong order: the pair is (white, black), "
+                           "white first."))
+    if math.isclose(white, (255 - mean) / std, abs_tol=1e-3):
+        raise Incorrect(tr("white came out {white:g}: you normalised the stored value 255 without rescaling it; "
+                           "multiply by the rescale factor first, then subtract the mean and divide by the std.",
+                           white=white))
     raise Incorrect(tr("{pair} is not what this processor makes of white (255) and black (0) pixels.",
                        pair=(white, black)))
 

@@ -38,10 +38,16 @@ def _check_prediction(answer) -> None:
     per_rank, repeated = answer
     batches = math.ceil(10 / 2)  # 5 batches of 2
     want_per_rank = math.ceil(batches / 3) * 2  # every rank gets as many full batches as the busiest one
+    if per_rank == math.ceil(batches / 3):
+        raise Incorrect(tr("{per_rank!r} is how many batches each rank gets; the answer counts samples, and a batch "
+                           "holds 2.", per_rank=per_rank))
     if per_rank != want_per_rank:
         raise Incorrect(tr("{per_rank!r} samples per rank is not it: 10 samples make 5 batches of 2; with "
                            "even_batches every one of the 3 ranks gets as many batches as the busiest one.",
                            per_rank=per_rank))
+    if repeated == want_per_rank * 3:
+        raise Incorrect(tr("{repeated!r} is how many samples the 3 ranks receive in all; the second number is how "
+                           "many of them are repeats, beyond the 10 that exist.", repeated=repeated))
     if repeated != want_per_rank * 3 - 10:
         raise Incorrect(tr("{per_rank} per rank is right; how many samples do the 3 ranks receive in all, and "
                            "how many more than the 10 that exist?", per_rank=per_rank))
@@ -97,8 +103,9 @@ def _check_sharded_loader(fn, dataset, collate_fn) -> None:
                                "(ints: batch['idx'].tolist()).", rank=rank, shard=shard))
     first, second = (set(s) for s in shards)
     if sorted(shards[0]) == sorted(shards[1]) == sorted(ids):
-        raise Incorrect(tr("both processes read all {count} samples: a plain DataLoader is not sharded; hand "
-                           "it to accelerator.prepare.", count=len(ids)))
+        raise Incorrect(tr("both processes read all {count} samples: a plain DataLoader is not sharded. Hand it "
+                           "to accelerator.prepare and iterate over the loader prepare returns (calling prepare "
+                           "and keeping the DataLoader you passed in does not shard it).", count=len(ids)))
     if first & second:
         raise Incorrect(tr("samples {overlap} were read by both processes: the shards overlap.",
                            overlap=sorted(first & second)[:6]))

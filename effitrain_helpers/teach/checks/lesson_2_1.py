@@ -204,16 +204,32 @@ def _check_make_arguments(fn) -> None:
                        expected=GLOBAL))
 
 
+def _call_metrics(fn, logits, labels):
+    """``fn`` called as Trainer calls compute_metrics: with an ``EvalPrediction``, which unpacks as
+    ``(predictions, labels)`` and also has them as ``.predictions`` and ``.label_ids``."""
+    from transformers.trainer_utils import EvalPrediction
+
+    try:
+        return fn(EvalPrediction(predictions=logits, label_ids=labels))
+    except ValueError as err:
+        if "broadcast" not in str(err):
+            raise
+        raise Incorrect(tr("your function raised ValueError ({error}): the predictions and the labels do not line "
+                           "up. Each row of the logits is one sample, and its class is the index of the row's "
+                           "largest logit: argmax over the last axis, argmax(-1), one class per label.",
+                           error=err)) from None
+
+
 def _check_metrics_fn(fn) -> None:
     if not callable(fn):
         raise Incorrect(tr("pass your function itself; you gave {fn!r}.", fn=fn))
     logits = np.array([[2.0, 1.0], [0.1, 0.3], [5.0, -1.0], [0.0, 1.0]])
     labels = np.array([0, 1, 1, 1])
-    out = fn((logits, labels))
+    out = _call_metrics(fn, logits, labels)
     if not isinstance(out, dict) or "accuracy" not in out:
         raise Incorrect(tr("return a dict with an 'accuracy' key; your function returned {out!r}.", out=out))
     got = as_number(out["accuracy"])
-    other = fn((np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1, 1])))  # a second case: 1 of 2 right
+    other = _call_metrics(fn, np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1, 1]))  # a second case: 1 of 2 right
     if math.isclose(got, 0.75) and not math.isclose(as_number(other.get("accuracy", -1)), 0.5):
         raise Incorrect(tr("right for the first test case only: compute the accuracy from the logits and labels "
                            "given."))
@@ -236,6 +252,9 @@ def _check_always_yes(answer, labels) -> None:
                            "labelled 1.", accuracy=accuracy))
     if math.isclose(f1, p, abs_tol=1e-6):
         raise Incorrect(tr("that is the precision; recall is 1 (every paraphrase found): combine them into F1."))
+    if math.isclose(f1, (p + 1) / 2, abs_tol=1e-6):
+        raise Incorrect(tr("F1 {f1:.4f} is the arithmetic mean of precision and recall; F1 is their harmonic mean, "
+                           "2 P R / (P + R).", f1=f1))
     if not math.isclose(f1, 2 * p / (p + 1), abs_tol=1e-6):
         raise Incorrect(tr("F1 {f1:.4f} is not right: precision is the share of 1s, recall is 1.", f1=f1))
 

@@ -152,6 +152,9 @@ def _check_ring_bytes(answer, gradient_mib) -> None:
     if math.isclose(got, gradient_mib * (n - 1), rel_tol=1e-3):
         raise Incorrect(tr("that is sending the whole gradient to every other process; a ring splits it into N "
                            "chunks."))
+    if math.isclose(got, 2 * (n - 1) * gradient_mib, rel_tol=1e-3):
+        raise Incorrect(tr("that counts a whole gradient at each of the 2 (N-1) sends; each send is one chunk, 1/N "
+                           "of the gradient."))
     if math.isclose(got, (n - 1) / n * gradient_mib, rel_tol=1e-3):
         raise Incorrect(tr("that is one of the two phases (reduce-scatter); the all-gather phase sends as much "
                            "again."))

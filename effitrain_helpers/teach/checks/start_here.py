@@ -18,6 +18,8 @@ def _check_matrix_bytes(answer) -> None:
         raise Incorrect(tr("give the answer in bytes, not MiB or MB."))
     if math.isclose(n, 8_000_000):
         raise Incorrect(tr("8 bytes is a float64 number; float32 takes 4."))
+    if math.isclose(n, 32_000_000):
+        raise Incorrect(tr("that counts bits: float32 is 32 bits, and a byte is 8 bits, so 4 bytes per number."))
     raise Incorrect(tr("{answer!r} bytes is not it: count the numbers, then multiply by the bytes of one float32.",
                        answer=answer))
 
