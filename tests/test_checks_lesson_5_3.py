@@ -385,6 +385,22 @@ def test_5_3_q1_a_world_size_written_in_is_refused_in_a_world_of_one(lang, words
     l53._seal_in_one_process(save_with_torch_barrier)  # cannot run in 1 process: judged in 2, where it ran
 
 
+@pytest.mark.parametrize("lang, words", [("en", "hands the work to save_checkpoint, the lesson's own save"),
+                                         ("pt-BR", "passa o trabalho para save_checkpoint")])
+def test_5_3_q1_the_lessons_own_save_cannot_stand_in_for_the_exercise(lang, words, monkeypatch):
+    """The set-up cell imports save_checkpoint (the lesson shows its source); a save that calls it, under any
+    name, is refused before a process starts (it was Correct)."""
+    speak(monkeypatch, lang)
+    own = resume.save_checkpoint
+
+    def save_by_calling_it(accelerator, root, step):
+        own(accelerator, root, step)
+
+    for fn in (resume.save_checkpoint, save_by_calling_it, lambda a, r, s: resume.save_checkpoint(a, r, s)):
+        result = l53.q1.evaluate(fn, right_resume)
+        assert result.status == "incorrect" and words in result.message, result.message
+
+
 def test_5_3_q1_rejects_what_is_not_a_function():
     assert "function itself" in l53.q1.evaluate(save, 3).message
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from effitrain_helpers.core.language import tr
 from effitrain_helpers.teach.checks.tiny import tiny_model, tiny_rows
-from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number
+from effitrain_helpers.teach.exercises import Exercise, Incorrect, as_number, hands_over_to
 
 # q1's run: 2 processes, batches of 2, 8 steps (one epoch per rank); saves after steps 2 and 4; stops after 5
 PROCESSES, BATCH, STEPS, SAVES, STOP = 2, 2, 8, (2, 4), 5
@@ -233,9 +233,14 @@ def _check_resume(save, resume) -> None:
     from effitrain_helpers.processes.launch import RankFailed, launch
     from effitrain_helpers.training.resume import PARTIAL
 
+    from effitrain_helpers.training.resume import save_checkpoint
+
     for fn, name in ((save, "save"), (resume, "resume")):
         if not callable(fn):
             raise Incorrect(tr("pass your {name} function itself; you gave {fn!r}.", name=name, fn=fn))
+    if hands_over_to(save, save_checkpoint):
+        raise Incorrect(tr("your save hands the work to {name}, the lesson's own save: write its steps yourself "
+                           "(the exercise is what that function does).", name="save_checkpoint"))
     ranks, failed = None, None
     with tempfile.TemporaryDirectory(prefix="effitrain-5-3-check-") as root:
         try:
