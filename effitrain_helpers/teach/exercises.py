@@ -103,8 +103,9 @@ class CheckResult:
 
     def _repr_markdown_(self) -> str:
         color = {CORRECT: "#1a7f37", INCORRECT: "#cf222e", NOT_ATTEMPTED: "#9a6700"}[self.status]
-        text = f" {self.message}" if self.message else ""
-        return f'<span style="color:{color}">**{tr(VERDICT_LABELS[self.status])}** ({self.exercise}).</span>{text}'
+        # the message starts in lower case, as it does after the plain repr's colon
+        end, text = (":", f" {self.message}") if self.message else (".", "")
+        return f'<span style="color:{color}">**{tr(VERDICT_LABELS[self.status])}** ({self.exercise}){end}</span>{text}'
 
 
 def as_number(answer: Any) -> float:

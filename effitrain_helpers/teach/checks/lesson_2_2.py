@@ -310,9 +310,9 @@ q2 = Exercise(
         "transformers' get_linear_schedule_with_warmup takes num_warmup_steps and num_training_steps (docs: "
         "'Optimization', 'Schedules'); accelerator.prepare(...) wraps a scheduler too; the Accelerator knows "
         "how many processes run (an attribute: Accelerate docs, 'Accelerator').",
-        "Count the optimizer steps of the whole run: epochs times this process's batches times the number of "
-        "processes. Build the schedule with a quarter of that for the warm-up and all of it for the length, "
-        "prepare it, and step it once per batch, after the optimizer.",
+        "Count what the prepared scheduler will see: every process steps it at every batch, so the run's length "
+        "is counted over all processes together, not over this process's batches; the warm-up is a share of "
+        "that same count. Step it where the optimizer steps, after it.",
     ],
     solution_code=(
         "def train_with_warmup(accelerator, model, optimizer, train_loader, epochs):\n"
@@ -335,6 +335,7 @@ q3 = Exercise(
     usage="q3.check(failing)",
     hints=["Which of the four steps need a gradient at all?",
            "Different gradients on each process lead to what after optimizer.step()? Look at CHECKS for the names.",
-           "failing = {____, ____}: two of the names in CHECKS."],
+           "A step fails when it needs the gradients to be equal on every process, or depends on a step that "
+           "does. Read each name in CHECKS with that question."],
     solution_code='failing = {"gradient_aggregation", "parameter_synchronization"}\nq3.check(failing)',
 )

@@ -119,7 +119,8 @@ def _check_bubble(fn) -> None:
             continue
         if isinstance(got, (int, float)) and abs(got - (p - 1) / m) <= 1e-12:
             raise Incorrect(tr("(p - 1) / m is the bubble measured against the ideal step (the Playbook's ratio); "
-                               "the share of the whole step a stage idles is (p - 1) / (m + p - 1)."))
+                               "the exercise asks for the share of the whole step a stage idles: its idle slots over all the slots of "
+                               "the step, the idle ones included."))
         if isinstance(got, (int, float)) and abs(got - (m - 1) / (m + p - 1)) <= 1e-12:
             raise Incorrect(tr("p and m are swapped: the idle slots come from the p - 1 other stages."))
         raise Incorrect(tr("with p = {p} stages and m = {m} micro-batches you give {got!r}; a stage idles {want:.4f} "
@@ -224,8 +225,9 @@ q3 = Exercise(
            "Model(parameters, layers, hidden, heads, seq, vocab) and Cluster(devices, memory_gb) from "
            "effitrain_helpers.measure.planner; plan(model, cluster, global_batch_tokens, fixed) with fixed a dict "
            "of the dimensions to pin.",
-           "The cell 'Ask the planner' above calls plan() this way: copy the question's model and cluster into "
-           "Model and Cluster, give the global batch in tokens, and pin tensor parallelism in the last argument."],
+           "The section 'Ask the planner' above calls plan() with a model, a cluster and the global batch in tokens; "
+           "the grid's cell after it also pins a dimension (context parallelism) in the last argument. Do both "
+           "with the question's model and cluster, pinning tensor parallelism."],
     solution_code=(
         "report = plan(Model(13e9, 40, 5120, 40, 4096, 32000), Cluster(32, 40), 2e6, {\"tp\": 4})\n"
         "q3.check(report)"
