@@ -295,8 +295,8 @@ def test_the_leak_finder_finds_a_leak():
     assert leaked_lines(["model = AutoModel.from_pretrained(____)"], secret) == []
 
 
-README_TABLES = {"README.md": "| lesson | notebook | time on a quiet 2-core CPU | exercises: API + number |",
-                 "README.pt-BR.md": ("| lição | notebook | tempo numa CPU de 2 núcleos sem outra carga "
+README_TABLES = {"README.md": "| lesson | notebook | time on a 2-core CPU: quiet / one core busy | exercises: API + number |",
+                 "README.pt-BR.md": ("| lição | notebook | tempo numa CPU de 2 núcleos: sem outra carga / um núcleo ocupado "
                                      "| exercícios: API + número |")}  # then tests/test_mutants.py's column
 _START_ROW = {"README.pt-BR.md": "Comece aqui"}
 
