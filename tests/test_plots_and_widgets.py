@@ -85,9 +85,13 @@ def test_state_bytes_plot_labels_the_ratio():
 
 
 @pytest.mark.slow  # trains for many steps in this process
-def test_optimizer_widget_runs_the_comparison_with_its_choices(capsys):
+def test_optimizer_widget_runs_the_comparison_with_its_choices(capsys, monkeypatch):
+    import IPython.display
+
     from effitrain_helpers.teach.widgets import optimizer_widget
 
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, *a, **k: shown.append(obj))
     box = optimizer_widget(steps=5)
     box.controls["optimizers"].value = ("adamw", "adafactor")
     box.controls["default_lr"].value = False
@@ -95,7 +99,8 @@ def test_optimizer_widget_runs_the_comparison_with_its_choices(capsys):
     result = box.run()
     assert [r.name for r in result.runs] == ["adamw", "adafactor"]
     assert all(r.learning_rate == pytest.approx(2e-3) and r.steps == 5 for r in result.runs)
-    assert "final loss" in capsys.readouterr().out
+    tables = [obj.data for obj in shown if hasattr(obj, "data")]  # the comparison, a styled() table
+    assert any("final loss" in table.columns for table in tables), shown
     fig = plots.plot_optimizer_comparison(result)
     assert len(fig.axes) == 3 and len(fig.axes[2].get_lines()) == 2
     for run in result.runs:  # the time panel's error bars are the measured quartiles: never below 0
